@@ -1,0 +1,45 @@
+# The two README commands: `make run` (the main job) and `make test` (the test suite).
+# Both create .venv and install what they need on first use, and are no-ops to set up afterwards.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Use the read-only dataset mirror beside the checkout when there is one (offline machines, CI).
+SHARED_DATASETS := $(abspath ../shared/datasets)
+export CALIBFLOW_DATA_MIRROR ?= $(if $(wildcard $(SHARED_DATASETS)),$(SHARED_DATASETS),)
+export DVC_NO_ANALYTICS := 1
+export GX_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PYTHONHASHSEED := 0
+
+.PHONY: run test lint bench repro clean-venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Re-install only when pyproject.toml changes.
+$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@ $(VENV)/.run-installed
+
+run: $(VENV)/.run-installed
+	$(BIN)/calibflow run
+
+test: $(VENV)/.dev-installed
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check calibflow tasks flows tests benchmarks
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python -m benchmarks
+
+repro: $(VENV)/.run-installed
+	$(BIN)/dvc repro
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,151 @@
+"""One weighted log-loss fitter for every parametric likelihood calibrator.
+
+Minimises, over theta in R^k,
+
+    L(theta) = -(1/n) sum_i [ a_i log sigma(z_i) + b_i log(1 - sigma(z_i)) ] + (l2/2) ||P theta||^2,
+    z_i = X_i theta,
+
+where ``a_i`` weighs the positive term and ``b_i`` the negative term of sample i. Ordinary weighted
+fitting is ``a = w y``, ``b = w (1 - y)``. Keeping the two weights separate lets one fitter serve the
+inverse-propensity (UERM) loss of Kweon et al., eq. (17), where the negative term carries
+``1 - Y/w`` and can be negative, and CalEM's relabelled rows (Sergazinov et al., App. A.2).
+
+Solvers. With ``a, b >= 0`` and no constraints the problem is convex: Newton with backtracking line
+search (a k x k solve per step, k is tiny) converges in a handful of O(nk) passes. Linear inequality
+constraints ``C theta >= d`` (Beta's a, b >= 0; Gaussian/Gamma monotonicity at s_min and s_max;
+spline monotonicity) or negative weights switch to SLSQP with the analytic gradient, warm-started
+from the Newton solution when that is available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import minimize
+from scipy.special import expit, log_expit
+
+
+@dataclass
+class LogisticFit:
+    theta: NDArray[np.float64]
+    loss: float
+    n_iter: int
+    converged: bool
+    solver: str
+
+
+def weighted_log_loss(theta, X, a, b, l2=0.0, penalty_mask=None) -> float:
+    z = X @ theta
+    val = -(a @ log_expit(z) + b @ log_expit(-z)) / len(z)
+    pen = theta if penalty_mask is None else theta * penalty_mask
+    return float(val + 0.5 * l2 * pen @ pen)
+
+
+def _grad(theta, X, a, b, l2, penalty_mask):
+    z = X @ theta
+    p = expit(z)
+    r = (a + b) * p - a
+    pen = theta if penalty_mask is None else theta * penalty_mask
+    return X.T @ r / len(z) + l2 * pen
+
+
+def _newton(X, a, b, theta0, l2, penalty_mask, max_iter=100, tol=1e-10) -> LogisticFit:
+    n, k = X.shape
+    theta = theta0.copy()
+    mask = np.ones(k) if penalty_mask is None else penalty_mask
+    f = weighted_log_loss(theta, X, a, b, l2, penalty_mask)
+    for it in range(1, max_iter + 1):
+        z = X @ theta
+        p = expit(z)
+        g = X.T @ ((a + b) * p - a) / n + l2 * mask * theta
+        h = (a + b) * p * (1.0 - p)
+        H = (X.T * h) @ X / n + np.diag(l2 * mask + 1e-12)
+        try:
+            step = np.linalg.solve(H, g)
+        except np.linalg.LinAlgError:
+            step = np.linalg.lstsq(H, g, rcond=None)[0]
+        t = 1.0
+        while True:
+            cand = theta - t * step
+            fc = weighted_log_loss(cand, X, a, b, l2, penalty_mask)
+            if fc <= f - 1e-4 * t * (g @ step) or t < 1e-10:
+                break
+            t *= 0.5
+        theta, f_old, f = cand, f, fc
+        if np.max(np.abs(g)) < tol or abs(f_old - f) < tol * max(1.0, abs(f)):
+            return LogisticFit(theta, f, it, True, "newton")
+    return LogisticFit(theta, f, max_iter, False, "newton")
+
+
+def fit_logistic(
+    X: NDArray[np.float64],
+    a: NDArray[np.float64],
+    b: NDArray[np.float64],
+    *,
+    theta0: NDArray[np.float64] | None = None,
+    constraints: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+    l2: float = 0.0,
+    penalty_mask: NDArray[np.float64] | None = None,
+    max_iter: int = 200,
+) -> LogisticFit:
+    """Fit ``theta`` for ``sigma(X theta)`` under the two-weight log loss (see module docstring).
+
+    ``constraints=(C, d)`` imposes ``C @ theta >= d`` row-wise.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"design matrix must be 2-D, got shape {X.shape}")
+    n, k = X.shape
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != (n,) or b.shape != (n,):
+        raise ValueError(f"weights must have length {n}, got {a.shape} and {b.shape}")
+    theta = np.zeros(k) if theta0 is None else np.asarray(theta0, dtype=np.float64).copy()
+    convex = bool((a >= 0).all() and (b >= 0).all())
+
+    fit = None
+    if convex:
+        fit = _newton(X, a, b, theta, l2, penalty_mask, max_iter=max_iter)
+        if constraints is None or _feasible(fit.theta, constraints):
+            return fit
+        theta = _nearest_feasible(fit.theta, constraints)
+
+    cons = []
+    if constraints is not None:
+        C, d = (np.atleast_2d(np.asarray(constraints[0], float)), np.asarray(constraints[1], float))
+        cons = [{"type": "ineq", "fun": lambda t, C=C, d=d: C @ t - d, "jac": lambda t, C=C: C}]
+    res = minimize(
+        weighted_log_loss,
+        theta,
+        args=(X, a, b, l2, penalty_mask),
+        jac=_grad,
+        method="SLSQP",
+        constraints=cons,
+        options={"maxiter": max_iter, "ftol": 1e-12},
+    )
+    return LogisticFit(np.asarray(res.x), float(res.fun), int(res.nit), bool(res.success), "slsqp")
+
+
+def _feasible(theta, constraints, tol=1e-9) -> bool:
+    C, d = constraints
+    return bool((np.atleast_2d(C) @ theta - np.asarray(d) >= -tol).all())
+
+
+def _nearest_feasible(theta, constraints):
+    """Euclidean projection onto {C t >= d} by a small QP; gives SLSQP a feasible start."""
+    C, d = np.atleast_2d(np.asarray(constraints[0], float)), np.asarray(constraints[1], float)
+    res = minimize(
+        lambda t: 0.5 * np.sum((t - theta) ** 2),
+        theta,
+        jac=lambda t: t - theta,
+        method="SLSQP",
+        constraints=[{"type": "ineq", "fun": lambda t: C @ t - d, "jac": lambda t: C}],
+    )
+    return np.asarray(res.x)
+
+
+def label_weights(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Positive- and negative-term weights of ordinary weighted fitting: ``(w y, w (1 - y))``."""
+    return w * y, w * (1.0 - y)

@@ -1,0 +1,92 @@
+"""Platt scaling and temperature scaling: one- and two-parameter logistic maps of the logit."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import expit
+
+from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators.base import BaseCalibrator, register
+
+
+@register("platt")
+class PlattCalibrator(BaseCalibrator):
+    """Platt (1999): ``p = sigma(A s + B)`` on the logit or raw score ``s``.
+
+    Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
+    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what scikit-learn 1.9's
+    ``CalibratedClassifierCV(method="sigmoid")`` and the papers' baselines fit. Monotone when A >= 0;
+    ``monotone`` is declared True because a negative A only arises for anti-correlated scores.
+    """
+
+    expects = "logit"
+    _state_fields = ("coef_", "intercept_")
+
+    def __init__(self, input: str = "score") -> None:
+        self.input = input
+
+    def _fit(self, s, y, w) -> None:
+        a, b = label_weights(y, w)
+        fit = fit_logistic(np.column_stack([s, np.ones_like(s)]), a, b)
+        self.coef_, self.intercept_ = float(fit.theta[0]), float(fit.theta[1])
+
+    def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
+        return expit(self.coef_ * s + self.intercept_)
+
+
+@register("temperature")
+class TemperatureCalibrator(BaseCalibrator):
+    """Temperature scaling (Guo et al. 2017), binary case: ``p = sigma(s / T)``, T > 0, no bias."""
+
+    expects = "logit"
+    _state_fields = ("temperature_",)
+
+    def __init__(self, input: str = "logit") -> None:
+        self.input = input
+
+    def _fit(self, s, y, w) -> None:
+        a, b = label_weights(y, w)
+        fit = fit_logistic(s[:, None], a, b)
+        inv_t = float(fit.theta[0])
+        if inv_t <= 0:
+            raise ValueError("temperature scaling found scores anti-correlated with labels (1/T <= 0)")
+        self.temperature_ = 1.0 / inv_t
+
+    def _predict(self, s):
+        return expit(s / self.temperature_)
+
+
+@register("sigmoid")
+class SigmoidBaseline(BaseCalibrator):
+    """Uncalibrated baseline of Kweon et al.: ``sigmoid(s)`` of the raw score, nothing fitted."""
+
+    expects = "any"
+
+    def __init__(self, input: str = "score") -> None:
+        self.input = input
+
+    def _fit(self, s, y, w) -> None:
+        pass
+
+    def _predict(self, s):
+        return s if self.input == "probability" else expit(s)
+
+
+@register("minmax")
+class MinMaxBaseline(BaseCalibrator):
+    """Uncalibrated baseline of Kweon et al.: ``(s - min) / (max - min)`` with the fit set's range."""
+
+    expects = "any"
+    _state_fields = ("min_", "max_")
+
+    def __init__(self, input: str = "score") -> None:
+        self.input = input
+
+    def _fit(self, s, y, w) -> None:
+        self.min_, self.max_ = float(s.min()), float(s.max())
+        if self.max_ == self.min_:
+            raise ValueError("minmax needs at least two distinct scores")
+
+    def _predict(self, s):
+        return (s - self.min_) / (self.max_ - self.min_)
