@@ -75,9 +75,8 @@ def run(
         root=str(project_root()),
     )
     ran = [s["name"] for s in result["stages"] if s.get("ran")]
-    typer.echo(
-        f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {project_root() / REPORT}"
-    )
+    secs = result["seconds"]
+    typer.echo(f"calibflow run: {len(ran)} stage(s) ran in {secs:.1f} s; report: {project_root() / REPORT}")
 
 
 @app.command()

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import flows  # noqa: F401  (configures the environment before prefect is imported)
-from flows import dvc_stages, project_root
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+
+import flows  # noqa: F401  (configures the environment before prefect is imported)
+from flows import dvc_stages, project_root
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")

@@ -19,6 +19,10 @@ STAGE_SCRIPT = textwrap.dedent(
     out.parent.mkdir(parents=True, exist_ok=True)
     deps = [pathlib.Path(p).read_text() for p in sys.argv[3:]]
     out.write_text(json.dumps({"stage": name, "scale": params["scale"], "deps": len(deps)}))
+    if name == "report":
+        pathlib.Path("reports/summary.md").write_text("# toy summary")
+        suite = {"suite": "toy", "success": True, "evaluated": 3, "failed": 0}
+        pathlib.Path("reports/validation.json").write_text(json.dumps([suite]))
     """
 )
 
@@ -48,10 +52,7 @@ def make_toy_repo(root: Path) -> Path:
                 deps: [out/a.json]
                 outs: [out/c.json]
               report:
-                cmd: >-
-                  {s} report reports/index.html out/b.json out/c.json &&
-                  {PY} -c "import pathlib; pathlib.Path('reports/summary.md').write_text('# toy summary');
-                  pathlib.Path('reports/validation.json').write_text('[{{\\"suite\\": \\"toy\\", \\"success\\": true, \\"evaluated\\": 3, \\"failed\\": 0}}]')"
+                cmd: {s} report reports/index.html out/b.json out/c.json
                 deps: [out/b.json, out/c.json]
                 params: [fail]
                 outs:

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from flow_fixtures import make_toy_repo
