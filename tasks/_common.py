@@ -180,10 +180,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 def cli(fn: Callable[[], Any]) -> int:
     """Run a stage's body: a ``StageError``/``ValueError`` prints one readable message and returns 1."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # Our stage loggers at INFO; third-party libraries (GX logs hundreds of INFO lines) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    log.setLevel(logging.INFO)
     try:
         fn()
     except (StageError, ValueError, FileNotFoundError) as exc:
+        if os.environ.get("CALIBFLOW_DEBUG"):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -3,7 +3,8 @@
 ``python -m tasks.report``. Gathers run metadata (git revision, package versions, data checksums from
 ``data/raw/manifest.json``), the validation results, the evaluation metrics and plot data, and each
 paper's ``reports/reproductions/<key>.json`` (for the keys in ``papers``), then calls the pure
-``calibflow.report`` renderers. Both files are written atomically.
+``calibflow.report`` renderers. Also writes ``reports/validation.json``: every validation suite in one
+file (what the Prefect flow publishes as a table artifact). All files are written atomically.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from calibflow.io import read_json, write_text
+from calibflow.io import read_json, write_json, write_text
 from calibflow.report import load_report_data, render_html, render_summary
 from tasks._common import Layout, base_parser, cli, load_params
 
@@ -84,6 +85,11 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         histogram_dir=lay.plots / "histograms",
         reproduction_files={k: lay.reproductions / f"{k}.json" for k in params.get("papers") or []},
         splits_file=lay.prepared / "splits.json",
+    )
+    # One file with every suite (phase-prefixed names), for the Prefect flow's validation artifact.
+    suites = [s for phase in data.validation for s in phase.get("suites", [])]
+    write_json(
+        lay.reports / "validation.json", {"success": all(s["success"] for s in suites), "suites": suites}
     )
     html_path = write_text(lay.reports / "index.html", render_html(data))
     md_path = write_text(lay.reports / "summary.md", render_summary(data))
