@@ -88,6 +88,7 @@ def prepare_one(name: str, params: dict[str, Any], data_dir: Path) -> tuple[pd.D
         "counts": {k: int(v.size) for k, v in parts.items()},
         "positive_rate": {k: float(y[v].mean()) for k, v in parts.items()},
         "rows_sha256": {k: hashlib.sha256(np.sort(rows[v]).tobytes()).hexdigest() for k, v in parts.items()},
+        "split": getattr(parts, "summary", {}),
     }
     return frame, record
 

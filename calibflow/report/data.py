@@ -113,7 +113,7 @@ def best_methods(rows: dict[str, dict[str, Any]], spec: MetricSpec) -> set[str]:
         return set()
     key = {"min": lambda v: v, "max": lambda v: -v, "zero": abs}[spec.goal]
     best = min(key(v) for v in vals.values())
-    return {m for m, v in vals.items() if math.isclose(key(v), best, rel_tol=1e-12, abs_tol=1e-15)}
+    return {m for m, v in vals.items() if math.isclose(key(v), best, rel_tol=1e-6, abs_tol=1e-12)}
 
 
 def method_order(methods: list[str]) -> list[str]:

@@ -123,24 +123,44 @@ def _splits(splits: dict[str, Any]) -> str:
     return "<h3>Splits</h3>" + _table(head, rows, left=2)
 
 
+def _status(ok: bool) -> str:
+    return '<span class="ok">passed</span>' if ok else '<span class="fail">FAILED</span>'
+
+
 def _validation(data: ReportData) -> str:
+    """One summary row per phase, each phase's suites in a folded table (unfolded when one failed)."""
     out = ['<section id="validation"><h2>Validation</h2>']
     if not data.validation:
         out.append('<p class="muted">No validation results found.</p></section>')
         return "".join(out)
-    rows, failures = [], []
-    for phase in data.validation:
-        for s in phase.get("suites", []):
-            ok = s.get("success")
-            status = '<span class="ok">passed</span>' if ok else '<span class="fail">FAILED</span>'
-            ev, bad = s.get("evaluated", 0), s.get("failed", 0)
-            rows.append([_e(phase.get("phase", "?")), _e(s.get("name", "?")), status, _e(f"{ev - bad}/{ev}")])
-            failures += [(s.get("name", "?"), f) for f in s.get("failures", [])]
     out.append(
         "<p>Great Expectations suites on the raw data, the prepared splits and every calibrator's output "
         "(probabilities in [0, 1], no NaN, ranking kept by monotone methods, finite metrics).</p>"
     )
-    out.append(_table(["phase", "suite", "status", "expectations met"], rows, left=3))
+    summary, details, failures = [], [], []
+    for phase in data.validation:
+        suites = phase.get("suites", [])
+        ok = all(s.get("success") for s in suites)
+        ev = sum(s.get("evaluated", 0) for s in suites)
+        bad = sum(s.get("failed", 0) for s in suites)
+        n_ok = sum(1 for s in suites if s.get("success"))
+        name = _e(phase.get("phase", "?"))
+        summary.append([name, _status(ok), _e(f"{n_ok}/{len(suites)}"), _e(f"{ev - bad}/{ev}")])
+        rows = [
+            [
+                _e(s.get("name", "?")),
+                _status(bool(s.get("success"))),
+                _e(f"{s.get('evaluated', 0) - s.get('failed', 0)}/{s.get('evaluated', 0)}"),
+                _e(s.get("rows", "–")),
+            ]
+            for s in suites
+        ]
+        table = _table(["suite", "status", "expectations met", "rows"], rows, left=2)
+        fold = "<details>" if ok else "<details open>"
+        details.append(f"{fold}<summary>{name}: {len(suites)} suites</summary>{table}</details>")
+        failures += [(s.get("name", "?"), f) for s in suites for f in s.get("failures", [])]
+    out.append(_table(["phase", "status", "suites passed", "expectations met"], summary, left=2))
+    out += details
     if failures:
         items = "".join(f"<li><b>{_e(n)}</b>: {_e(f.get('message', f))}</li>" for n, f in failures)
         out.append(f'<h3 class="fail">Failed expectations</h3><ul class="notes">{items}</ul>')
