@@ -110,7 +110,11 @@ def test_hillstrom_treatment_and_features_exclude_outcomes(cache):
     assert task.treatment is not None and task.treatment.shape == task.y.shape
     assert set(task.treatment) == {"Mens E-Mail", "Womens E-Mail", "No E-Mail"}
     assert not any(f.split("=")[0] in {"visit", "conversion", "spend", "segment"} for f in task.feature_names)
+    assert task.source_split is None
     assert ds.binary_task("splice", data_dir=cache).X.shape[1] >= 240
+    adult = ds.binary_task("adult", data_dir=cache)
+    assert (adult.source_split == "test").sum() == 16_281
+    assert abs(adult.y[adult.source_split == "test"].mean() - 0.2362) < 1e-4
     with pytest.raises(ValueError, match="target must be one of"):
         ds.binary_task("hillstrom", target="spend", data_dir=cache)
     with pytest.raises(ValueError, match="one fixed target"):

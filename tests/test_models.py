@@ -37,6 +37,8 @@ def test_classifier_is_deterministic_and_learns(data):
     assert not np.array_equal(pa, pc)  # the seed drives the subsampling
     np.testing.assert_allclose(expit(models.predict_margin(a, X)), pa, rtol=1e-12)
     assert ((pa > 0.5) == y).mean() > 0.75
+    two = models.train_classifier(X, y, {**params, "n_jobs": 2}, seed=3)
+    np.testing.assert_array_equal(models.predict_proba(two, X), pa)  # thread count does not matter
 
 
 def test_sample_weight_changes_the_fit(data):
