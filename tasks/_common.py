@@ -156,6 +156,7 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     dst = Path(target)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the output folder should read like any other
     try:
         yield tmp
         old = None

@@ -198,7 +198,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             y, probs = _predictions(lay, name, method_list)
             res = evaluate_dataset(y, probs, cfg, seed(params))
             for m, (rec, rel, hist) in res.items():
-                write_json(mdir / name / f"{m}.json", {"dataset": name, "method": m, **rec})
+                write_json(mdir / name / f"{m}.json", rec)
                 write_json(rdir / name / f"{m}.json", rel)
                 write_json(hdir / name / f"{m}.json", hist)
             result[name] = {m: v[0] for m, v in res.items()}

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from calibflow import datasets
 from calibflow.io import write_json
 from tasks._common import Layout, base_parser, cli, dataset_names, load_params
 
@@ -20,8 +21,6 @@ log = logging.getLogger("tasks.fetch")
 
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Fetch the datasets in ``params['datasets']['names']``; return and save the manifest."""
-    from calibflow import datasets
-
     lay = Layout(Path(root))
     manifest: dict[str, Any] = {}
     for name in dataset_names(params):

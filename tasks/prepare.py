@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibflow import datasets
 from calibflow.io import write_json
+from calibflow.splits import split_indices
 from tasks._common import (
     Layout,
     StageError,
@@ -49,8 +51,6 @@ def _fractions(params: dict[str, Any]) -> dict[str, float]:
 
 def subsample(y: np.ndarray, max_rows: int, rng_seed: int) -> np.ndarray:
     """Sorted row indices of a label-stratified subsample of ``max_rows`` rows (all rows if fewer)."""
-    from calibflow.splits import split_indices
-
     n = y.size
     if not max_rows or max_rows >= n:
         return np.arange(n)
@@ -61,9 +61,6 @@ def subsample(y: np.ndarray, max_rows: int, rng_seed: int) -> np.ndarray:
 
 def prepare_one(name: str, params: dict[str, Any], data_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The prepared frame of one dataset and its split record."""
-    from calibflow import datasets
-    from calibflow.splits import split_indices
-
     ds = section(params, "datasets")
     prep = section(params, "prepare")
     target = dataset_target(params, name)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibflow import metrics
+from calibflow import metrics, models
 from calibflow.io import write_json
 from tasks._common import (
     Layout,
@@ -39,8 +39,6 @@ def train_one(
     frame: pd.DataFrame, model_params: dict[str, Any], rng_seed: int, model_path: Path
 ) -> pd.DataFrame:
     """Train on the ``train`` rows of a prepared frame; save the model; return predictions for all rows."""
-    from calibflow import models
-
     feats = [c for c in frame.columns if c.startswith("f:")]
     if not feats:
         raise StageError("prepared frame has no feature columns (f:*)")
