@@ -165,7 +165,7 @@ def probit_coefficients(link: str, scale: float = 1.0, shift: float = 0.0) -> tu
 
 
 def platt_limit(theta: float, w_norm: float, a: float, b: float) -> tuple[float, float]:
-    """Thm 5.1, eq. (9): the Platt map ``sigma(A* u + B*)`` on raw logits ``u`` for ``sigma = Phi(a. + b)``."""
+    """Thm 5.1 eq. (9): Platt map ``sigma(A* u + B*)`` on raw logits ``u`` when ``sigma = Phi(a . + b)``."""
     k = math.sqrt(1.0 + a * a * math.sin(theta) ** 2)
     return math.cos(theta) / (w_norm * k), (b / a) * (1.0 / k - 1.0)
 
@@ -425,8 +425,8 @@ def sign_estimate(w_hat: Array, X_holdout: Array, y_holdout: Array) -> float:
 def estimate_covariance(X_pool: ArrayLike, method: str = "auto") -> tuple[Array, dict[str, Any]]:
     """Covariance of x from an unlabeled pool (App. G allows Sigma "estimated from unlabeled data").
 
-    ``method="auto"``: the sample covariance when the pool has at least ``10 d`` rows (Ledoit-Wolf's
-    shrinkage would then be negligible and the sample covariance is well conditioned), otherwise
+    ``method="auto"``: the sample covariance when the pool has at least ``10 d`` rows and that estimate
+    is well conditioned (Ledoit-Wolf's shrinkage would then be negligible), otherwise
     Ledoit-Wolf shrinkage towards ``mu I`` (scikit-learn's ``ledoit_wolf``), which keeps the estimate
     positive definite even for a pool smaller than d. ``"sample"`` or ``"ledoit_wolf"`` force one.
     """
@@ -438,15 +438,25 @@ def estimate_covariance(X_pool: ArrayLike, method: str = "auto") -> tuple[Array,
     if not np.isfinite(P).all():
         raise ValueError("X_pool has NaN or infinite entries")
     m, d = P.shape
-    if method == "auto":
-        method = "sample" if m >= 10 * d else "ledoit_wolf"
-    if method == "sample":
+    if method in ("auto", "sample") and (m >= 10 * d or method == "sample"):
         S = np.cov(P, rowvar=False).reshape(d, d)
-        return S, {"method": "sample", "n_pool": m, "shrinkage": 0.0}
+        if method == "sample" or _well_conditioned(S):
+            return S, {"method": "sample", "n_pool": m, "shrinkage": 0.0}
+        method = "ledoit_wolf"  # e.g. collinear one-hot columns: the sample covariance is singular
+    if method == "auto":
+        method = "ledoit_wolf"
     if method == "ledoit_wolf":
         S, shrink = ledoit_wolf(P, assume_centered=False)
         return S, {"method": "ledoit_wolf", "n_pool": m, "shrinkage": float(shrink)}
     raise ValueError(f"method must be 'auto', 'sample' or 'ledoit_wolf', got {method!r}")
+
+
+def _well_conditioned(S: Array) -> bool:
+    try:
+        diag = np.diag(cholesky(S, lower=True, check_finite=False))
+    except LinAlgError:
+        return False
+    return bool(diag.min() > 1e-6 * diag.max())
 
 
 def _check_design(X, y, xname: str, yname: str, both_classes: bool = True):
