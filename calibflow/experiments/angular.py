@@ -37,11 +37,13 @@ from calibflow.calibrators.angular import (
     clipped_linear,
     platt_limit,
     probit_coefficients,
-    sign_estimate,
 )
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
 
-PAPER = "Li & Sur, Optimal and provable calibration in high-dimensional binary classification: angular calibration and Platt scaling (seed 003)"
+PAPER = (
+    "Li & Sur, Optimal and provable calibration in high-dimensional binary classification: "
+    "angular calibration and Platt scaling (seed 003)"
+)
 LINK_SPECS = {  # name -> (calibrator link, scale, shift)
     "sigmoid(3u+1)": ("logistic", 3.0, 1.0),
     "clip(3u+0.5)": ("clipped_relu", 3.0, 0.5),
@@ -493,19 +495,24 @@ def run(config: dict[str, Any], seed: int) -> Reproduction:
 
 
 CHOICES = [
-    "eq. (11): gamma_hat = Tr(XHX'D)/Tr(D - DXHX'D), not the printed Tr(XHX'D) (misprint: not scale-free; "
-    "shared/notes/angle-estimator.md).",
-    "The angular predictor and eq. (9) use the TRUE link sigmoid(3u+1) written for ||w*||_Sigma = 1; Platt's "
-    "(A, B) are reported in the family sigmoid(3(Au+B)+1), the only reading that matches the paper's B < 0.",
-    "Def. 3.1's expectation by Gauss-Hermite quadrature (nodes doubled until two rules agree to 1e-12; closed "
-    "forms for probit and clipped-linear links) instead of App. G's Monte Carlo.",
-    "Sign holdout (eq. 12): 100 fresh rows, separate from the n training rows (the paper reserves a fraction).",
-    "Test sets and Platt holdouts are exact draws of (w_hat'x, w*'x) via W (L'w); non-Gaussian designs are W L'.",
-    "Sec. 7.2: standardised real covariates / sqrt(d); Sigma_true = covariance of all rows; estimated-angle runs "
-    "use Ledoit-Wolf from the pool; Platt/isotonic/sign holdouts come from pool rows with fresh labels.",
+    "eq. (11): gamma_hat = Tr(XHX'D)/Tr(D - DXHX'D), not the printed Tr(XHX'D) (misprint: not scale-free;"
+    " shared/notes/angle-estimator.md).",
+    "The angular predictor and eq. (9) use the TRUE link sigmoid(3u+1) written for ||w*||_Sigma = 1; "
+    "Platt's (A, B) are reported in the family sigmoid(3(Au+B)+1), the only reading that matches the "
+    "paper's B < 0.",
+    "Def. 3.1's expectation by Gauss-Hermite quadrature (nodes doubled until two rules agree to 1e-12; "
+    "closed forms for probit and clipped-linear links) instead of App. G's Monte Carlo.",
+    "Sign holdout (eq. 12): 100 fresh rows, separate from the n training rows (the paper reserves a "
+    "fraction).",
+    "Test sets and Platt holdouts are exact draws of (w_hat'x, w*'x) via W (L'w); non-Gaussian designs "
+    "are W L'.",
+    "Sec. 7.2: standardised real covariates / sqrt(d); Sigma_true = covariance of all rows; estimated-"
+    "angle runs use Ledoit-Wolf from the pool; Platt/isotonic/sign holdouts come from pool rows with "
+    "fresh labels.",
 ]
 NOTES = [
-    "Sec. 7.2: the paper reports that eq. (11) is unstable on real covariates and uses the true angle; we show "
-    "both. The estimator assumes i.i.d. (Gaussian-like) rows with a known covariance; with real covariates the "
-    "rows are neither, and Sigma comes from a small pool, so the d/n r^2 and Sigma^-1/2 X'psi terms are off.",
+    "Sec. 7.2: the paper reports that eq. (11) is unstable on real covariates and uses the true angle; we"
+    " show both. The estimator assumes i.i.d. (Gaussian-like) rows with a known covariance; with real "
+    "covariates the rows are neither, and Sigma comes from a small pool, so the d/n r^2 and Sigma^-1/2 "
+    "X'psi terms are off.",
 ]
