@@ -7,7 +7,9 @@ plus ``predict`` on 20000 test logits, against two references measured in the sa
 - the peer: the reference implementation of ``shared/notes/angle-estimator.md`` Sec. 8 (primal d x d
   Newton with a dense Hessian, eq. 11 with d x d Cholesky, 64-node Gauss-Hermite), copied below.
 
-Run: ``python -m benchmarks.angular [--repeats 3] [--threads 2]``. Data generation is not timed.
+Run: ``python -m benchmarks.angular [--repeats 3] [--threads 1]``. Data generation is not timed.
+Default is one BLAS thread: on the shared 2-core machine, OpenBLAS with 2 threads is 10-20x slower for
+Cholesky factorisations than with one (its threads spin while other processes hold the cores).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _reference(X, y, Xh, yh, Xt, Sigma, lam, link):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--d", type=int, default=2000)
     args = ap.parse_args()

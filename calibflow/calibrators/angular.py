@@ -217,6 +217,7 @@ class GLMFit:
     n_iter: int
     grad_norm: float
     converged: bool
+    gram: Array | None = None  # X X' when the kernel path was used (reused by eq. 11)
 
 
 def fit_glm(
@@ -250,7 +251,7 @@ def fit_glm(
         grad = X.T @ loss.d1(y, t) / n + pen.grad(w)
         gnorm = float(np.max(np.abs(grad)))
         if gnorm < tol:
-            return GLMFit(w, it - 1, gnorm, True)
+            return GLMFit(w, it - 1, gnorm, True, K)
         dd = loss.d2(y, t)
         step = (
             _ridge_solve(X, K, dd, n * pen.ridge, n * grad)
@@ -265,9 +266,9 @@ def fit_glm(
                 break
             lr *= 0.5
         if lr < 1e-12:  # no descent possible at this precision: accept if the gradient is tiny
-            return GLMFit(w, it, gnorm, gnorm < 1e-7)
+            return GLMFit(w, it, gnorm, gnorm < 1e-7, K)
         w, f = cand, fc
-    return GLMFit(w, max_iter, gnorm, gnorm < 1e-7)
+    return GLMFit(w, max_iter, gnorm, gnorm < 1e-7, K)
 
 
 def _primal_solve(X: Array, dd: Array, hess_g: Array, rhs: Array) -> Array:
@@ -308,13 +309,13 @@ class InnerProductEstimate:
         return asdict(self)
 
 
-def leverages(X: Array, dd: Array, penalty: Penalty, w: Array) -> Array:
+def leverages(X: Array, dd: Array, penalty: Penalty, w: Array, gram: Array | None = None) -> Array:
     """``diag(X H X')`` with ``H = (X'DX + n grad^2 g(w))^-1`` (kernel form for ridge when d > n)."""
     n, d = X.shape
     if penalty.ridge is not None and d > n:
         c = n * penalty.ridge
         s = np.sqrt(np.maximum(dd, 0.0))
-        K = X @ X.T
+        K = X @ X.T if gram is None else gram
         M = s[:, None] * K * s[None, :]
         M[np.diag_indices_from(M)] += c
         L = cholesky(M, lower=True, check_finite=False)
@@ -359,6 +360,7 @@ def observable_inner_product(
     loss: Loss = LOGISTIC_LOSS,
     penalty: Penalty,
     sigma_chol: Array | None = None,
+    gram: Array | None = None,
 ) -> InnerProductEstimate:
     """Eq. (11) with the corrected ``gamma_hat = df/(n v_hat)``, for any loss and penalty.
 
@@ -370,7 +372,7 @@ def observable_inner_product(
     u = X @ w_hat
     psi = -loss.d1(y, u)  # psi_i = -l'_{y_i}(x_i'w), not divided by n
     dd = loss.d2(y, u)  # D = diag(l'')
-    lev = leverages(X, dd, penalty, w_hat)
+    lev = leverages(X, dd, penalty, w_hat, gram)
     big_v = float(dd.sum() - (dd * dd * lev).sum())  # Tr(D - D X H X' D) = n v_hat
     df = float((dd * lev).sum())  # Tr(X H X' D)
     if big_v <= 0:
@@ -565,7 +567,7 @@ class AngularCalibrator(BaseCalibrator):
         glm = fit_glm(Xa, ya, loss, pen)
         if not glm.converged:
             raise ValueError(f"the base fit did not converge (max |grad| = {glm.grad_norm:.3g})")
-        est = observable_inner_product(Xa, ya, glm.w, loss=loss, penalty=pen, sigma_chol=L_s)
+        est = observable_inner_product(Xa, ya, glm.w, loss=loss, penalty=pen, sigma_chol=L_s, gram=glm.gram)
         self.w_, self.w_norm_ = glm.w, est.w_norm_sigma
         self.diagnostics_ = est.to_dict() | {"newton_iter": glm.n_iter, "grad_norm": glm.grad_norm}
         self.inner_product_sq_ = est.a2
