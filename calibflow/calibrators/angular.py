@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -638,7 +639,7 @@ class AngularCalibrator(BaseCalibrator):
         return json.dumps(payload, default=_to_jsonable)
 
     def _check_params(self) -> None:
-        if not (isinstance(self.lam, int | float) and np.isfinite(self.lam) and self.lam > 0):
+        if not (isinstance(self.lam, numbers.Real) and np.isfinite(self.lam) and self.lam > 0):
             raise ValueError(f"lam must be a finite positive number, got {self.lam!r}")
         resolve_link(self.link, self.link_scale, self.link_shift)
         if not (isinstance(self.n_nodes, int | np.integer) and 0 <= self.n_nodes <= MAX_NODES):
