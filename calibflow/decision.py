@@ -62,7 +62,9 @@ class Boundary:
 
     @property
     def precision(self) -> float:
-        return self.true_positives / self.predicted_positives if self.predicted_positives > 0 else float("nan")
+        return (
+            self.true_positives / self.predicted_positives if self.predicted_positives > 0 else float("nan")
+        )
 
     @property
     def recall(self) -> float:
@@ -118,7 +120,9 @@ def _check_precision(precision: float) -> float:
     return float(precision)
 
 
-def _prefix(p: NDArray[np.float64], n: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _prefix(
+    p: NDArray[np.float64], n: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """pi(i, j), nu(i, j): positives and totals in the j highest-score bins of level i, j = 0..L (App. G)."""
     k = p.shape[0]
     pi = np.concatenate([np.zeros((k, 1)), np.cumsum(p[:, ::-1], axis=1)], axis=1)
@@ -387,7 +391,14 @@ class Binning:
         return self.u_edges.size + 1, self.s_edges.shape[1] + 1
 
     @classmethod
-    def fit(cls, uncertainty: ArrayLike, scores: ArrayLike, n_levels: int, n_score_bins: int, kind: str = "equi_weight") -> Binning:
+    def fit(
+        cls,
+        uncertainty: ArrayLike,
+        scores: ArrayLike,
+        n_levels: int,
+        n_score_bins: int,
+        kind: str = "equi_weight",
+    ) -> Binning:
         u, s = _check_us(uncertainty, scores)
         if kind not in BINNINGS:
             raise ValueError(f"binning kind must be one of {BINNINGS}, got {kind!r}")
@@ -420,7 +431,9 @@ class Binning:
             sb[m] = np.searchsorted(self.s_edges[i], s[m], side="right")
         return lv, sb
 
-    def grid(self, uncertainty: ArrayLike, scores: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def grid(
+        self, uncertainty: ArrayLike, scores: ArrayLike, y: ArrayLike
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(positives, totals) K x L count grids of labelled data."""
         lv, sb = self.assign(uncertainty, scores)
         yy = check_labels(y, n=lv.size, both_classes=False)
@@ -435,7 +448,11 @@ class Binning:
 
     @classmethod
     def from_dict(cls, d: dict) -> Binning:
-        return cls(d["kind"], np.asarray(d["u_edges"], float), np.asarray(d["s_edges"], float).reshape(len(d["u_edges"]) + 1, -1))
+        return cls(
+            d["kind"],
+            np.asarray(d["u_edges"], float),
+            np.asarray(d["s_edges"], float).reshape(len(d["u_edges"]) + 1, -1),
+        )
 
 
 def _quantile_edges(x: NDArray[np.float64], q: int) -> NDArray[np.float64]:
@@ -455,14 +472,28 @@ def _check_us(uncertainty, scores):
     return u, s
 
 
-def decide(binning: Binning, boundary: Boundary, uncertainty: ArrayLike, scores: ArrayLike) -> NDArray[np.bool_]:
+def decide(
+    binning: Binning, boundary: Boundary, uncertainty: ArrayLike, scores: ArrayLike
+) -> NDArray[np.bool_]:
     """Apply a fitted boundary to new data in one call: True where the item is labelled positive."""
     if binning.shape != (boundary.thresholds.size, boundary.n_score_bins):
-        raise ValueError(f"boundary is for a {boundary.thresholds.size} x {boundary.n_score_bins} grid, binning is {binning.shape}")
+        raise ValueError(
+            f"boundary is for a {boundary.thresholds.size} x {boundary.n_score_bins} grid, binning is "
+            f"{binning.shape}"
+        )
     return boundary.predict(*binning.assign(uncertainty, scores))
 
 
-def fit_boundary(method: str, uncertainty, scores, y, precision: float, n_levels: int, n_score_bins: int, kind: str = "equi_weight"):
+def fit_boundary(
+    method: str,
+    uncertainty,
+    scores,
+    y,
+    precision: float,
+    n_levels: int,
+    n_score_bins: int,
+    kind: str = "equi_weight",
+):
     """Bin the hold-out set and fit ``method`` on its grid; returns ``(binning, boundary)``."""
     if method not in ALGORITHMS:
         raise ValueError(f"unknown decision algorithm {method!r}; available: {', '.join(ALGORITHMS)}")

@@ -89,8 +89,10 @@ def leaf_covers(booster) -> NDArray[np.float64]:
     return table
 
 
-def xgb_evidence(booster, X: ArrayLike, n_train: int, covers: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
-    """Evidence n(x): geometric mean over trees of ``n_train * cover(leaf of x) / cover(root)`` (see module doc)."""
+def xgb_evidence(
+    booster, X: ArrayLike, n_train: int, covers: NDArray[np.float64] | None = None
+) -> NDArray[np.float64]:
+    """Evidence n(x): geometric mean over trees of ``n_train * cover(leaf) / cover(root)`` (module doc)."""
     import xgboost as xgb
 
     if not isinstance(n_train, int | np.integer) or n_train < 1:
@@ -105,7 +107,9 @@ def xgb_evidence(booster, X: ArrayLike, n_train: int, covers: NDArray[np.float64
     return n_train * np.exp(np.mean(np.log(np.maximum(share, 1e-300)), axis=1))
 
 
-def posterior_beta(score: ArrayLike, evidence: ArrayLike, prior: float = 2.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def posterior_beta(
+    score: ArrayLike, evidence: ArrayLike, prior: float = 2.0
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Beta(alpha1, alpha0) pseudo-counts with mean ``score`` and total ``evidence + prior`` (Eq. 1)."""
     s = np.clip(as_1d_float(score, "score"), 1e-9, 1 - 1e-9)
     n = as_1d_float(evidence, "evidence")
@@ -119,7 +123,9 @@ def posterior_beta(score: ArrayLike, evidence: ArrayLike, prior: float = 2.0) ->
     return s * tot, (1 - s) * tot
 
 
-def xgb_posterior_entropy(booster, X: ArrayLike, n_train: int, prior: float = 2.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def xgb_posterior_entropy(
+    booster, X: ArrayLike, n_train: int, prior: float = 2.0
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(score, uncertainty) for an XGBoost binary model: score = P(y=1), uncertainty = H(Beta)."""
     import xgboost as xgb
 

@@ -34,7 +34,14 @@ class MistCalibrator(BaseCalibrator):
         self.n_levels = n_levels
         self.min_level_size = min_level_size
 
-    def fit(self, scores: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None, *, uncertainty: ArrayLike | None = None) -> MistCalibrator:
+    def fit(
+        self,
+        scores: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        *,
+        uncertainty: ArrayLike | None = None,
+    ) -> MistCalibrator:
         if not isinstance(self.n_levels, int | np.integer) or self.n_levels < 1:
             raise ValueError(f"n_levels must be a positive integer, got {self.n_levels!r}")
         s, yy, w = self._validate_fit(scores, y, sample_weight)

@@ -68,7 +68,9 @@ PAPER_T3 = {
 # ---------------------------------------------------------------------------------------------
 # Sec. 3 / App. E: data-generation model and Theorem 3.1
 # ---------------------------------------------------------------------------------------------
-def simulate_regions(n_regions: int, n_train: int, n_test: int, beta1: float, beta0: float, tau: float, seed: int) -> dict[str, np.ndarray]:
+def simulate_regions(
+    n_regions: int, n_train: int, n_test: int, beta1: float, beta0: float, tau: float, seed: int
+) -> dict[str, np.ndarray]:
     """App. E.1: S_true ~ Beta(beta1, beta0) per region; test positives ~ Bin(n_test, S_true); train
     positives ~ Bin(n_train, tau S / ((tau - 1) S + 1)) (negatives kept at rate 1/tau)."""
     if n_regions < 1 or n_train < 1 or n_test < 1:
@@ -105,7 +107,9 @@ def _synthetic(cfg: dict, seed: int) -> Table:
     n, b1, b0 = int(cfg.get("n_train", 20)), float(cfg.get("beta1", 1.0)), float(cfg.get("beta0", 3.0))
     rows = []
     for tau in (1.0, 3.0):
-        sim = simulate_regions(int(cfg.get("n_regions", 200_000)), n, int(cfg.get("n_test", 50)), b1, b0, tau, seed)
+        sim = simulate_regions(
+            int(cfg.get("n_regions", 200_000)), n, int(cfg.get("n_test", 50)), b1, b0, tau, seed
+        )
         for k in (2, 5, 10, 15):
             m = sim["n1_train"] == k
             emp = sim["s_test"][m].mean()
@@ -115,7 +119,8 @@ def _synthetic(cfg: dict, seed: int) -> Table:
         "Sec. 3 / Theorem 3.1: test positivity given train positivity (simulation)",
         ["tau", "S_train", "regions", "empirical E[S_test]", "Theorem 3.1"],
         rows,
-        f"Beta({b1}, {b0}) prior (xi = {b1 / (b1 + b0):.2f}), n_train = {n} per region. tau = 1 uses the closed "
+        f"Beta({b1}, {b0}) prior (xi = {b1 / (b1 + b0):.2f}), n_train = {n} per region. tau = 1 uses the "
+        "closed "
         "form (S_train + xi lambda)/(1 + lambda); tau = 3 the numerical mean of Q(r). Undersampling "
         "(tau = 3) makes the train positivity overstate the test positivity.",
     )
@@ -143,14 +148,19 @@ def _load_fallback(name: str):
 
     root = os.environ.get("CALIBFLOW_DATA_MIRROR")
     if not root:
-        raise ValueError("set CALIBFLOW_DATA_MIRROR to the datasets mirror (calibflow.datasets is not installed)")
+        raise ValueError(
+            "set CALIBFLOW_DATA_MIRROR to the datasets mirror (calibflow.datasets is not installed)"
+        )
     d = Path(root)
     if name == "bank_marketing":
         df = pd.read_csv(d / "bank_marketing" / "bank-full.csv", skipinitialspace=True)
         df.columns = [c.strip() for c in df.columns]
         y = (df.pop("y").astype(str).str.strip() == "yes").to_numpy(int)
     elif name == "adult":
-        parts = [pd.read_csv(d / "adult" / f, skipinitialspace=True, na_values="?") for f in ("adult.data", "adult.test")]
+        parts = [
+            pd.read_csv(d / "adult" / f, skipinitialspace=True, na_values="?")
+            for f in ("adult.data", "adult.test")
+        ]
         df = pd.concat(parts, ignore_index=True).dropna(subset=["income"])
         df.columns = [c.strip() for c in df.columns]
         y = df.pop("income").astype(str).str.startswith(">50K").to_numpy(int)
@@ -191,15 +201,21 @@ def _model_outputs(X, y, tau: float, seed: int, cfg: dict):
         "nthread": 1,
         "seed": seed,
     }
-    booster = xgb.train(params, xgb.DMatrix(X[tr].astype(np.float32), label=y[tr]), int(cfg.get("n_estimators", 100)))
+    booster = xgb.train(
+        params, xgb.DMatrix(X[tr].astype(np.float32), label=y[tr]), int(cfg.get("n_estimators", 100))
+    )
     out = {}
     for part in ("hold", "test"):
-        s, u = xgb_posterior_entropy(booster, X[sp[part]], n_train=int(tr.size), prior=float(cfg.get("prior", 2.0)))
+        s, u = xgb_posterior_entropy(
+            booster, X[sp[part]], n_train=int(tr.size), prior=float(cfg.get("prior", 2.0))
+        )
         out[part] = (s, u, y[sp[part]])
     return out
 
 
-def _recalls(data, precision: float, kind: str, k: int, ell: int, algos=ALGOS) -> dict[str, tuple[float, float]]:
+def _recalls(
+    data, precision: float, kind: str, k: int, ell: int, algos=ALGOS
+) -> dict[str, tuple[float, float]]:
     """Fit each algorithm on the hold-out grid; return its (test recall, test precision)."""
     sh, uh, yh = data["hold"]
     st_, ut, yt = data["test"]
@@ -314,13 +330,37 @@ def _table1(rec, prec, datasets, taus, kinds, main_p, precisions) -> Table:
                     if key not in rec:
                         continue
                     paper = PAPER_T1[name][kinds.index(kind) if kind in ("equi_span", "equi_weight") else 1]
-                    rows.append([ds, tau, p, kind, LABEL[name], _pct(rec[key]), _pct(prec[key]), _gain(rec[key], base), paper])
+                    rows.append(
+                        [
+                            ds,
+                            tau,
+                            p,
+                            kind,
+                            LABEL[name],
+                            _pct(rec[key]),
+                            _pct(prec[key]),
+                            _gain(rec[key], base),
+                            paper,
+                        ]
+                    )
     return Table(
         "Table 1 analogue: test Recall@PrecisionBound (%)",
-        ["dataset", "tau", "precision", "binning", "algorithm", "recall (ours)", "test precision (ours)", "gain vs ST", "paper Criteo 90%"],
+        [
+            "dataset",
+            "tau",
+            "precision",
+            "binning",
+            "algorithm",
+            "recall (ours)",
+            "test precision (ours)",
+            "gain vs ST",
+            "paper Criteo 90%",
+        ],
         rows,
-        "Mean ± s.e. over seeds. Boundaries fitted on the hold-out grid, recall and precision measured on the test set "
-        "(the precision bound holds on the hold-out, so test precision scatters around it). Paper column: Criteo, "
+        "Mean ± s.e. over seeds. Boundaries fitted on the hold-out grid, recall and precision measured on "
+        "the test set "
+        "(the precision bound holds on the hold-out, so test precision scatters around it). Paper column: "
+        "Criteo, "
         "tau = 3, Recall@90% precision, K = 3, L = 500 (Table 1).",
     )
 
@@ -333,14 +373,26 @@ def _table2(rec, datasets, taus, precisions) -> Table:
                 cells = []
                 for p in precisions:
                     key = (ds, tau, p, "equi_weight", name)
-                    cells.append(_pct(rec[key]) + f" ({_gain(rec[key], rec[(ds, tau, p, 'equi_weight', 'st')])})" if key in rec else "-")
+                    cells.append(
+                        _pct(rec[key]) + f" ({_gain(rec[key], rec[(ds, tau, p, 'equi_weight', 'st')])})"
+                        if key in rec
+                        else "-"
+                    )
                 rows.append([ds, tau, LABEL[name], *cells])
-    rows.append(["paper: Criteo", 3, "ST / GMT / MIST / EW-DPMT", *[" / ".join(PAPER_T2[a][i] for a in ("st", "gmt", "mist", "ew_dpmt")) for i in range(4)]][: 3 + len(precisions)])
+    rows.append(
+        [
+            "paper: Criteo",
+            3,
+            "ST / GMT / MIST / EW-DPMT",
+            *[" / ".join(PAPER_T2[a][i] for a in ("st", "gmt", "mist", "ew_dpmt")) for i in range(4)],
+        ][: 3 + len(precisions)]
+    )
     return Table(
         "Table 2 analogue: Recall@ several precision bounds, equi-weight (%)",
         ["dataset", "tau", "algorithm", *[f"Recall@{int(100 * p)}%" for p in precisions]],
         rows,
-        "Gain relative to ST in brackets. The paper's last row lists its Criteo values for bounds 60/70/80/90% (in "
+        "Gain relative to ST in brackets. The paper's last row lists its Criteo values for bounds "
+        "60/70/80/90% (in "
         "that order, as many as we have columns).",
     )
 
@@ -361,15 +413,22 @@ def _table3(rec, datasets, taus, kinds, main_p, precisions) -> Table:
                         continue
                     a, b = np.asarray(rec[key]), np.asarray(rec[(ds, tau, p, kind, "st")])
                     if a.size < 2 or np.allclose(a - b, (a - b)[0]):
-                        cells.append("n/a" if a.size < 2 else ("0.00" if (a - b)[0] > 0 else "1.00" if (a - b)[0] < 0 else "n/a"))
+                        cells.append(
+                            "n/a"
+                            if a.size < 2
+                            else ("0.00" if (a - b)[0] > 0 else "1.00" if (a - b)[0] < 0 else "n/a")
+                        )
                         continue
                     cells.append(f"{ttest_rel(a, b, alternative='greater').pvalue:.2f}")
-                rows.append([ds, tau, p, f"ST vs. {LABEL[name]}", *cells, " / ".join(PAPER_T3.get(name, ("-", "-")))])
+                rows.append(
+                    [ds, tau, p, f"ST vs. {LABEL[name]}", *cells, " / ".join(PAPER_T3.get(name, ("-", "-")))]
+                )
     return Table(
         "Table 3 analogue: one-sided paired t-test p-values (H1: algorithm recall > ST recall)",
         ["dataset", "tau", "precision", "comparison", *kinds, "paper Criteo (span / weight)"],
         rows,
-        "Paired over seeds (each seed = a new split, model and hold-out). 'n/a' where fewer than 2 seeds or no "
+        "Paired over seeds (each seed = a new split, model and hold-out). 'n/a' where fewer than 2 seeds or "
+        "no "
         "variation in the difference.",
     )
 
@@ -381,7 +440,8 @@ def _table_sweep(sweep, datasets, taus, sk, sl, main_p, precisions) -> Table:
             for kk in sk:
                 rows.append([ds, tau, kk, *[_pct(sweep[(ds, tau, kk, ll)]) for ll in sl]])
     return Table(
-        "Fig. 5 analogue: EW-DPMT test Recall@PrecisionBound (%) by number of uncertainty bins K and score bins L",
+        "Fig. 5 analogue: EW-DPMT test Recall@PrecisionBound (%) by number of uncertainty bins K and score "
+        "bins L",
         ["dataset", "tau", "K", *[f"L={ll}" for ll in sl]],
         rows,
         "K = 1 is the score-only single threshold with L score bins. Bounds: "
@@ -412,10 +472,21 @@ def _table_ece(ece) -> Table:
         )
     return Table(
         "App. C.6: MIST vs IST calibration on the test set",
-        ["dataset", "tau", "mean ECE@j MIST", "mean ECE@j IST", "cum-ECE top half MIST", "cum-ECE top half IST", "ECE@top bin MIST", "ECE@top bin IST"],
+        [
+            "dataset",
+            "tau",
+            "mean ECE@j MIST",
+            "mean ECE@j IST",
+            "cum-ECE top half MIST",
+            "cum-ECE top half IST",
+            "ECE@top bin MIST",
+            "ECE@top bin IST",
+        ],
         rows,
-        "ECE@j averages |mean(p - y)| over the K uncertainty levels of score bin j (equi-weight bins fitted on the "
-        "hold-out, placed by model score). Paper (Fig. 8): MIST below IST, with the gap growing at high scores.",
+        "ECE@j averages |mean(p - y)| over the K uncertainty levels of score bin j (equi-weight bins fitted "
+        "on the "
+        "hold-out, placed by model score). Paper (Fig. 8): MIST below IST, with the gap growing at high "
+        "scores.",
     )
 
 
@@ -426,7 +497,9 @@ def _fig_sweep(sweep, datasets, taus, sk, sl) -> Figure:
     fig, axes = small_multiples(len(keys), ncols=4, size=2.2)
     for ax, (ds, tau) in zip(axes, keys, strict=True):
         for ll in sl:
-            ax.plot(sk, [100 * np.mean(sweep[(ds, tau, kk, ll)]) for kk in sk], marker="o", ms=3, label=f"L={ll}")
+            ax.plot(
+                sk, [100 * np.mean(sweep[(ds, tau, kk, ll)]) for kk in sk], marker="o", ms=3, label=f"L={ll}"
+            )
         ax.set_title(f"{ds}, tau={tau:g}")
         ax.set_xlabel("uncertainty bins K")
         ax.set_ylabel("test recall (%)")
@@ -449,7 +522,9 @@ def _fig_ece(ece) -> Figure:
         ax.set_xlabel("score bin j")
         ax.set_ylabel("cumulative ECE@j")
     axes[0].legend(fontsize=6)
-    return Figure("App. C.6 / Fig. 8 analogue: cumulative ECE@j, MIST vs IST", to_svg(fig), "Mean over seeds, test set.")
+    return Figure(
+        "App. C.6 / Fig. 8 analogue: cumulative ECE@j, MIST vs IST", to_svg(fig), "Mean over seeds, test set."
+    )
 
 
 def _headline(rec, datasets, taus, main_p, precisions) -> dict[str, float]:
@@ -462,7 +537,9 @@ def _headline(rec, datasets, taus, main_p, precisions) -> dict[str, float]:
                 key = (ds, tau, p, "equi_weight", name)
                 if key in rec:
                     out[f"{ds}_tau{tau:g}_{name}_recall"] = float(np.mean(rec[key]))
-            out[f"{ds}_tau{tau:g}_ew_dpmt_gain"] = out[f"{ds}_tau{tau:g}_ew_dpmt_recall"] / base - 1 if base > 0 else float("nan")
+            out[f"{ds}_tau{tau:g}_ew_dpmt_gain"] = (
+                out[f"{ds}_tau{tau:g}_ew_dpmt_recall"] / base - 1 if base > 0 else float("nan")
+            )
     return out
 
 
@@ -471,7 +548,8 @@ def _notes(metrics: dict[str, float]) -> list[str]:
     helped = [k for k, v in gains.items() if np.isfinite(v) and v > 0.02]
     hurt = [k for k, v in gains.items() if np.isfinite(v) and v < -0.02]
     notes = [
-        "Paper's datasets (Criteo, Avazu, proprietary E-Com) and model (Posterior Network) are not available; we use "
+        "Paper's datasets (Criteo, Avazu, proprietary E-Com) and model (Posterior Network) are not "
+        "available; we use "
         "bank_marketing and adult with XGBoost and a tree-evidence Posterior-Network analogue. Numbers are "
         "therefore analogues, not reproductions of the paper's values.",
         "EW-DPMT gain over ST at the main bound (equi-weight): "
@@ -483,13 +561,15 @@ def _notes(metrics: dict[str, float]) -> list[str]:
             "Where uncertainty does not help: "
             + (", ".join(hurt) if hurt else "no configuration gains more than 2%")
             + ". With tens of thousands of rows, boundaries with K x L free thresholds overfit the hold-out "
-            "(the optimum on the hold-out is not the optimum on the test set), and on these tabular tasks the "
+            "(the optimum on the hold-out is not the optimum on the test set), and on these tabular tasks "
+            "the "
             "tree-evidence entropy carries little information about positivity beyond the score."
         )
     if helped:
         notes.append("Uncertainty helps (EW-DPMT > ST by more than 2%) in: " + ", ".join(helped) + ".")
     notes.append(
-        "The DP algorithms are exact on the hold-out grid (property-tested against exhaustive search); differences "
+        "The DP algorithms are exact on the hold-out grid (property-tested against exhaustive search); "
+        "differences "
         "on the test set are generalisation, not optimisation."
     )
     return notes
@@ -497,18 +577,26 @@ def _notes(metrics: dict[str, float]) -> list[str]:
 
 def _choices(k: int, ell: int, n_seeds: int) -> list[str]:
     return [
-        f"Grid K = {k} uncertainty levels x L = {ell} score bins (paper: K = 3, L = 500 on millions of rows; our hold-out "
+        f"Grid K = {k} uncertainty levels x L = {ell} score bins (paper: K = 3, L = 500 on millions of "
+        "rows; our hold-out "
         "sets have ~9-10k rows, so L is scaled down).",
-        "Model: XGBoost (binary:logistic), one thread; uncertainty = differential entropy of Beta(s (n + 2), (1 - s)(n + 2)) "
-        "with n the geometric-mean share of training hessian cover in the leaves the item reaches (calibflow.uncertainty).",
-        "Split 60/20/20 stratified per seed; training negatives kept with probability 1/tau; hold-out and test untouched.",
-        "ST = the single-threshold algorithm on a K = 1 grid of K * L score bins of the same binning kind (same bin "
+        "Model: XGBoost (binary:logistic), one thread; uncertainty = differential entropy of Beta(s (n + "
+        "2), (1 - s)(n + 2)) "
+        "with n the geometric-mean share of training hessian cover in the leaves the item reaches "
+        "(calibflow.uncertainty).",
+        "Split 60/20/20 stratified per seed; training negatives kept with probability 1/tau; hold-out and "
+        "test untouched.",
+        "ST = the single-threshold algorithm on a K = 1 grid of K * L score bins of the same binning kind "
+        "(same bin "
         "size as the 2-D grids, so ST is not handicapped by a coarser score resolution).",
-        "HR: threshold lowered by a fixed number of score bins per uncertainty level, (c, step >= 1) fitted on the "
+        "HR: threshold lowered by a fixed number of score bins per uncertainty level, (c, step >= 1) fitted "
+        "on the "
         "hold-out (our reading of Poceviciute et al. 2022 as described in Sec. 6.2).",
-        "MIST in the recall tables is Algorithm 3 on the grid; the ECE study uses the sample-level MIST calibrator "
+        "MIST in the recall tables is Algorithm 3 on the grid; the ECE study uses the sample-level MIST "
+        "calibrator "
         "(isotonic regression on the samples of each uncertainty level, as App. G describes).",
-        "EW-DPMT chooses the budget m by the actual predicted positives of each candidate boundary (identical to "
+        "EW-DPMT chooses the budget m by the actual predicted positives of each candidate boundary "
+        "(identical to "
         "Algorithm 1 on exactly equi-weight grids, never violating the bound when ties make bins unequal).",
         f"{n_seeds} seeds; a seed changes the split, the undersampling and the model.",
         "obd_small not used: 40-70 positive clicks per campaign sample, too few for the grids.",
