@@ -50,11 +50,13 @@ class MistCalibrator(BaseCalibrator):
 
         self.u_edges_ = _quantile_edges(u, int(self.n_levels))
         lv = np.searchsorted(self.u_edges_, u, side="right")
-        glob = IsotonicCalibrator().fit(s, yy, w)
+        glob = None  # the all-data isotonic map, fitted only if some level needs the fallback
         self.xs_, self.ys_ = [], []
         for i in range(int(self.n_levels)):
             m = lv == i
             ok = m.sum() >= self.min_level_size and 0 < yy[m].sum() < m.sum()
+            if not ok and glob is None:
+                glob = IsotonicCalibrator().fit(s, yy, w)
             cal = IsotonicCalibrator().fit(s[m], yy[m], w[m]) if ok else glob
             self.xs_.append(cal.x_)
             self.ys_.append(cal.y_)
