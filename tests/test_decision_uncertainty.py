@@ -84,7 +84,7 @@ def test_experiment_runs_on_real_data():
         "synthetic": {"n_regions": 20000},
     }
     rep = E.run(cfg, 1)
-    assert rep.key == "decision" and len(rep.tables) == 6 and len(rep.figures) == 2
+    assert rep.key == "decision" and len(rep.tables) == 7 and len(rep.figures) == 3
     rec = rep.metrics["bank_marketing_tau3_ew_dpmt_recall"]
     assert 0.0 < rec < 1.0
     # EW-DPMT and VW-DPMT find the same hold-out optimum on equi-weight grids up to ties
