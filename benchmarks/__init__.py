@@ -1,1 +1,1 @@
-"""Benchmarks: ``python -m benchmarks.<key>``."""
+"""Benchmarks: each module has main() and prints ratios against a peer measured in the same run."""
