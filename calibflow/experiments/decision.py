@@ -16,6 +16,8 @@
 Choices where the paper is open (also in ``Reproduction.choices``):
 - Model: XGBoost instead of SAM/FT-Transformer + normalising flow; uncertainty = entropy of the
   Beta built from tree-leaf hessian cover (see ``calibflow.uncertainty``).
+- Data and model through ``calibflow.datasets.binary_task``, ``calibflow.splits.split_indices`` and
+  ``calibflow.models.train_classifier``.
 - Splits: 60/20/20 train/hold-out/test, stratified, per seed; negatives of the *training* part are
   kept with probability 1/tau; hold-out and test keep the original distribution (Sec. 6.1).
 - ST is the grid algorithm on a K = 1 grid of K * L score bins of the same binning kind (score only, and
@@ -37,6 +39,7 @@ from calibflow import decision as D
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
 
 PAPER = "Arora, Merugu, Saladi, Rastogi: Leveraging Uncertainty Estimates to Improve Classifier Performance"
+USABLE = ("bank_marketing", "adult")
 ALGOS = ("st", "hr", "gmt", "mist", "ew_dpmt", "vw_dpmt")
 LABEL = {"st": "ST", "hr": "HR", "gmt": "GMT", "mist": "MIST", "ew_dpmt": "EW-DPMT", "vw_dpmt": "VW-DPMT"}
 # Paper Table 1, Criteo (tau=3, Recall@90% precision), equi-span / equi-weight, in %.
@@ -130,80 +133,35 @@ def _synthetic(cfg: dict, seed: int) -> Table:
 # Real data
 # ---------------------------------------------------------------------------------------------
 def _load(name: str):
-    """(X, y) through ``calibflow.datasets`` when present; a minimal reader of the mirror otherwise."""
-    try:
-        from calibflow.datasets import binary_task  # type: ignore[import-not-found]
+    """(X, y) of a real dataset through ``calibflow.datasets`` (verified against its pinned sha256)."""
+    from calibflow.datasets import binary_task
 
-        task = binary_task(name)
-        return np.asarray(task.X, float), np.asarray(task.y, int)
-    except ImportError:
-        return _load_fallback(name)
-
-
-def _load_fallback(name: str):
-    import os
-    from pathlib import Path
-
-    import pandas as pd
-
-    root = os.environ.get("CALIBFLOW_DATA_MIRROR")
-    if not root:
-        raise ValueError(
-            "set CALIBFLOW_DATA_MIRROR to the datasets mirror (calibflow.datasets is not installed)"
-        )
-    d = Path(root)
-    if name == "bank_marketing":
-        df = pd.read_csv(d / "bank_marketing" / "bank-full.csv", skipinitialspace=True)
-        df.columns = [c.strip() for c in df.columns]
-        y = (df.pop("y").astype(str).str.strip() == "yes").to_numpy(int)
-    elif name == "adult":
-        parts = [
-            pd.read_csv(d / "adult" / f, skipinitialspace=True, na_values="?")
-            for f in ("adult.data", "adult.test")
-        ]
-        df = pd.concat(parts, ignore_index=True).dropna(subset=["income"])
-        df.columns = [c.strip() for c in df.columns]
-        y = df.pop("income").astype(str).str.startswith(">50K").to_numpy(int)
-    else:
-        raise ValueError(f"dataset {name!r} is not used by the decision experiment")
-    X = pd.get_dummies(df, dummy_na=False).astype(float).to_numpy()
-    return X, y
-
-
-def _split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out: dict[str, list] = {"train": [], "hold": [], "test": []}
-    for c in (0, 1):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        a, b = int(0.6 * idx.size), int(0.8 * idx.size)
-        out["train"].append(idx[:a])
-        out["hold"].append(idx[a:b])
-        out["test"].append(idx[b:])
-    return {k: np.sort(np.concatenate(v)) for k, v in out.items()}
+    if name not in USABLE:
+        raise ValueError(f"dataset {name!r} is not used by the decision experiment; use one of {USABLE}")
+    task = binary_task(name)
+    return np.asarray(task.X, float), np.asarray(task.y, int)
 
 
 def _model_outputs(X, y, tau: float, seed: int, cfg: dict):
-    import xgboost as xgb
 
+    from calibflow.models import train_classifier
+    from calibflow.splits import split_indices
     from calibflow.uncertainty import xgb_posterior_entropy
 
-    sp = _split(y, seed)
+    sp = split_indices(y.size, {"train": 0.6, "hold": 0.2, "test": 0.2}, seed, stratify=y)
     rng = np.random.default_rng(seed + 7)
     tr = sp["train"]
     keep = (y[tr] == 1) | (rng.random(tr.size) < 1.0 / tau)
     tr = tr[keep]
     params = {
-        "objective": "binary:logistic",
+        "n_estimators": int(cfg.get("n_estimators", 100)),
         "max_depth": int(cfg.get("max_depth", 5)),
-        "eta": float(cfg.get("eta", 0.1)),
+        "learning_rate": float(cfg.get("eta", 0.1)),
         "subsample": 0.8,
         "min_child_weight": 1.0,
-        "nthread": 1,
-        "seed": seed,
+        "n_jobs": 1,
     }
-    booster = xgb.train(
-        params, xgb.DMatrix(X[tr].astype(np.float32), label=y[tr]), int(cfg.get("n_estimators", 100))
-    )
+    booster = train_classifier(X[tr], y[tr], params, seed)
     out = {}
     for part in ("hold", "test"):
         s, u = xgb_posterior_entropy(
