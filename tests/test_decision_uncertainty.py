@@ -85,10 +85,10 @@ def test_experiment_runs_on_real_data():
         "synthetic": {"n_regions": 20000},
     }
     rep = E.run(cfg, 1)
-    assert rep.key == "decision" and len(rep.tables) == 8 and len(rep.figures) == 3
+    assert rep.key == "decision" and len(rep.tables) == 9 and len(rep.figures) == 3
     rec = rep.metrics["bank_marketing_tau3_ew_dpmt_recall"]
     assert 0.0 < rec < 1.0
     # EW-DPMT and VW-DPMT find the same hold-out optimum on equi-weight grids up to ties
     assert abs(rep.metrics["bank_marketing_tau3_vw_dpmt_recall"] - rec) < 0.05
-    t5 = rep.tables[-1]
+    t5 = rep.tables[-2]
     assert t5.title.startswith("Table 5") and [r[3] for r in t5.rows] == ["ST", "MIST", "EW-DPMT", "VW-DPMT"]
