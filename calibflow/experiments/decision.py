@@ -10,6 +10,10 @@
   (``calibflow.uncertainty.xgb_posterior_entropy``), decision boundaries fitted on a hold-out set and
   Recall@PrecisionBound measured on the test set for ST, HR, GMT, MIST, EW-DPMT and VW-DPMT on
   equi-span and equi-weight grids; one-sided paired t-tests against ST across seeds.
+- Table 5 analogue (``replicas >= 2``): the same with replica logit spread as the uncertainty
+  (``calibflow.models.train_replicas`` + ``calibflow.uncertainty.replica_logit_std``), and a table of
+  how strongly each uncertainty is rank-correlated with the score.
+- Fig. 1(a) analogue: test positivity vs score per uncertainty level.
 - Fig. 5 analogue: the (K, L) sweep of EW-DPMT.
 - App. C.6: MIST vs IST calibration, ECE@j and cumulative ECE@j.
 
