@@ -194,10 +194,18 @@ def test_raw_suite_catches_a_broken_column():
 
 
 def test_monotone_order_violation_is_caught():
-    df = pd.DataFrame({"margin": [-1.0, 0.0, 1.0, 2.0], "prob": [0.1, 0.5, 0.4, 0.9], "y": [0, 1, 0, 1]})
+    df = pd.DataFrame(
+        {
+            "margin": [2.0, -1.0, 0.0, 1.0, 3.0],
+            "prob": [0.9, 0.1, 0.5, 0.4, 0.9 - 1e-17],
+            "y": [0, 1, 0, 1, 1],
+        }
+    )
     frame, exps = validate.calibrated_suite("platt", "toy", df, monotone=True)
     res = validate.run_suites([("calibrated.platt.toy", frame, exps)])[0]
-    assert [f["expectation"] for f in res["failures"]] == ["expect_column_values_to_be_increasing"]
+    (fail,) = res["failures"]  # the 0.5 -> 0.4 reversal; the 1e-17 rounding dip at the end is tolerated
+    assert fail["kwargs"]["column"] == "prob_drop" and fail["unexpected_count"] == 1
+    assert fail["examples"] == [pytest.approx(0.1)]
     frame, exps = validate.calibrated_suite("other", "toy", df, monotone=False)
     assert validate.run_suites([("calibrated.other.toy", frame, exps)])[0]["success"]
 
