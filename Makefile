@@ -38,8 +38,9 @@ lint: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m benchmarks
 
+# Stage commands run `python -m tasks...` from PATH: the venv's interpreter must come first.
 repro: $(VENV)/.run-installed
-	$(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 
 clean-venv:
 	rm -rf $(VENV)

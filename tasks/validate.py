@@ -454,7 +454,7 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
     from calibflow.calibrators import get_class
 
     out, rows = [], []
-    n_bins = int((params.get("evaluate") or {}).get("n_bins", 15))
+    n_bins = 15  # only finiteness is checked here; evaluate uses its own evaluate.n_bins
     for method in methods(params):
         monotone = bool(get_class(method).monotone)
         for name in dataset_names(params):

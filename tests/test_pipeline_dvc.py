@@ -55,13 +55,13 @@ def run(config, seed):
 '''
 STAGES = [
     "fetch",
-    "validate_raw",
+    "validate@raw",
     "prepare",
-    "validate_prepared",
+    "validate@prepared",
     "train",
     "calibrate@platt",
     "calibrate@isotonic",
-    "validate_calibrated",
+    "validate@calibrated",
     "evaluate",
     "reproduce@fake",
     "report",
