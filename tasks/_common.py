@@ -45,6 +45,11 @@ class Layout:
         return self.root / "data" / "raw"
 
     @property
+    def papers_data(self) -> Path:
+        """The datasets cache of the paper experiments (not a DVC output; see tasks.reproduce)."""
+        return self.root / "data" / "papers"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "data" / "raw" / "manifest.json"
 

@@ -4,17 +4,21 @@
 ``calibflow.experiments.<key>.run(params["reproduce"][key][profile], params["seed"])`` where ``profile``
 defaults to ``reproduce.profile``; saves ``reports/reproductions/<key>.json`` (tables, figures, notes,
 rendered by the report) and the headline numbers as ``metrics/reproductions/<key>.json`` (DVC metrics).
+Datasets the experiment loads are cached in ``data/papers`` (see ``paper_data_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from calibflow.datasets import ENV_DATA_DIR
 from calibflow.io import write_json
 from calibflow.results import Reproduction
 from tasks._common import Layout, StageError, base_parser, cli, load_params, section, seed
@@ -56,6 +60,28 @@ def _experiment(key: str):
         raise
 
 
+@contextlib.contextmanager
+def paper_data_dir(lay: Layout) -> Iterator[Path]:
+    """Point ``calibflow.datasets``' default cache at ``data/papers`` while an experiment runs.
+
+    Experiments load datasets without a ``data_dir``, so they would fill ``data/raw``, the ``fetch``
+    stage's DVC output, and make ``fetch`` look changed on the next ``dvc repro``. Files there are still
+    verified against their pinned sha256. A user's own ``CALIBFLOW_DATA_DIR`` is kept unless it is
+    ``data/raw``.
+    """
+    old = os.environ.get(ENV_DATA_DIR)
+    keep = bool(old) and Path(old).resolve() != lay.raw.resolve()
+    target = Path(old) if keep else lay.papers_data
+    os.environ[ENV_DATA_DIR] = str(target)
+    try:
+        yield target
+    finally:
+        if old is None:
+            os.environ.pop(ENV_DATA_DIR, None)
+        else:
+            os.environ[ENV_DATA_DIR] = old
+
+
 def run(
     key: str, params: dict[str, Any], root: str | os.PathLike[str] = ".", profile: str | None = None
 ) -> Reproduction:
@@ -64,7 +90,8 @@ def run(
     profile, config = experiment_config(params, key, profile)
     mod = _experiment(key)
     t0 = time.perf_counter()
-    rep = mod.run(dict(config), seed(params))
+    with paper_data_dir(lay):
+        rep = mod.run(dict(config), seed(params))
     elapsed = time.perf_counter() - t0
     if not isinstance(rep, Reproduction):
         raise StageError(f"calibflow.experiments.{key}.run returned {type(rep).__name__}, not a Reproduction")

@@ -273,6 +273,27 @@ def test_reproduce_runs_the_configured_profile(project, tmp_path, monkeypatch):
     assert calls[-1] == ({"n": 100}, 7)
 
 
+def test_reproduce_keeps_experiment_downloads_out_of_data_raw(tmp_path, monkeypatch):
+    """Experiments fetch with the default data dir; that must not touch data/raw (fetch's DVC output)."""
+    seen = []
+    monkeypatch.delenv("CALIBFLOW_DATA_DIR", raising=False)
+
+    def run(config, seed):
+        from calibflow.datasets import resolve_data_dir
+
+        seen.append(resolve_data_dir())
+        return Reproduction(key="fake", paper="p", profile="quick")
+
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", types.SimpleNamespace(run=run))
+    p = {"seed": 1, "reproduce": {"profile": "quick", "fake": {"quick": {}}}}
+    reproduce.run("fake", p, tmp_path)
+    assert seen == [tmp_path / "data/papers"]
+    assert "CALIBFLOW_DATA_DIR" not in __import__("os").environ
+    monkeypatch.setenv("CALIBFLOW_DATA_DIR", str(tmp_path / "data/raw"))
+    reproduce.run("fake", p, tmp_path)
+    assert seen[-1] == tmp_path / "data/papers"
+
+
 def test_reproduce_errors_are_readable(project, tmp_path, monkeypatch):
     _, params = project
     p = {**params, "reproduce": {"profile": "quick", "nosuch": {"quick": {}}, "fake": {"quick": {}}}}

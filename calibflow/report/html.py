@@ -239,8 +239,13 @@ def _reproduction(rep: Reproduction, fig: _Figures) -> str:
     )
     for t in rep.tables:
         rows = [[_e(fmt_num(c)) for c in row] for row in t.rows]
+        # Numbers right-aligned, text (labels, "mean ± s.e." strings) left-aligned.
+        cls = [
+            ["" if isinstance(c, int | float) and not isinstance(c, bool) else "l" for c in row]
+            for row in t.rows
+        ]
         out.append(f"<h4>{_e(t.title)}</h4>")
-        out.append(_table([_e(c) for c in t.columns], rows))
+        out.append(_table([_e(c) for c in t.columns], rows, cls=cls))
         if t.caption:
             out.append(f'<p class="muted">{_e(t.caption)}</p>')
     for f in rep.figures:
