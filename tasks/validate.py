@@ -310,6 +310,7 @@ def metrics_suite(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[Any]]:
 
 def _context():
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
