@@ -1,1 +1,1 @@
-"""Benchmarks: ``python -m benchmarks.<key>`` prints our time beside the target/peer measured in the same run."""
+"""Benchmarks: each module has main() and prints ratios against a peer measured in the same run."""
