@@ -7,9 +7,10 @@ sections, ``synthetic`` and ``real`` (defaults below); a section with ``replicat
 
 Choices where the paper is open (also listed in the Reproduction's ``choices``):
 
-- Synthetic model: unpenalised maximum-likelihood logistic regression with an intercept, fitted by
-  the shared Newton fitter (Theorem 4.1 assumes an MLE; the paper does not say whether its
-  scikit-learn fit kept the default ridge penalty C=1). ``l2`` in the config adds a ridge penalty.
+- Synthetic model: unpenalised maximum-likelihood logistic regression with an intercept
+  (``calibflow.models.RidgeLogistic(l2=0, standardize=False)``, the shared Newton fitter).
+  Theorem 4.1 assumes an MLE; the paper does not say whether its
+  scikit-learn fit kept the default ridge penalty C=1; ``l2`` in the config adds a ridge penalty.
 - Synthetic replicas: row 0 is the fit on the full training set, rows 1..S-1 bootstrap refits
   (``scheme="bootstrap"``, see ``calibflow.calibrators.vad`` for why line 6 of Algorithm 1 then
   uses deviations from row 0). We also run independent retrains on fresh training draws
@@ -54,7 +55,6 @@ from scipy.special import expit
 
 from calibflow import metrics as M
 from calibflow.calibrators import available, make
-from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators.vad import VADWarning, estimate_lambda
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
 
@@ -164,10 +164,12 @@ P_CRITEO_E = {  # Table 2 (Criteo, DLRM): alpha -> method -> (Original, VAD+); a
 
 # ================================ synthetic (Sec. 6.1) ==========================================
 def _logistic(X: NDArray, y: NDArray, l2: float) -> NDArray:
-    """Logistic regression with intercept (last coefficient), via the shared fitter."""
-    A = np.column_stack([X, np.ones(len(X))])
-    mask = np.r_[np.ones(X.shape[1]), 0.0]
-    return fit_logistic(A, y, 1.0 - y, l2=l2, penalty_mask=mask).theta
+    """Logistic regression with intercept (returned last): ``calibflow.models.RidgeLogistic`` without
+    standardisation, so ``l2 = 0`` is the plain maximum-likelihood fit of Theorem 4.1."""
+    from calibflow.models import RidgeLogistic
+
+    m = RidgeLogistic(l2=l2, standardize=False).fit(X, y)
+    return np.r_[m.coef_, m.intercept_]
 
 
 def _proba(theta: NDArray, X: NDArray) -> NDArray:
