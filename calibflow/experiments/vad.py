@@ -44,6 +44,7 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from typing import Any
@@ -360,7 +361,7 @@ def synthetic_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float
     }
     lam = {k: np.array([r["lambda"][k] for r in reps]) for k in reps[0]["lambda"]}
     for k, v in lam.items():
-        metrics[f"synthetic_lambda_{k}"] = float(v.mean())
+        metrics["synthetic_lambda_" + re.sub(r"[^A-Za-z0-9]+", "_", k).strip("_")] = float(v.mean())
     return tables, metrics, notes
 
 
@@ -573,6 +574,13 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
             )
         lt = np.array([r["lambda"]["val_test"] for r in reps])
         lv = np.array([r["lambda"]["val_train"] for r in reps])
+        if "val_test_bootstrap" in reps[0]["lambda"]:
+            lb = np.array([r["lambda"]["val_test_bootstrap"] for r in reps])
+            notes.append(f"{name}: lambda_val-test with a bootstrap replica instead {fmt_mean_se(lb, 3)}.")
+        if "group" in reps[0]["lambda"]:
+            keys = sorted(reps[0]["lambda"]["group"])
+            per = {k: fmt_mean_se([r["lambda"]["group"][k] for r in reps], 3) for k in keys}
+            notes.append(f"{name}: group-wise lambda_val-test {per}.")
         info = reps[0]["info"]
         notes.append(
             f"{name}: lambda_val-test {fmt_mean_se(lt, 3)}, lambda_val-train {fmt_mean_se(lv, 3)}; test set "
@@ -581,8 +589,9 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
         )
         for m in methods:
             for a in (cfg["alphas"][0], cfg["alphas"][-1]):
-                metrics[f"{name}_E_{m}_original_{a:g}"] = float(_arr(reps, "E", f"{m}|Original", a).mean())
-                metrics[f"{name}_E_{m}_vadplus_{a:g}"] = float(_arr(reps, "E", f"{m}|VAD+", a).mean())
+                key = re.sub(r"[^A-Za-z0-9]+", "_", f"{name}_E_{m}").strip("_")
+                metrics[f"{key}_original_{a:g}"] = float(_arr(reps, "E", f"{m}|Original", a).mean())
+                metrics[f"{key}_vadplus_{a:g}"] = float(_arr(reps, "E", f"{m}|VAD+", a).mean())
         n_clip = sum(len(r["clipped"]) for r in reps)
         if n_clip:
             notes.append(f"{name}: lambda clipped to [0, 1] {n_clip} time(s); e.g. {reps[0]['clipped'][:1]}")
