@@ -166,17 +166,15 @@ def _moments(R: NDArray, link: str, input: str, eps: float, chunk: int = _CHUNK)
 
 
 # ---- the variance terms -----------------------------------------------------------------------
-def _group_moments(L: NDArray, codes: NDArray[np.intp] | None, n_groups: int):
+def _group_moments(L: NDArray, codes: NDArray[np.intp], n_groups: int):
     """Counts, means (G x S) and population covariances (G x S x S) of the link-scale rows per group.
 
-    One pass: without groups a centred BLAS product; with groups ``np.bincount`` of the centred rows and
-    of their pairwise products (centring on the global mean first keeps the subtraction well conditioned).
+    ``np.bincount`` of the rows and of their pairwise products, centred on the global mean first so the
+    final subtraction is well conditioned (group-wise VAD, Sec. 7).
     """
-    s, n = L.shape
+    s = L.shape[0]
     mean = L.mean(axis=1)
     D = L - mean[:, None]
-    if codes is None:
-        return np.array([n], float), mean[None, :], (D @ D.T / n)[None, :, :]
     cnt = np.bincount(codes, minlength=n_groups).astype(float)
     sums = np.stack([np.bincount(codes, weights=D[j], minlength=n_groups) for j in range(s)], axis=1)
     cross = np.empty((n_groups, s, s))
