@@ -181,7 +181,8 @@ class SplineCalibrator(BaseCalibrator):
             raise ValueError("spline needs at least two distinct scores (with positive weight)")
         a, b = label_weights(y, w)
         theta0 = _linear_start(s, a, b, lo, hi, k)
-        theta, converged = fit_monotone_pspline(bspline_design(s, lo, hi, k), a, b, float(self.lam), theta0)
+        basis = bspline_design(np.clip(s, lo, hi), lo, hi, k)  # zero-weight rows may lie outside
+        theta, converged = fit_monotone_pspline(basis, a, b, float(self.lam), theta0)
         # Solvers stop ~1e-10 outside the cone: close it exactly so predictions never decrease.
         self.coef_ = np.maximum.accumulate(theta)
         self.lo_, self.hi_ = lo, hi
