@@ -1,6 +1,7 @@
 """Fit+predict time of every classic calibrator against its peer, and ECE against netcal and numpy.
 
     python -m benchmarks.calibrators [--sizes 1e4 1e5 1e6] [--ece-sizes 1e6 1e7] [--threads 1]
+                                     [--methods isotonic platt ... ece] [--repeat 3]
 
 Data: logits ``s ~ N(0, 2)`` with true ``P(y=1|s) = sigma(0.5 s - 3)``: about 8% positives and
 over-confident scores. Each method gets the input its peer gets (probabilities for betacal and
@@ -132,12 +133,14 @@ CASES: dict[str, tuple[Callable, dict[str, Callable]]] = {
 }
 
 
-def bench_calibrators(sizes: list[int], repeat: int) -> list[dict]:
+def bench_calibrators(sizes: list[int], repeat: int, methods: list[str] | None = None) -> list[dict]:
     rows = []
     for n in sizes:
         s, y = make_data(n)
         p = expit(s)
         for method, (ours, peers) in CASES.items():
+            if methods and method not in methods:
+                continue
             t_ours = best_time(lambda f=ours, s=s, y=y, p=p: f(s, y, p), repeat)
             for label, peer in peers.items():
                 t_peer = best_time(lambda f=peer, s=s, y=y, p=p: f(s, y, p), repeat)
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6])
     ap.add_argument("--ece-sizes", nargs="+", type=float, default=[1e6, 1e7])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--methods", nargs="*", help=f"subset of {sorted(CASES)} and 'ece' (default: all)")
     ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP thread cap, both sides (0: none)")
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
@@ -245,8 +249,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     warnings.filterwarnings("ignore")
     with threadpool_limits(limits=args.threads or None):
         print(HEADER)
-        rows = bench_calibrators([int(n) for n in args.sizes], args.repeat)
-        rows += bench_ece([int(n) for n in args.ece_sizes], args.repeat)
+        rows = bench_calibrators([int(n) for n in args.sizes], args.repeat, args.methods)
+        if not args.methods or "ece" in args.methods:
+            rows += bench_ece([int(n) for n in args.ece_sizes], args.repeat)
     print()
     for line in check_targets(rows):
         print("-", line)
