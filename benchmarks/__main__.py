@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import sys
 from pathlib import Path
@@ -16,7 +17,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"unknown benchmark(s) {unknown}; available: {names}")
     for name in chosen:
         print(f"\n=== benchmarks.{name} ===", flush=True)
-        importlib.import_module(f"benchmarks.{name}").main([])
+        entry = importlib.import_module(f"benchmarks.{name}").main
+        # Defaults for every module: an empty argv where main takes one (never our own sys.argv).
+        if inspect.signature(entry).parameters:
+            entry([])
+        else:
+            entry()
 
 
 if __name__ == "__main__":
