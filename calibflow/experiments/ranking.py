@@ -7,7 +7,7 @@ Protocol (Experimental Setup and Appendix E of the paper, on Coat):
 2. Hold out 10% of the training user-item pairs (stratified by Y, so 10% of the positive interactions) as the
    calibration set; the base ranker never sees them.
 3. Base rankers (fitted on the other 90%): XGBoost ``rank:pairwise`` (one query per user) on user and item
-   features plus the two ids as categorical features, and BPR matrix factorisation (eq. 24; compact numpy SGD).
+   features plus the two ids as categorical features, and BPR matrix factorisation (eq. 24; numpy SGD).
 4. Calibrators are fitted on the calibration pairs' scores and ``Y`` (naive, eq. 14) or with the UERM
    inverse-propensity loss (eq. 17) and the item-popularity propensity (paper) or Coat's shipped learned
    propensities.
@@ -18,7 +18,7 @@ Choices where the paper is open (also listed in the returned ``choices``):
 
 - The calibration set is a uniform 10% of all training user-item pairs, stratified by Y (the paper says "hold
   out 10% of the training set"; for implicit data that set must hold unobserved pairs too).
-- Popularity propensities are computed from the full MNAR training matrix (both parts), clipped at 0.1 (paper).
+- Popularity propensities come from the full MNAR training matrix (both parts), clipped at 0.1 (paper).
   Coat's learned propensities (P(rated)) are clipped at ``supplied_floor`` (default 0.01, so 1/w <= 100);
   the paper clips popularity only.
 - Gamma's shift is ``s - s_min + 0.01 (s_max - s_min)`` of the calibration scores (see
@@ -44,7 +44,7 @@ from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
 
 PAPER = "Kweon, Kang & Yu, Obtaining Calibrated Probabilities with Personalized Ranking Models, AAAI 2022"
 PAPER_MODELS = ["BPR", "NCF", "CML", "UBPR", "LGCN"]
-# Paper's Coat columns (BPR, NCF, CML, UBPR, LGCN) of Tables 1 (ECE), 4 (MCE) and 5 (NLL), keyed (method, loss).
+# Paper's Coat columns (BPR, NCF, CML, UBPR, LGCN) of Tables 1 (ECE), 4 (MCE), 5 (NLL), by (method, loss).
 PAPER_COAT = {
     "ece": {
         ("minmax", ""): [0.1790, 0.4624, 0.1834, 0.1920, 0.2350],
@@ -133,7 +133,7 @@ DEFAULTS: dict[str, Any] = {
 MODEL_LABELS = {"xgb_ranker": "XGB-rank", "bpr_mf": "BPR-MF"}
 
 
-# ---- data ---------------------------------------------------------------------------------------------------
+# ---- data
 @dataclass
 class Ratings:
     """Explicit ratings in two users x items matrices (0 = not rated) plus optional side information."""
@@ -236,7 +236,8 @@ class Split:
 
 
 def make_split(data: Ratings, cal_fraction: float, seed: int) -> Split:
-    """Stratified uniform hold-out of ``cal_fraction`` of all training user-item pairs (choice, see module doc)."""
+    """Stratified uniform hold-out of ``cal_fraction`` of all training user-item pairs (choice, see "
+    "module doc)."""
     if not 0.0 < cal_fraction < 1.0:
         raise ValueError(f"cal_fraction must be in (0, 1), got {cal_fraction}")
     Y = (data.train >= 4).astype(np.float64)
@@ -250,7 +251,7 @@ def make_split(data: Ratings, cal_fraction: float, seed: int) -> Split:
     return Split(Y, cal.reshape(Y.shape), tu, ti, (data.test[tu, ti] >= 4).astype(np.float64))
 
 
-# ---- base rankers -------------------------------------------------------------------------------------------
+# ---- base rankers
 def pair_features(data: Ratings, users: NDArray[np.intp], items: NDArray[np.intp]) -> NDArray[np.float64]:
     """User features, item features, then user id and item id (the ids are categorical for XGBoost)."""
     parts = []
@@ -351,7 +352,7 @@ def ranking_metrics(users, scores, rel, ks=(1, 3, 5)) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-# ---- calibration --------------------------------------------------------------------------------------------
+# ---- calibration
 def propensities_for(
     kind: str, data: Ratings, split: Split, u, i, supplied_floor: float
 ) -> NDArray[np.float64]:
@@ -424,7 +425,7 @@ def run_seed(data: Ratings, cfg: dict, seed: int) -> dict[str, Any]:
     return out
 
 
-# ---- report -------------------------------------------------------------------------------------------------
+# ---- report
 def _cell(vals) -> str:
     return fmt_mean_se(vals) if len(vals) > 1 else f"{vals[0]:.4f}"
 
@@ -547,7 +548,8 @@ def propensity_table(runs, cfg) -> Table:
         "ECE of UERM fits by propensity estimate (Fig. 5 analogue)",
         ["method", "propensity", *[f"{MODEL_LABELS[m]} ECE" for m in models]],
         rows,
-        f"uniform = naive loss; popularity clipped at 0.1 (paper); supplied = Coat's learned P(rated), clipped at "
+        "uniform = naive loss; popularity clipped at 0.1 (paper); supplied = Coat's learned P(rated), "
+        "clipped at "
         f"{cfg['supplied_floor']}.",
     )
 
@@ -709,14 +711,18 @@ CHOICES = [
     "Calibration set: a stratified uniform 10% of all training user-item pairs (so 10% of the positive "
     "interactions and 10% of the unobserved pairs); the rankers never see them.",
     "Base rankers are ours: XGBoost rank:pairwise (user + item features, ids as categorical, one query per "
-    "user) and BPR-MF in numpy (dim 32, SGD). The paper's BPR/NCF/CML/UBPR/LGCN PyTorch models are not rebuilt.",
-    "Popularity propensity from the full MNAR training matrix, (count/max)^0.5 clipped at 0.1 (paper). Coat's "
+    "user) and BPR-MF in numpy (dim 32, SGD). The paper's BPR/NCF/CML/UBPR/LGCN PyTorch models are not "
+    "rebuilt.",
+    "Popularity propensity from the full MNAR training matrix, (count/max)^0.5 clipped at 0.1 (paper). "
+    "Coat's "
     "shipped learned propensities are clipped at 0.01 when used (not a paper choice).",
-    "Gamma shift: x = s - s_min + 0.01 (s_max - s_min) on the calibration scores (so log is finite at s_min); "
+    "Gamma shift: x = s - s_min + 0.01 (s_max - s_min) on the calibration scores (so log is finite at "
+    "s_min); "
     "Gaussian/Gamma curves continue linearly outside the calibration range to stay monotone on R.",
     "Monotonicity constraints 2as+b>=1e-6 / a/s+b>=1e-6 at s_min and s_max in the solver's unit-scaled "
     "coordinates (the paper's strict > 0).",
-    "UERM for Platt and Beta via fit_uerm (each pair as a label-1 row weighted Y/w and a label-0 row weighted "
+    "UERM for Platt and Beta via fit_uerm (each pair as a label-1 row weighted Y/w and a label-0 row "
+    "weighted "
     "1-Y/w); Beta and BBQ get the sigmoid of the raw score, as the paper does (App. E).",
     "Histogram binning with 15 bins (App. E, Coat); BBQ as registered by the classic module.",
     "ECE/MCE with 15 equal-width bins; reliability diagrams with 10 bins (as Fig. 1).",
@@ -726,15 +732,20 @@ CHOICES = [
 def notes_for(runs, cfg, data) -> list[str]:
     test_rate = float(runs[0]["test_r"].mean())
     notes = [
-        f"Coat: Y rate over all training pairs {float(np.mean([(data.train >= 4).mean()])):.4f}, preference rate on "
+        f"Coat: Y rate over all training pairs {float(np.mean([(data.train >= 4).mean()])):.4f}, "
+        "preference rate on "
         f"the random test ratings {test_rate:.4f}. The naive loss calibrates to P(Y=1|s), an interaction "
-        f"probability about {test_rate / float((data.train >= 4).mean()):.0f} times smaller than the preference "
+        f"probability about {test_rate / float((data.train >= 4).mean()):.0f} times smaller than the "
+        "preference "
         "probability the test measures, so every naive fit is far too low and its ECE is dominated by that "
         "level shift.",
-        "Popularity propensities (count/max)^0.5 are relative: the most popular item gets w=1 although only a "
-        "fraction of users saw it. The inverse-propensity estimate of the preference rate on the calibration pairs "
+        "Popularity propensities (count/max)^0.5 are relative: the most popular item gets w=1 although "
+        "only a "
+        "fraction of users saw it. The inverse-propensity estimate of the preference rate on the "
+        "calibration pairs "
         f"is mean(Y/w) = {_ips_rate(runs, data, 'popularity'):.4f} with them versus "
-        f"{_ips_rate(runs, data, 'supplied'):.4f} with Coat's learned P(rated); the popularity UERM fits inherit "
+        f"{_ips_rate(runs, data, 'supplied'):.4f} with Coat's learned P(rated); the popularity UERM fits "
+        "inherit "
         "that level, which is why they improve on naive fits but stay well above the paper's ECE.",
     ]
     missing = sorted({n for _, n, _ in METHODS if n not in C.available()})
@@ -771,8 +782,10 @@ def _check_config(cfg: dict) -> None:
 def load_obd_clicks(
     policy: str, campaign: str
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]:
-    """Clicks, logged propensities and item ids of the Open Bandit small sample (``calibflow.datasets.load_obd``
-    when it exists, else the mirror's ``obd_small`` CSV)."""
+    """Clicks, logged propensities and item ids of the Open Bandit small sample.
+
+    Through ``calibflow.datasets.load_obd`` when it exists, else the mirror's ``obd_small`` CSV.
+    """
     try:
         from calibflow.datasets import load_obd  # type: ignore[attr-defined]
     except ImportError:
@@ -837,16 +850,20 @@ def obd_check(n_boot: int = 200, seed: int = 0) -> tuple[Table, str]:
             "ECE noise floor (random log)",
         ],
         rows,
-        "Noise floor: bootstrap mean ± s.d. of the ECE (M=15) of a perfect constant predictor on the random log.",
+        "Noise floor: bootstrap mean ± s.d. of the ECE (M=15) of a perfect constant predictor on the "
+        "random log.",
     )
     note = (
         "Open Bandit: the 10,000-impression samples hold only "
         f"{', '.join(str(r[1]) for r in rows)} clicks under the random policy (all/men/women). The ECE of a "
         f"perfect constant predictor is already {floors[0][0]:.4f} on average (CTR {floors[0][1]:.4f}), i.e. "
-        f"{floors[0][0] / floors[0][1]:.0%} of the click rate from sampling noise alone, and a ranker trained on "
-        "about 40-70 BTS clicks has almost no signal to calibrate. The effects the paper reports are 5-25% of ECE, "
+        f"{floors[0][0] / floors[0][1]:.0%} of the click rate from sampling noise alone, and a ranker "
+        "trained on "
+        "about 40-70 BTS clicks has almost no signal to calibrate. The effects the paper reports are "
+        "5-25% of ECE, "
         "so the sample cannot separate the methods: we report the counts and do not run the calibration "
-        "comparison on it. The logged BTS propensities are action probabilities of a policy, not the observation "
+        "comparison on it. The logged BTS propensities are action probabilities of a policy, not the "
+        "observation "
         "propensities P(O=1) of eq. 15, so UERM would also need a different estimand there."
     )
     return table, note
