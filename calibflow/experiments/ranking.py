@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from calibflow import calibrators as C
+from calibflow import datasets
 from calibflow import metrics as M
 from calibflow.calibrators.ranking import fit_uerm, popularity_propensity
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
@@ -147,37 +148,15 @@ class Ratings:
 
 
 def load_coat(data_dir: str | os.PathLike | None = None) -> Ratings:
-    """Coat (Schnabel et al. 2016) through ``calibflow.datasets.load_coat`` when it exists.
-
-    Until the datasets API is on main this falls back to reading the mirror's ``coat/*.ascii`` directly.
-    """
-    try:
-        from calibflow.datasets import load_coat as _load  # type: ignore[attr-defined]
-    except ImportError:
-        _load = None
-    if _load is not None:
-        c = _load() if data_dir is None else _load(data_dir=data_dir)
-        return Ratings(
-            "coat",
-            np.asarray(c.train, float),
-            np.asarray(c.test, float),
-            np.asarray(c.propensities, float),
-            np.asarray(c.user_features, float),
-            np.asarray(c.item_features, float),
-        )
-    root = Path(data_dir or os.environ.get("CALIBFLOW_DATA_MIRROR", "")) / "coat"
-    if not (root / "train.ascii").is_file():
-        raise FileNotFoundError(
-            f"Coat not found under {root}; set CALIBFLOW_DATA_MIRROR to the dataset mirror"
-        )
-    feat = root / "user_item_features"
+    """Coat (Schnabel et al. 2016) through ``calibflow.datasets.load_coat`` (sha256-verified)."""
+    c = datasets.load_coat(data_dir)
     return Ratings(
         "coat",
-        np.loadtxt(root / "train.ascii"),
-        np.loadtxt(root / "test.ascii"),
-        np.loadtxt(root / "propensities.ascii"),
-        np.loadtxt(feat / "user_features.ascii"),
-        np.loadtxt(feat / "item_features.ascii"),
+        np.asarray(c.train, float),
+        np.asarray(c.test, float),
+        np.asarray(c.propensities, float),
+        np.asarray(c.user_features, float),
+        np.asarray(c.item_features, float),
     )
 
 
@@ -782,23 +761,8 @@ def _check_config(cfg: dict) -> None:
 def load_obd_clicks(
     policy: str, campaign: str
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]:
-    """Clicks, logged propensities and item ids of the Open Bandit small sample.
-
-    Through ``calibflow.datasets.load_obd`` when it exists, else the mirror's ``obd_small`` CSV.
-    """
-    try:
-        from calibflow.datasets import load_obd  # type: ignore[attr-defined]
-    except ImportError:
-        load_obd = None
-    if load_obd is not None:
-        df = load_obd(policy=policy, campaign=campaign)
-    else:
-        import pandas as pd
-
-        root = Path(os.environ.get("CALIBFLOW_DATA_MIRROR", "")) / "obd_small" / policy / campaign
-        if not (root / f"{campaign}.csv").is_file():
-            raise FileNotFoundError(f"Open Bandit sample not found under {root}; set CALIBFLOW_DATA_MIRROR")
-        df = pd.read_csv(root / f"{campaign}.csv", usecols=["item_id", "click", "propensity_score"])
+    """Clicks, logged propensities and item ids of the Open Bandit small sample (``calibflow.datasets``)."""
+    df = datasets.load_obd(policy=policy, campaign=campaign)
     return (
         df["click"].to_numpy(float),
         df["propensity_score"].to_numpy(float),
