@@ -519,6 +519,21 @@ def claims(runs, cfg) -> tuple[Table, dict[str, float]]:
                 f"best {_method_label(*best)} {ece_all[best]:.4f}; ours {ours:.4f}",
             ]
         )
+        prop = runs[0]["models"][m]["propensity"]
+        if ("gaussian", "supplied") in prop:
+            sup = {
+                n: _mean(runs, m, (n, "supplied"), "ece", "propensity")
+                for n in ("platt", "gaussian", "gamma")
+            }
+            ok = min(sup["gaussian"], sup["gamma"]) <= sup["platt"] + 0.002
+            rows.append(
+                [
+                    MODEL_LABELS[m],
+                    "same, UERM with the dataset's learned propensities: Gaussian/Gamma <= Platt (+0.002)",
+                    "yes" if ok else "no",
+                    ", ".join(f"{n} {v:.4f}" for n, v in sup.items()),
+                ]
+            )
         nonpar = [k for k in meth if k[0] in ("histogram", "isotonic", "bbq")]
         mx = {k[0]: max(r["models"][m]["methods"][k]["max_p"] for r in runs) for k in nonpar}
         rows.append(
