@@ -110,7 +110,11 @@ def test_hillstrom_treatment_and_features_exclude_outcomes(cache):
     assert task.treatment is not None and task.treatment.shape == task.y.shape
     assert set(task.treatment) == {"Mens E-Mail", "Womens E-Mail", "No E-Mail"}
     assert not any(f.split("=")[0] in {"visit", "conversion", "spend", "segment"} for f in task.feature_names)
+    assert task.source_split is None
     assert ds.binary_task("splice", data_dir=cache).X.shape[1] >= 240
+    adult = ds.binary_task("adult", data_dir=cache)
+    assert (adult.source_split == "test").sum() == 16_281
+    assert abs(adult.y[adult.source_split == "test"].mean() - 0.2362) < 1e-4
     with pytest.raises(ValueError, match="target must be one of"):
         ds.binary_task("hillstrom", target="spend", data_dir=cache)
     with pytest.raises(ValueError, match="one fixed target"):
@@ -313,3 +317,25 @@ def test_url_bytes_with_wrong_checksum_are_rejected(tmp_path, monkeypatch):
     with pytest.raises(ds.DatasetUnavailableError, match=r"4\. URL .*checksum mismatch"):
         ds.fetch("hillstrom", tmp_path / "raw")
     assert not (tmp_path / "raw" / "hillstrom" / "hillstrom.csv").exists()
+
+
+def test_one_sdist_download_serves_every_missing_file(tmp_path, monkeypatch):
+    real = Path(os.environ["CALIBFLOW_DATA_MIRROR"]) / "obd_small"
+    missing = ["bts/men/men.csv", "random/women/item_context.csv"]
+    sdist = tmp_path / "obp-0.5.7.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for rel in missing:
+            tar.add(real / rel, arcname=f"obp-0.5.7/obp/dataset/obd/{rel}")
+    downloads: list[str] = []
+    monkeypatch.setattr(
+        _fetch, "_download_sdist", lambda src, scratch: downloads.append(src.requirement) or sdist
+    )
+    monkeypatch.setattr(_fetch, "_from_url", lambda u: pytest.fail("URL must not be needed"))
+    mirror = _mirror_with(tmp_path, "obd_small")
+    for rel in missing:
+        (mirror / "obd_small" / rel).unlink()
+    monkeypatch.setenv(ds.ENV_MIRROR, str(mirror))
+    root = ds.fetch("obd_small", tmp_path / "raw")
+    assert downloads == ["obp==0.5.7"]
+    for rel in missing:
+        assert (root / rel).read_bytes() == (real / rel).read_bytes()

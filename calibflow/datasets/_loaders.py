@@ -45,6 +45,8 @@ class BinaryTask:
     y: NDArray[np.int64]
     feature_names: list[str]
     treatment: NDArray[np.str_] | None = None
+    # The source's own partition where it has one (adult: train/test, madelon: train/valid), else None.
+    source_split: NDArray[np.str_] | None = None
 
     @property
     def positive_rate(self) -> float:
@@ -302,7 +304,7 @@ HILLSTROM_TARGETS = ("visit", "conversion")
 def binary_task(name: str, target: str | None = None, data_dir: PathLike = None) -> BinaryTask:
     """Design matrix and 0/1 labels for dataset ``name``; label definitions in the module docstring."""
     info(name)
-    treatment = None
+    treatment = source_split = None
     if name == "hillstrom":
         target = target or "visit"
         if target not in HILLSTROM_TARGETS:
@@ -317,6 +319,7 @@ def binary_task(name: str, target: str | None = None, data_dir: PathLike = None)
         if name == "adult":
             df = load(name, data_dir)
             y = (df["income"] == ">50K").to_numpy()
+            source_split = df["split"].astype(str).to_numpy()
             feats = df.drop(columns=["income", "split"])
         elif name == "bank_marketing":
             df = load(name, data_dir)
@@ -325,6 +328,7 @@ def binary_task(name: str, target: str | None = None, data_dir: PathLike = None)
         elif name == "madelon":
             df = load(name, data_dir)
             y = (df["label"] == 1).to_numpy()
+            source_split = df["split"].astype(str).to_numpy()
             feats = df.drop(columns=["label", "split"])
         elif name == "communities_crime":
             df = load(name, data_dir)
@@ -340,6 +344,5 @@ def binary_task(name: str, target: str | None = None, data_dir: PathLike = None)
         else:
             raise ValueError(f"{name} has no binary task; use load_coat/load_obd or load({name!r})")
     X, names = _design(feats)
-    return BinaryTask(
-        name=name, X=X, y=np.asarray(y, dtype=np.int64), feature_names=names, treatment=treatment
-    )
+    y = np.asarray(y, dtype=np.int64)
+    return BinaryTask(name, X, y, feature_names=names, treatment=treatment, source_split=source_split)
