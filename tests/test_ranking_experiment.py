@@ -11,7 +11,7 @@ from calibflow.results import Reproduction
 
 SMALL = {
     "n_seeds": 1,
-    "xgb": {"num_boost_round": 25},
+    "xgb": {"n_estimators": 25},
     "bpr": {"epochs": 25},
     "obd": False,
 }

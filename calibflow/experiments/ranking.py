@@ -7,7 +7,8 @@ Protocol (Experimental Setup and Appendix E of the paper, on Coat):
 2. Hold out 10% of the training user-item pairs (stratified by Y, so 10% of the positive interactions) as the
    calibration set; the base ranker never sees them.
 3. Base rankers (fitted on the other 90%): XGBoost ``rank:pairwise`` (one query per user) on user and item
-   features plus the two ids as categorical features, and BPR matrix factorisation (eq. 24; numpy SGD).
+   features, the two ids and the users' / items' interaction counts, and BPR matrix factorisation
+   (eq. 24; numpy SGD).
 4. Calibrators are fitted on the calibration pairs' scores and ``Y`` (naive, eq. 14) or with the UERM
    inverse-propensity loss (eq. 17) and the item-popularity propensity (paper) or Coat's shipped learned
    propensities.
@@ -182,7 +183,7 @@ DEFAULTS: dict[str, Any] = {
     "reliability_bins": 10,
     "propensity": "popularity",
     "supplied_floor": 0.01,
-    "xgb": {"num_boost_round": 100, "max_depth": 4, "eta": 0.1, "min_child_weight": 1.0},
+    "xgb": {"n_estimators": 100, "max_depth": 4, "learning_rate": 0.1},
     "bpr": {"dim": 32, "epochs": 60, "lr": 0.05, "reg": 0.01, "batch": 256},
     "base_models": ["xgb_ranker", "bpr_mf"],
     "obd": True,
@@ -287,46 +288,38 @@ def make_split(data: Ratings, cal_fraction: float, seed: int) -> Split:
 
 
 # ---- base rankers
-def pair_features(data: Ratings, users: NDArray[np.intp], items: NDArray[np.intp]) -> NDArray[np.float64]:
-    """User features, item features, then user id and item id (the ids are categorical for XGBoost)."""
+def pair_features(
+    data: Ratings, users: NDArray[np.intp], items: NDArray[np.intp], counts: tuple[NDArray, NDArray]
+) -> NDArray[np.float64]:
+    """User features, item features, user and item id, user activity and item popularity.
+
+    ``counts`` are the per-user and per-item numbers of training-part interactions (implicit feedback the
+    ranker is allowed to see); the ids enter as plain numbers, which the trees can still isolate.
+    """
     parts = []
     if data.user_features is not None:
         parts.append(data.user_features[users])
     if data.item_features is not None:
         parts.append(data.item_features[items])
-    parts.append(np.column_stack([users, items]).astype(np.float64))
+    parts.append(np.column_stack([users, items, counts[0][users], counts[1][items]]).astype(np.float64))
     return np.hstack(parts)
 
 
 def train_xgb_ranker(data: Ratings, split: Split, params: dict, seed: int):
-    """XGBoost ``rank:pairwise``, one query group per user, on the non-held-out pairs; returns a scorer."""
-    import xgboost as xgb
+    """XGBoost ``rank:pairwise`` via ``calibflow.models.train_ranker``: one query per user, fitted on the
+    non-held-out pairs with label Y; returns a scorer ``(users, items) -> margin``."""
+    from calibflow import models
 
     train_mask = ~split.cal
-    users, items = np.nonzero(train_mask)  # row-major: sorted by user, as qid must be
-    X = pair_features(data, users, items)
-    ftypes = ["q"] * (X.shape[1] - 2) + ["c", "c"]
-    dtrain = xgb.DMatrix(
-        X, label=split.Y[users, items], qid=users, feature_types=ftypes, enable_categorical=True, nthread=1
-    )
-    booster = xgb.train(
-        {
-            "objective": "rank:pairwise",
-            "max_depth": int(params["max_depth"]),
-            "eta": float(params["eta"]),
-            "min_child_weight": float(params["min_child_weight"]),
-            "tree_method": "hist",
-            "max_cat_to_onehot": 1,
-            "nthread": 1,
-            "seed": int(seed),
-        },
-        dtrain,
-        num_boost_round=int(params["num_boost_round"]),
+    y_train = split.Y * train_mask
+    counts = (y_train.sum(axis=1), y_train.sum(axis=0))
+    users, items = np.nonzero(train_mask)
+    booster = models.train_ranker(
+        pair_features(data, users, items, counts), split.Y[users, items], users, dict(params), seed
     )
 
     def score(u: NDArray[np.intp], i: NDArray[np.intp]) -> NDArray[np.float64]:
-        d = xgb.DMatrix(pair_features(data, u, i), feature_types=ftypes, enable_categorical=True, nthread=1)
-        return booster.predict(d, output_margin=True).astype(np.float64)
+        return models.predict_margin(booster, pair_features(data, u, i, counts))
 
     return score
 
@@ -763,8 +756,9 @@ def max_p_table(runs, cfg) -> Table:
 CHOICES = [
     "Calibration set: a stratified uniform 10% of all training user-item pairs (so 10% of the positive "
     "interactions and 10% of the unobserved pairs); the rankers never see them.",
-    "Base rankers are ours: XGBoost rank:pairwise (user + item features, ids as categorical, one query "
-    "per user) and BPR-MF in numpy (SGD, one sampled negative per positive). The paper's "
+    "Base rankers are ours: XGBoost rank:pairwise (user + item features, ids, user activity and item "
+    "popularity counts of the training part; one query per user) "
+    "and BPR-MF in numpy (SGD, one sampled negative per positive). The paper's "
     "BPR/NCF/CML/UBPR/LGCN PyTorch models are not rebuilt.",
     "Popularity propensity from the full MNAR training matrix, (count/max)^0.5 clipped at 0.1 (paper). "
     "Coat's shipped learned propensities are clipped at supplied_floor = 0.01 when used (our choice).",
