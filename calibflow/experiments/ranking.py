@@ -605,11 +605,13 @@ def reliability_figure(run, model: str, n_bins: int) -> Figure:
     from calibflow.plots import reliability_axes, small_multiples
 
     res = run["models"][model]
-    keys = list(res["fitted"])
-    fig, axes = small_multiples(len(keys), ncols=5, size=2.0)
+    panels = [(_method_label(*k), c) for k, c in res["fitted"].items()]
+    if ("gaussian", "supplied") in res["fitted_prop"]:
+        panels.append(("gaussian (uerm, supplied w)", res["fitted_prop"][("gaussian", "supplied")]))
+    fig, axes = small_multiples(len(panels), ncols=5, size=2.0)
     fig.subplots_adjust(hspace=0.6, wspace=0.3)
-    for ax, key in zip(axes, keys, strict=True):
-        p = res["fitted"][key].predict(res["scores"]["test"])
+    for ax, (label, cal) in zip(axes, panels, strict=True):
+        p = cal.predict(res["scores"]["test"])
         rel = M.reliability(run["test_r"], p, n_bins=n_bins)
         reliability_axes(ax, rel)
         ok = rel.count > 0
@@ -620,7 +622,7 @@ def reliability_figure(run, model: str, n_bins: int) -> Figure:
             color="0.85",
             zorder=0,
         )
-        ax.set_title(f"{_method_label(*key)}\nECE {M.ece(run['test_r'], p, 15):.3f}", fontsize=7)
+        ax.set_title(f"{label}\nECE {M.ece(run['test_r'], p, 15):.3f}", fontsize=7)
         ax.set_xlabel("")
         ax.set_ylabel("")
     from calibflow.plots import to_svg
