@@ -146,6 +146,8 @@ def _nearest_feasible(theta, constraints):
     return np.asarray(res.x)
 
 
-def label_weights(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def label_weights(
+    y: NDArray[np.float64], w: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Positive- and negative-term weights of ordinary weighted fitting: ``(w y, w (1 - y))``."""
     return w * y, w * (1.0 - y)
