@@ -148,6 +148,10 @@ def test_uerm_recovers_preference_probability(rng):
         assert np.abs(naive.predict(grid) - truth).max() > 0.15
     platt = fit_uerm(C.make("platt"), s, y, w, floor=0.0)
     assert np.abs(platt.predict(grid) - truth).max() < 0.05
+    # Beta on the sigmoid-rescaled score (as the paper does): a = b = 1.2 represents the truth exactly.
+    beta = fit_uerm(C.make("beta"), s, y, w, floor=0.0)
+    assert np.abs(beta.predict(grid) - truth).max() < 0.05
+    assert np.abs(C.make("beta").fit(s, y).predict(grid) - truth).max() > 0.15
 
 
 def test_negative_weights_go_through_slsqp_and_converge(rng):
@@ -227,8 +231,9 @@ def test_other_bad_inputs(rng):
         C.make("gamma", offset=0.0).fit(rng.normal(size=50), np.r_[np.ones(10), np.zeros(40)])
     with pytest.raises(ValueError, match="two distinct scores"):
         C.make("gaussian").fit(np.ones(20), np.r_[np.ones(5), np.zeros(15)])
-    with pytest.raises(ValueError, match="not one"):
-        fit_uerm(C.make("isotonic"), rng.normal(size=20), np.r_[np.ones(5), np.zeros(15)], np.full(20, 0.5))
+    for name in ("isotonic", "histogram", "bbq"):
+        with pytest.raises(ValueError, match="not one"):
+            fit_uerm(C.make(name), rng.normal(size=20), np.r_[np.ones(5), np.zeros(15)], np.full(20, 0.5))
     with pytest.raises(ValueError, match="0/1"):
         popularity_propensity(np.array([[0, 2], [1, 0]]))
     with pytest.raises(ValueError, match="2-D"):
