@@ -39,8 +39,10 @@ class LogisticFit:
 def weighted_log_loss(theta, X, a, b, l2=0.0, penalty_mask=None) -> float:
     z = X @ theta
     val = -(a @ log_expit(z) + b @ log_expit(-z)) / len(z)
+    # The penalty is (l2/2) sum_j m_j theta_j^2: a per-coefficient weight m_j (0 = unpenalised),
+    # consistent with the gradient l2 m theta and the Hessian diag(l2 m) used below.
     pen = theta if penalty_mask is None else theta * penalty_mask
-    return float(val + 0.5 * l2 * pen @ pen)
+    return float(val + 0.5 * l2 * pen @ theta)
 
 
 def _grad(theta, X, a, b, l2, penalty_mask):
