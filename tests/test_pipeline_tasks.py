@@ -356,3 +356,14 @@ def _write_params(tmp_path, params):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
+
+
+def test_params_lists_every_standard_calibrator():
+    """calibrate.methods in params.yaml is every registered method that fits on (score, label) alone."""
+    from pathlib import Path
+
+    from calibflow.calibrators import available
+
+    params = _common.load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    standard = sorted(set(available()) - _common.SPECIAL_METHODS)
+    assert sorted(_common.methods(params)) == standard
