@@ -8,10 +8,14 @@ break things on purpose. Needs the real data: a missing mirror fails loudly in `
 from __future__ import annotations
 
 import copy
+import html
 import json
+import os
 import shutil
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -39,7 +43,7 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
 def project(tmp_path_factory):
     """A project root where every stage ran once, in DAG order."""
     root = tmp_path_factory.mktemp("pipeline")
@@ -367,3 +371,72 @@ def test_params_lists_every_standard_calibrator():
     params = _common.load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     standard = sorted(set(available()) - _common.SPECIAL_METHODS)
     assert sorted(_common.methods(params)) == standard
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+SVG_CHECK = """<script>
+(function () {
+  var out = [];
+  document.querySelectorAll('figure svg').forEach(function (s) {
+    var r = s.getBoundingClientRect(), b = s.getBBox();
+    var refs = Array.from(s.querySelectorAll('[clip-path]')).map(function (e) {
+      return e.getAttribute('clip-path').replace(/^url\\(#|\\)$/g, '');
+    });
+    var missing = refs.filter(function (id) { return !document.getElementById(id); }).length;
+    out.push({w: r.width, h: r.height, bw: b.width, bh: b.height,
+              drawn: s.querySelectorAll('path, use, line, rect, text').length, missing: missing});
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'svgcheck';
+  pre.textContent = JSON.stringify({figures: document.querySelectorAll('figure').length, svgs: out});
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def render_in_chromium(page: Path, tmp_path: Path) -> dict:
+    """Open ``page`` with a probe script appended; return what the probe measured after layout."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", SVG_CHECK + "</body>"))
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'ud'}",
+        "--window-size=1280,2000",
+        "--dump-dom",
+        probe.as_uri(),
+    ]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    start = dom.index('<pre id="svgcheck">') + len('<pre id="svgcheck">')
+    return json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
+
+
+def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
+    """reports/index.html as the report stage writes it: every figure laid out, drawn, references resolved."""
+    if CHROMIUM is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.xfail("chromium is not installed here (apt-get install chromium); CI runs this check")
+    root, params = project
+    work = tmp_path / "proj"
+    shutil.copytree(root, work)
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", []))
+    p = {**params, "papers": ["fake"], "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}}}}
+    reproduce.run("fake", p, work)
+    page = report.run(p, work)["html"]
+    result = render_in_chromium(page, tmp_path)
+    # reliability + histograms per dataset, and the fake paper's figure
+    assert result["figures"] == 2 * len(DATASETS) + 1 == len(result["svgs"])
+    for s in result["svgs"]:
+        assert s["w"] > 50 and s["h"] > 50 and s["bw"] > 0 and s["bh"] > 0, s
+        assert s["drawn"] > 10 and s["missing"] == 0, s
+    # The probe itself can fail: a figure squashed to nothing is reported as such.
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.read_text().replace("<svg ", '<svg style="width:0;height:0" ', 1))
+    assert render_in_chromium(broken, tmp_path)["svgs"][0]["w"] == 0
