@@ -43,7 +43,9 @@ class BetaCalibrator(BaseCalibrator):
         cons = (np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), np.zeros(2))
         fit = fit_logistic_warm(beta_features(s), a, b, constraints=cons)
         theta = fit.theta.copy()
-        theta[:2] = np.maximum(theta[:2], 0.0)  # SLSQP may stop a hair outside the feasible set
+        # SLSQP stops a hair either side of an active bound (|x| ~ 1e-20): report an active
+        # constraint as exactly 0, i.e. the feature dropped, as betacal does.
+        theta[:2] = np.where(theta[:2] < 1e-12, 0.0, theta[:2])
         self.coef_, self.intercept_ = theta[:2], float(theta[2])
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
