@@ -185,13 +185,19 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 
 def cli(fn: Callable[[], Any]) -> int:
-    """Run a stage's body: a ``StageError``/``ValueError`` prints one readable message and returns 1."""
+    """Run a stage's body: an expected error prints one readable message and returns 1.
+
+    Expected: ``StageError``, ``ValueError`` (bad input or params), a missing file, or a dataset no source
+    could provide. Anything else is a bug and keeps its traceback; ``CALIBFLOW_DEBUG=1`` shows it always.
+    """
     # Our stage loggers at INFO; third-party libraries (GX logs hundreds of INFO lines) at WARNING.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
+    from calibflow.datasets import DatasetUnavailableError
+
     try:
         fn()
-    except (StageError, ValueError, FileNotFoundError) as exc:
+    except (StageError, ValueError, FileNotFoundError, DatasetUnavailableError) as exc:
         if os.environ.get("CALIBFLOW_DEBUG"):
             raise
         print(f"error: {exc}", file=sys.stderr)
