@@ -242,7 +242,7 @@ def prepared_suites(
     frame["features_finite"] = np.isfinite(df[feats].to_numpy(dtype=np.float64)).all(axis=1)
     n = len(frame)
     exps = [
-        gxe.ExpectTableRowCountToBeBetween(min_value=max(50, 1), max_value=None),
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
         gxe.ExpectColumnValuesToBeUnique(column="row"),
         gxe.ExpectColumnValuesToNotBeNull(column="y"),
         gxe.ExpectColumnValuesToBeInSet(column="y", value_set=[0, 1]),
@@ -250,6 +250,9 @@ def prepared_suites(
         gxe.ExpectColumnValuesToBeInSet(column="features_finite", value_set=[True]),
     ]
     spec = RAW_SPECS.get(name)
+    if spec is not None:  # no row lost: all rows, or exactly the configured subsample
+        max_rows = int((params.get("datasets") or {}).get("max_rows") or 0)
+        exps.append(gxe.ExpectTableRowCountToEqual(value=min(max_rows, spec.rows) if max_rows else spec.rows))
     rate = spec.positive_rate if spec else (0.0, 1.0)
     tol = float(prep.get("balance_tolerance", 0.03))
     out = [(f"prepared.{name}", frame, exps)]
