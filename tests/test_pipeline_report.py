@@ -35,6 +35,7 @@ def test_number_formatting():
     assert fmt_num(float("nan")) == "nan"
     assert fmt_num(123456.0) == "1.235e+05"
     assert fmt_num(2e-5) == "2.000e-05"
+    assert fmt_num(9.2e-4) == "0.0009"  # stays in a column of 4-decimal numbers
     assert fmt_num("x") == "x"
     assert fmt_interval({"low": 0.1, "high": 0.2}) == "[0.1000, 0.2000]"
     assert fmt_interval(None) == ""

@@ -16,7 +16,7 @@ def fmt_num(v: Any, digits: int = 4) -> str:
         return str(v)
     if not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    if v != 0 and (abs(v) >= 1e4 or abs(v) < 10 ** -(digits - 1)):
+    if v != 0 and (abs(v) >= 1e4 or abs(v) < 10**-digits):
         return f"{v:.{digits - 1}e}"
     return f"{v:.{digits}f}"
 
