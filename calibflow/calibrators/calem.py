@@ -91,9 +91,17 @@ def _compact_stack(s_c, y_c, s_b, z_b, h):
     return s, y, w
 
 
-def _weighted_loglik(p: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> float:
-    pc = np.clip(p, _EPS, 1.0 - _EPS)
-    return float((w @ (y * np.log(pc) + (1.0 - y) * np.log1p(-pc))) / w.sum())
+def _q_value(p_c, y_c, p_b, z_b, h) -> float:
+    """Eq. 17 per unit weight: clean log-lik + (1 - h) biased log-lik + h log(1 - g) on the biased rows.
+
+    Computed from the predictions on D_S and D_B (no pass over the stacked set); the total weight is
+    |S| + |B| since the two biased weights sum to 1.
+    """
+    lc, lb = np.clip(p_c, _EPS, 1.0 - _EPS), np.clip(p_b, _EPS, 1.0 - _EPS)
+    clean = y_c @ np.log(lc) + (1.0 - y_c) @ np.log1p(-lc)
+    log_neg = np.log1p(-lb)
+    biased = (1.0 - h) @ (z_b * np.log(lb) + (1.0 - z_b) * log_neg) + h @ log_neg
+    return float((clean + biased) / (p_c.size + p_b.size))
 
 
 def _h_summary(h, pos, low, high) -> dict[str, float]:
@@ -208,8 +216,9 @@ class CalEMCalibrator(BaseCalibrator):
             nxt = self._make_base().fit(s, y, sample_weight=w)  # M-step on D* with w^(t)
             theta_new = self._theta(nxt, grid)
             delta = float(np.linalg.norm(theta_new - theta)) if theta_new.shape == theta.shape else np.inf
-            q = _weighted_loglik(nxt.predict(s), y, w)
-            h, low, high = treatment_effect(g_eta, nxt.predict(s_b))  # E-step for the next round
+            p_b = nxt.predict(s_b)
+            q = _q_value(nxt.predict(s_c), y_c, p_b, z_b, h)  # Q(theta_t+1 | theta_t), eq. 17
+            h, low, high = treatment_effect(g_eta, p_b)  # E-step for the next round
             self.trace_.append(
                 {
                     "iter": t,
