@@ -15,6 +15,7 @@ import time
 import warnings
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from calibflow import calibrators as C
 from calibflow.experiments.calem import simulate
@@ -38,7 +39,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--biased", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blas-threads", type=int, default=1, help="OpenBLAS threads (1: one core)")
     args = ap.parse_args(argv)
+    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        _bench(args)
+
+
+def _bench(args: argparse.Namespace) -> None:
 
     n = args.clean + args.biased
     d = simulate(n, 0.3, "g2", "h1", args.clean / n, np.random.default_rng(args.seed))
