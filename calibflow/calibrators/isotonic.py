@@ -51,7 +51,9 @@ class IsotonicCalibrator(BaseCalibrator):
         order = np.argsort(s, kind="mergesort")
         s, y, w = s[order], y[order], w[order]
         # Pool ties first so equal scores always get one value (as scikit-learn does).
-        uniq, first = np.unique(s, return_index=True)
+        # s is sorted: the first index of each distinct value is where it changes (no second sort).
+        first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        uniq = s[first]
         ws = np.add.reduceat(w, first)
         ys = np.add.reduceat(w * y, first) / ws
         means, starts = _pav_fast(ys, ws)

@@ -34,6 +34,11 @@ class PlattCalibrator(BaseCalibrator):
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         return expit(self.coef_ * s + self.intercept_)
 
+    @property
+    def params_(self) -> NDArray[np.float64]:
+        """All fitted parameters ``[A, B]`` as one vector (CalEM tests convergence on it)."""
+        return np.array([self.coef_, self.intercept_])
+
 
 @register("temperature")
 class TemperatureCalibrator(BaseCalibrator):

@@ -1,0 +1,58 @@
+"""Shared helpers of the binning calibrators (histogram, BBQ, scaling-binning).
+
+Bins are right-open, ``[e_{k-1}, e_k)``, found with ``np.searchsorted(edges, v, side="right")``
+both at fit and at predict time. Equal-mass edges are *inverted-CDF* weighted quantiles (the
+smallest value whose cumulative weight reaches ``q W``): with integer weights they are exactly the
+quantiles of the data with rows repeated, which is what makes a weighted fit equal a repeated one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+def check_n_bins(n_bins: object, name: str = "n_bins") -> int:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
+        raise ValueError(f"{name} must be a positive integer, got {n_bins!r}")
+    return int(n_bins)
+
+
+def equal_mass_edges(v: NDArray[np.float64], n_bins: int, w: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Interior edges of ``n_bins`` equal-(weighted-)mass bins: deduplicated, no empty bin.
+
+    Ties can make quantiles coincide (dropped) or put the first edge on the minimum, which
+    would leave bin 0 empty; that edge is dropped too (bin 0 merges into bin 1).
+    """
+    if n_bins <= 1:
+        return np.empty(0)
+    qs = np.arange(1, n_bins) / n_bins
+    unit = bool(np.all(w == w[0]))
+    # Equal weights: numpy's partition-based quantile (no full sort); same result as the weighted rule.
+    edges = np.quantile(v, qs, method="inverted_cdf", weights=None if unit else w)
+    edges = np.unique(edges)
+    if edges.size and edges[0] <= v.min():
+        edges = edges[1:]
+    return edges
+
+
+def bin_stats(
+    idx: NDArray[np.intp], y: NDArray[np.float64], w: NDArray[np.float64], n_bins: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per-bin weighted positives ``sum w y`` and weight ``sum w`` (one ``bincount`` each)."""
+    return (
+        np.bincount(idx, weights=w * y, minlength=n_bins),
+        np.bincount(idx, weights=w, minlength=n_bins),
+    )
+
+
+def fill_empty(values: NDArray[np.float64], filled: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Give empty bins the value interpolated (by bin index) between their filled neighbours.
+
+    Keeps an empty bin from reversing the order of the filled bins around it; the ends take the
+    nearest filled bin's value (``np.interp`` holds them constant).
+    """
+    if filled.all():
+        return values
+    pos = np.flatnonzero(filled)
+    return np.interp(np.arange(values.size), pos, values[pos])
