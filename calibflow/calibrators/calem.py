@@ -184,7 +184,7 @@ class CalEMCalibrator(BaseCalibrator):
     def fit(  # type: ignore[override]
         self, scores_clean: ArrayLike, y_clean: ArrayLike, scores_biased: ArrayLike, z_biased: ArrayLike
     ) -> CalEMCalibrator:
-        """Run Algorithm 3 on the clean set ``(scores_clean, y_clean)`` and biased ``(scores_biased, z_biased)``."""
+        """Algorithm 3 on the clean (scores_clean, y_clean) and the biased (scores_biased, z_biased) sets."""
         self._check_params()
         s_c = check_scores(scores_clean, self.input, name="scores_clean")
         y_c = check_labels(y_clean, n=s_c.size, name="y_clean")

@@ -240,7 +240,9 @@ def hillstrom_rerun(data, cfg: dict[str, Any], seed: int) -> dict[str, dict[str,
     tr, ca, te, bi = parts["train"], parts["calibration"], parts["test"], parts["biased"]
     model = models.train_classifier(X[tr], y[tr], dict(cfg["xgb"]), seed=seed)
     # probabilities strictly inside (0, 1) so that logit-based calibrators see finite inputs
-    p_cal, p_test, p_biased = (np.clip(models.predict_proba(model, X[i]), 1e-7, 1 - 1e-7) for i in (ca, te, bi))
+    p_cal, p_test, p_biased = (
+        np.clip(models.predict_proba(model, X[i]), 1e-7, 1 - 1e-7) for i in (ca, te, bi)
+    )
     yc, yt, zb = y[ca], y[te], y[bi]
     fitted = {
         "GAM": C.make("spline", input="probability").fit(p_cal, yc),
@@ -289,7 +291,8 @@ def table2(runs: list[dict], target: str) -> Table:
             row.append(PAPER_TABLE2[name][j] if target == "visit" and name in PAPER_TABLE2 else "n/a")
         rows.append(row)
     return Table(
-        title=f"Table 2 (Hillstrom, target={target}): test-set calibration, mean ± s.e. over {len(runs)} re-run(s)",
+        title=f"Table 2 (Hillstrom, target={target}): test-set calibration, mean ± s.e. over "
+        f"{len(runs)} re-run(s)",
         columns=[
             "method",
             "KS (ours)",
@@ -300,7 +303,8 @@ def table2(runs: list[dict], target: str) -> Table:
             "NLL (paper)",
         ],
         rows=rows,
-        caption="Lower is better in every column. NLL = mean negative log-likelihood (the paper's 'Log-lik.').",
+        caption="Lower is better in every column. NLL = mean negative log-likelihood "
+        "(the paper's 'Log-lik.').",
     )
 
 
@@ -353,7 +357,8 @@ def example_figure(cfg: dict[str, Any], seed: int) -> Figure:
     return Figure(
         title="CalEM on one simulated data set",
         svg=to_svg(fig),
-        caption="Left: oracle calibration curve, the clean-only fit and CalEM. Right: the stopping criterion per "
+        caption="Left: oracle calibration curve, the clean-only fit and CalEM. Right: the stopping "
+        "criterion per "
         "iteration (dashed: tol).",
     )
 
@@ -421,11 +426,13 @@ def _run(config: dict[str, Any], seed: int) -> Reproduction:
 
 def _sim_note(cells, m) -> str:
     return (
-        f"Simulation: GAM-EM has a lower mean L2 error than GAM in {m['sim_cells_improved']} of {m['sim_cells']} "
+        f"Simulation: GAM-EM has a lower mean L2 error than GAM in {m['sim_cells_improved']} of "
+        f"{m['sim_cells']} "
         f"cells (significantly better in {m['sim_cells_significant_better']}, significantly worse in "
         f"{m['sim_cells_significant_worse']}); mean improvement {m['sim_mean_improvement_pct']:+.1f}%. "
         f"CalEM took {m['sim_mean_em_iterations']:.1f} EM iterations on average; "
-        f"{m['sim_not_converged']} fit(s) hit max_iter; on average {100 * m['sim_mean_h_clipped_frac']:.1f}% of "
+        f"{m['sim_not_converged']} fit(s) hit max_iter; on average "
+        f"{100 * m['sim_mean_h_clipped_frac']:.1f}% of "
         "the biased rows had h clipped to [0, 1]."
     )
 
@@ -447,7 +454,8 @@ def _real_note(target: str, runs, cmp_) -> str:
 CHOICES = [
     "Simulation Beta(alpha, beta): mean P(Y) with alpha + beta = 2 (P(Y)=0.5 is uniform); the paper does not "
     "give alpha and beta.",
-    "P(Y) is the mean of the Beta draw p (the treated-label rate); the clean-label rate is lower by E[h(p) p].",
+    "P(Y) is the mean of the Beta draw p (the treated-label rate); the clean-label rate is lower by "
+    "E[h(p) p].",
     "L2 error: root mean squared gap to the oracle g over the scores of all n simulated rows.",
     "Percent improvement from mean L2 errors over replications; star = two-sided paired t-test p < 0.05.",
     "GAM baseline = CalEM's theta_0 (the base fitted on the clean rows only), so both arms share one fit.",
