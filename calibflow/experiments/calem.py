@@ -444,10 +444,15 @@ def _real_note(target: str, runs, cmp_) -> str:
         diffs = ", ".join(f"{m} {cmp_[f'{em}_minus_{base}_{m}']:+.2e}" for m in ("ks", "brier", "loglik"))
         parts.append(f"{em} vs {base}: better in {wins} of re-runs; mean difference (EM - base) {diffs}")
     clip = np.mean([r["GAM-EM"]["clipped_frac"] for r in runs])
+    conv = "; ".join(
+        f"{em}: {np.mean([r[em]['n_iter'] for r in runs]):.0f} EM iterations on average, "
+        f"{int(sum(r[em]['converged'] for r in runs))}/{len(runs)} converged"
+        for em in ("GAM-EM", "BC-EM")
+    )
     return (
         f"Hillstrom ({target}, {len(runs)} re-runs). "
         + "; ".join(parts)
-        + (f". On average {100 * clip:.1f}% of the treated rows had h clipped (GAM-EM).")
+        + f". On average {100 * clip:.1f}% of the treated rows had h clipped (GAM-EM). {conv}."
     )
 
 
