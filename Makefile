@@ -30,7 +30,8 @@ run: $(VENV)/.run-installed
 	$(BIN)/calibflow run
 
 test: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	# One BLAS thread per xdist worker: two workers on two cores, no oversubscription.
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check calibflow tasks flows tests benchmarks

@@ -42,7 +42,9 @@ def check_scores(scores: ArrayLike, input: str = "score", name: str = "scores") 
     return arr
 
 
-def check_labels(y: ArrayLike, n: int | None = None, name: str = "y", both_classes: bool = True) -> NDArray[np.float64]:
+def check_labels(
+    y: ArrayLike, n: int | None = None, name: str = "y", both_classes: bool = True
+) -> NDArray[np.float64]:
     """Validate binary labels in {0, 1} (booleans accepted) and, optionally, that both classes occur."""
     arr = as_1d_float(y, name)
     if n is not None and arr.size != n:
@@ -50,7 +52,9 @@ def check_labels(y: ArrayLike, n: int | None = None, name: str = "y", both_class
     bad = (arr != 0.0) & (arr != 1.0)
     if bad.any():
         vals = np.unique(arr[bad])[:5]
-        raise ValueError(f"{name} must be in {{0, 1}}; found {int(bad.sum())} other value(s), e.g. {vals.tolist()}")
+        raise ValueError(
+            f"{name} must be in {{0, 1}}; found {int(bad.sum())} other value(s), e.g. {vals.tolist()}"
+        )
     if both_classes and (arr.min() == arr.max()):
         raise ValueError(f"{name} has a single class ({int(arr[0])}); calibration needs both 0 and 1")
     return arr

@@ -49,7 +49,9 @@ class Reliability:
         return {k: np.asarray(v).tolist() for k, v in asdict(self).items()}
 
 
-def reliability(y: ArrayLike, p: ArrayLike, n_bins: int = 15, strategy: str = "uniform", sample_weight=None) -> Reliability:
+def reliability(
+    y: ArrayLike, p: ArrayLike, n_bins: int = 15, strategy: str = "uniform", sample_weight=None
+) -> Reliability:
     yy, pp, w = _prep(y, p, sample_weight)
     idx = bin_index(pp, n_bins, strategy)
     cnt = np.bincount(idx, weights=w, minlength=n_bins)
@@ -180,7 +182,9 @@ def selection_metrics(
     return out
 
 
-def summary(y: ArrayLike, p: ArrayLike, score: ArrayLike | None = None, n_bins: int = 15, sample_weight=None) -> dict[str, float]:
+def summary(
+    y: ArrayLike, p: ArrayLike, score: ArrayLike | None = None, n_bins: int = 15, sample_weight=None
+) -> dict[str, float]:
     """The standard metric row of a report: ECE, MCE, Brier, log loss, KS, calibration ratio, AUC."""
     out = {
         "ece": ece(y, p, n_bins, sample_weight=sample_weight),

@@ -35,7 +35,9 @@ def reliability_axes(ax, rel, label: str | None = None, color=None) -> None:
 
 def small_multiples(n: int, ncols: int = 4, size: float = 2.0):
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, min(n, ncols), figsize=(size * min(n, ncols), size * nrows), squeeze=False)
+    fig, axes = plt.subplots(
+        nrows, min(n, ncols), figsize=(size * min(n, ncols), size * nrows), squeeze=False
+    )
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     return fig, axes.ravel()[:n]

@@ -27,7 +27,9 @@ class Table:
     def __post_init__(self) -> None:
         for r in self.rows:
             if len(r) != len(self.columns):
-                raise ValueError(f"table {self.title!r}: row {r!r} has {len(r)} cells, expected {len(self.columns)}")
+                raise ValueError(
+                    f"table {self.title!r}: row {r!r} has {len(r)} cells, expected {len(self.columns)}"
+                )
 
 
 @dataclass

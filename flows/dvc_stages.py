@@ -70,10 +70,22 @@ def plan(root: Path, targets: list[str] | None = None) -> list[StageInfo]:
         return out
 
 
+def stage_env() -> dict[str, str]:
+    """The environment stage commands run in: this interpreter's bin folder first on PATH.
+
+    Stage commands say ``python -m tasks.<step>``; DVC runs them through the shell with the caller's
+    PATH, so an unactivated virtual environment would otherwise hand them the system Python.
+    """
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bindir:
+        path = bindir + os.pathsep + path
+    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1"}
+
+
 def _dvc(root: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     exe = [sys.executable, "-m", "dvc", *args]
-    return subprocess.run(exe, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(exe, cwd=root, env=stage_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _tail(text: str, lines: int = 40) -> str:
@@ -96,7 +108,7 @@ def reproduce_stage(root: Path, name: str) -> StageRun:
 def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
     """Run a stage's command directly (no DVC lock): the unit of work a Dask worker executes."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, shell=True, cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(cmd, shell=True, cwd=root, env=stage_env(), capture_output=True, text=True)
     output = (proc.stdout or "") + (proc.stderr or "")
     if proc.returncode != 0:
         raise StageFailed(

@@ -88,6 +88,16 @@ def test_weights_equal_repetition(rng):
     np.testing.assert_allclose(a.predict(s), b.predict(s), atol=1e-6)
 
 
+def test_zero_weight_rows_are_ignored(rng):
+    """CalEM hands rows whose weight fell to zero: they must not move the fit (nor the knots)."""
+    s, y = _u_shaped(rng, 3000)
+    w = np.r_[np.ones(2900), np.zeros(100)]
+    s[2900:] += 50.0  # far outside the live range
+    a = C.make("spline").fit(s, y, sample_weight=w)
+    b = C.make("spline").fit(s[:2900], y[:2900])
+    np.testing.assert_allclose(a.params_, b.params_, atol=1e-8)
+
+
 def test_large_penalty_tends_to_platt(miscalibrated):
     """lam -> infinity leaves only the penalty's null space, lines in the logit: Platt scaling."""
     s, y = miscalibrated

@@ -59,3 +59,13 @@ def test_direct_command_plus_commit_records_the_stage(toy):
 def test_remote_sync_rejects_unknown_action(toy):
     with pytest.raises(ValueError, match="pull' or 'push"):
         dvc_stages.remote_sync(toy, "fetch")
+
+
+def test_stage_commands_get_this_interpreter_first_on_path(monkeypatch):
+    import os
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    path = dvc_stages.stage_env()["PATH"].split(os.pathsep)
+    assert path[0] == str(Path(sys.executable).parent) and path[1:] == ["/usr/bin", "/bin"]

@@ -39,3 +39,19 @@ def test_two_weight_fitter_negative_weights_and_constraints(rng):
     assert np.isfinite(fit.theta).all()
     con = fit_logistic(X, y, 1 - y, constraints=(np.array([[1.0, 0.0]]), np.array([2.0])))
     assert con.theta[0] >= 2.0 - 1e-6
+
+
+def test_penalty_mask_weights_are_consistent_with_the_gradient(rng):
+    """A fractional penalty weight must give a stationary point of the same loss the fitter reports."""
+    from scipy.optimize import approx_fprime
+
+    from calibflow.calibrators._logistic import weighted_log_loss
+
+    n = 3000
+    x = rng.normal(size=n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(1.5 * x - 0.5)))).astype(float)
+    X = np.column_stack([x, np.ones(n)])
+    mask = np.array([0.3, 0.0])
+    fit = fit_logistic(X, y, 1 - y, l2=0.5, penalty_mask=mask)
+    g = approx_fprime(fit.theta, weighted_log_loss, 1e-7, X, y, 1 - y, 0.5, mask)
+    assert np.max(np.abs(g)) < 1e-5

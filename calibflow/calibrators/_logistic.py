@@ -38,9 +38,12 @@ class LogisticFit:
 
 def weighted_log_loss(theta, X, a, b, l2=0.0, penalty_mask=None) -> float:
     z = X @ theta
-    val = -(a @ log_expit(z) + b @ log_expit(-z)) / len(z)
+    # log(1 - sigma(z)) = log sigma(z) - z: one log_expit pass instead of two.
+    val = -((a + b) @ log_expit(z) - b @ z) / len(z)
+    # The penalty is (l2/2) sum_j m_j theta_j^2: a per-coefficient weight m_j (0 = unpenalised),
+    # consistent with the gradient l2 m theta and the Hessian diag(l2 m) used below.
     pen = theta if penalty_mask is None else theta * penalty_mask
-    return float(val + 0.5 * l2 * pen @ pen)
+    return float(val + 0.5 * l2 * pen @ theta)
 
 
 def _grad(theta, X, a, b, l2, penalty_mask):
@@ -146,6 +149,8 @@ def _nearest_feasible(theta, constraints):
     return np.asarray(res.x)
 
 
-def label_weights(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def label_weights(
+    y: NDArray[np.float64], w: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Positive- and negative-term weights of ordinary weighted fitting: ``(w y, w (1 - y))``."""
     return w * y, w * (1.0 - y)

@@ -6,7 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._logistic import label_weights
+from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register
 
 # betacal clips with the float64 machine epsilon; we do the same so the fits agree.
@@ -40,9 +41,11 @@ class BetaCalibrator(BaseCalibrator):
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
         a, b = label_weights(y, w)
         cons = (np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), np.zeros(2))
-        fit = fit_logistic(beta_features(s), a, b, constraints=cons)
+        fit = fit_logistic_warm(beta_features(s), a, b, constraints=cons)
         theta = fit.theta.copy()
-        theta[:2] = np.maximum(theta[:2], 0.0)  # SLSQP may stop a hair outside the feasible set
+        # SLSQP stops a hair either side of an active bound (|x| ~ 1e-20): report an active
+        # constraint as exactly 0, i.e. the feature dropped, as betacal does.
+        theta[:2] = np.where(theta[:2] < 1e-12, 0.0, theta[:2])
         self.coef_, self.intercept_ = theta[:2], float(theta[2])
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:

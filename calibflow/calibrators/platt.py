@@ -6,7 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._logistic import label_weights
+from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register
 
 
@@ -28,7 +29,7 @@ class PlattCalibrator(BaseCalibrator):
 
     def _fit(self, s, y, w) -> None:
         a, b = label_weights(y, w)
-        fit = fit_logistic(np.column_stack([s, np.ones_like(s)]), a, b)
+        fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b)
         self.coef_, self.intercept_ = float(fit.theta[0]), float(fit.theta[1])
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -52,7 +53,7 @@ class TemperatureCalibrator(BaseCalibrator):
 
     def _fit(self, s, y, w) -> None:
         a, b = label_weights(y, w)
-        fit = fit_logistic(s[:, None], a, b)
+        fit = fit_logistic_warm(s[:, None], a, b)
         inv_t = float(fit.theta[0])
         if inv_t <= 0:
             raise ValueError("temperature scaling found scores anti-correlated with labels (1/T <= 0)")

@@ -7,7 +7,8 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from calibflow.calibrators._binning import bin_stats, check_n_bins, equal_mass_edges
-from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._logistic import label_weights
+from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register
 
 
@@ -38,7 +39,7 @@ class ScalingBinningCalibrator(BaseCalibrator):
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
         n_bins = check_n_bins(self.n_bins)
         a, b = label_weights(y, w)
-        fit = fit_logistic(np.column_stack([s, np.ones_like(s)]), a, b)
+        fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b)
         self.coef_, self.intercept_ = float(fit.theta[0]), float(fit.theta[1])
         g = expit(self.coef_ * s + self.intercept_)
         edges = equal_mass_edges(g, n_bins, w)

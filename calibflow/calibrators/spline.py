@@ -7,6 +7,7 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register
 
 DEGREE = 3
@@ -123,7 +124,7 @@ def _linear_start(s, a, b, lo: float, hi: float, k: int) -> NDArray[np.float64]:
     abscissae ``c_j = lo + (j - 1) h`` of the uniform cubic basis. The 2-column Platt fit costs a
     tenth of one pass over the ``n x K`` design.
     """
-    fit = fit_logistic(np.column_stack([s, np.ones_like(s)]), a, b)
+    fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b)
     slope = max(float(fit.theta[0]), 0.0)  # the monotone fit cannot start on a decreasing line
     grev = lo + (np.arange(k) - 1.0) * (hi - lo) / (k - DEGREE)
     return slope * grev + float(fit.theta[1])
@@ -180,7 +181,8 @@ class SplineCalibrator(BaseCalibrator):
             raise ValueError("spline needs at least two distinct scores (with positive weight)")
         a, b = label_weights(y, w)
         theta0 = _linear_start(s, a, b, lo, hi, k)
-        theta, converged = fit_monotone_pspline(bspline_design(s, lo, hi, k), a, b, float(self.lam), theta0)
+        basis = bspline_design(np.clip(s, lo, hi), lo, hi, k)  # zero-weight rows may lie outside
+        theta, converged = fit_monotone_pspline(basis, a, b, float(self.lam), theta0)
         # Solvers stop ~1e-10 outside the cone: close it exactly so predictions never decrease.
         self.coef_ = np.maximum.accumulate(theta)
         self.lo_, self.hi_ = lo, hi
