@@ -31,7 +31,7 @@ run: $(VENV)/.run-installed
 
 test: $(VENV)/.dev-installed
 	# One BLAS thread per xdist worker: two workers on two cores, no oversubscription.
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -q
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check calibflow tasks flows tests benchmarks
