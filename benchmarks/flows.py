@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     ap.add_argument("--skip-schedule", action="store_true")
     a = ap.parse_args(argv)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    from flows.dvc_stages import stage_env
+
+    # Both runs see this interpreter first on PATH, as `make repro` and `calibflow run` arrange.
+    env = {**stage_env(), "PREFECT_LOGGING_LEVEL": "WARNING"}
     with tempfile.TemporaryDirectory(prefix="calibflow-bench-") as tmp:
         dvc_clone = _clone(Path(tmp) / "dvc", a.params)
         flow_clone = _clone(Path(tmp) / "flow", a.params)
