@@ -49,7 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logit
 
 from calibflow._validation import INPUT_KINDS, check_labels, check_scores
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
 
 _EPS = 1e-12
 _GRID_SIZE = 101
@@ -89,6 +89,20 @@ def _compact_stack(s_c, y_c, s_b, z_b, h):
     w_b = np.where(pos, 1.0 - h, 1.0)
     w = np.concatenate([np.ones(s_c.size), w_b, h[pos]])
     return s, y, w
+
+
+def em_term_weights(
+    y_c: NDArray[np.float64], z_b: NDArray[np.float64], h: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Positive- and negative-term weights of D* with one row per sample: scores ``(s_clean, s_biased)``.
+
+    Clean rows: ``a = y, b = 1 - y``. A biased row's two stacked copies in D* (label z, weight 1 - h;
+    label 0, weight h) contribute ``(1 - h) z log g + [(1 - h)(1 - z) + h] log(1 - g)``: so
+    ``a = z (1 - h)`` and ``b = 1 - a`` (z = 1: ``a = 1 - h, b = h``; z = 0: ``a = 0, b = 1``). The same
+    weighted log-likelihood as D* (eq. 17), with |S| + |B| rows instead of |S| + 2|B|.
+    """
+    a_b = z_b * (1.0 - h)
+    return np.concatenate([y_c, a_b]), np.concatenate([1.0 - y_c, 1.0 - a_b])
 
 
 def _q_value(p_c, y_c, p_b, z_b, h) -> float:
@@ -212,8 +226,7 @@ class CalEMCalibrator(BaseCalibrator):
         ]
         self.converged_ = False
         for t in range(1, self.max_iter + 1):
-            s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
-            nxt = self._make_base().fit(s, y, sample_weight=w)  # M-step on D* with w^(t)
+            nxt = self._m_step(s_c, y_c, s_b, z_b, h)  # M-step on D* with w^(t)
             theta_new = self._theta(nxt, grid)
             delta = float(np.linalg.norm(theta_new - theta)) if theta_new.shape == theta.shape else np.inf
             p_b = nxt.predict(s_b)
@@ -244,6 +257,15 @@ class CalEMCalibrator(BaseCalibrator):
                 stacklevel=2,
             )
         return self
+
+    def _m_step(self, s_c, y_c, s_b, z_b, h) -> BaseCalibrator:
+        """One weighted base fit on D*: two-weight rows when the base has them, else compact stacking."""
+        base = self._make_base()
+        if isinstance(base, LikelihoodCalibrator):
+            a, b = em_term_weights(y_c, z_b, h)
+            return base.fit_two_weight(np.concatenate([s_c, s_b]), a, b)
+        s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
+        return base.fit(s, y, sample_weight=w)
 
     def _theta(self, cal: BaseCalibrator, grid: NDArray[np.float64]) -> NDArray[np.float64]:
         p = _params(cal)

@@ -6,9 +6,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import LikelihoodCalibrator, register
 
 DEGREE = 3
 
@@ -131,7 +131,7 @@ def _linear_start(s, a, b, lo: float, hi: float, k: int) -> NDArray[np.float64]:
 
 
 @register("spline")
-class SplineCalibrator(BaseCalibrator):
+class SplineCalibrator(LikelihoodCalibrator):
     """Monotone penalised B-spline logistic calibration on the logit: the CalEM paper's "GAM".
 
     ``p = sigma(sum_j theta_j B_j(s))`` with ``B_j`` a uniform cubic B-spline basis on the logit
@@ -158,6 +158,7 @@ class SplineCalibrator(BaseCalibrator):
     """
 
     expects = "logit"
+    negative_terms = False  # the active-set Newton loop needs a convex objective
     _state_fields = ("coef_", "lo_", "hi_")
 
     def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = "score") -> None:
@@ -173,14 +174,17 @@ class SplineCalibrator(BaseCalibrator):
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
         return int(k)
 
-    def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
+    def _n_params(self) -> int:
+        return self._check_params()
+
+    def _fit_ab(self, s, a, b, theta0) -> None:
         k = self._check_params()
-        live = s[w > 0]
+        live = s[(a + b) > 0]
         lo, hi = float(live.min()), float(live.max())
         if hi <= lo:
             raise ValueError("spline needs at least two distinct scores (with positive weight)")
-        a, b = label_weights(y, w)
-        theta0 = _linear_start(s, a, b, lo, hi, k)
+        if theta0 is None:
+            theta0 = _linear_start(s, a, b, lo, hi, k)
         basis = bspline_design(np.clip(s, lo, hi), lo, hi, k)  # zero-weight rows may lie outside
         theta, converged = fit_monotone_pspline(basis, a, b, float(self.lam), theta0)
         # Solvers stop ~1e-10 outside the cone: close it exactly so predictions never decrease.
