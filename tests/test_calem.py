@@ -202,3 +202,37 @@ def test_predict_before_fit_and_plain_fit_signature():
         cal.predict([0.1, 0.2])
     with pytest.raises(TypeError):
         cal.fit([0.1, 0.2], [0, 1])  # CalEM needs both the clean and the biased set
+
+
+@pytest.mark.parametrize("base", ["spline", "beta", "platt"])
+def test_warm_started_em_reaches_the_cold_fixed_point(base):
+    """Warm starts change only where each M-step's solver starts, not the convex optimum it returns
+    (to the solver's tolerance, gradient ~1e-10). EM is a contraction near its fixed point, so these
+    tiny perturbations do not grow: the warm run takes the same iterations to the same point."""
+    sc, yc, sb, zb, d = _data(4, n=8000)
+    runs = {}
+    for warm in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runs[warm] = C.make("calem", base=base, input="probability", warm_start=warm).fit(sc, yc, sb, zb)
+    cold, hot = runs[False], runs[True]
+    assert hot.n_iter_ == cold.n_iter_ and hot.converged_ == cold.converged_
+    np.testing.assert_allclose(hot.predict(d["s"]), cold.predict(d["s"]), atol=1e-6)
+    # Relative: the spline's far-tail coefficients (~ -22, p ~ 1e-10) are weakly determined by the
+    # likelihood, so the solver's stopping point moves them by ~1e-6 relative (~2e-5 absolute).
+    np.testing.assert_allclose(hot.trace_[-1]["theta"], cold.trace_[-1]["theta"], rtol=1e-5, atol=1e-8)
+
+
+def test_two_weight_m_step_equals_the_stacked_m_step():
+    """CalEM's M-step with one two-weight row per sample is the literal D* fit of Algorithm 3."""
+    from calibflow.calibrators.calem import em_term_weights
+
+    sc, yc, sb, zb, _ = _data(5)
+    h = np.random.default_rng(5).random(sb.size)
+    a, b = em_term_weights(yc, zb, h)
+    lab, w = em_weights(h, zb, yc)
+    grid = np.linspace(0.01, 0.99, 99)
+    for base in ("spline", "beta", "platt"):
+        one = C.make(base, input="probability").fit_two_weight(np.r_[sc, sb], a, b)
+        lit = C.make(base, input="probability").fit(np.r_[sc, sb, sb], lab, sample_weight=w)
+        np.testing.assert_allclose(one.predict(grid), lit.predict(grid), atol=1e-7)

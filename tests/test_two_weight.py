@@ -101,3 +101,17 @@ def test_negative_b_only_where_allowed():
         C.make("spline").fit_two_weight(s, a, b)
     # platt takes them (the UERM loss); the result is a stationary point of the two-weight risk
     C.make("platt").fit_two_weight(s, a, b)
+
+
+def test_design_cache_is_reused_and_not_kept():
+    s, a, b = _data(3)
+    cache: dict = {}
+    first = C.make("spline").fit_two_weight(s, a, b, design_cache=cache)
+    assert len(cache) == 1  # the B-spline basis of these scores
+    (key,) = cache
+    basis = cache[key]
+    again = C.make("spline").fit_two_weight(s, 0.5 * a, b, design_cache=cache)
+    assert cache[key] is basis  # built once
+    plain = C.make("spline").fit_two_weight(s, 0.5 * a, b)
+    np.testing.assert_array_equal(again.params_, plain.params_)
+    assert not hasattr(first, "_design_cache") and "_design_cache" not in first.to_json()

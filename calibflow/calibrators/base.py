@@ -158,12 +158,18 @@ class LikelihoodCalibrator(BaseCalibrator):
         a: ArrayLike,
         b: ArrayLike,
         theta0: ArrayLike | None = None,
+        design_cache: dict | None = None,
     ) -> LikelihoodCalibrator:
         """Fit with positive-term weights ``a`` and negative-term weights ``b`` (one of each per score).
 
         ``theta0`` starts the solver (same optimum, fewer Newton passes when it is close); it is in the
         coordinates of ``params_`` of a fit on the same scores (for ``spline`` the knots depend on
         the range of the scores with positive weight).
+
+        ``design_cache``: for repeated fits on the *same* scores with changing weights (CalEM's
+        M-steps), a dict the caller creates empty and passes to every such fit; the calibrator keeps
+        in it what depends only on the scores (``spline``: the B-spline design matrix), so it is built
+        once. Never share one dict between different scores.
         """
         if self.input not in INPUT_KINDS:
             raise ValueError(f"input must be one of {INPUT_KINDS}, got {self.input!r}")
@@ -187,7 +193,11 @@ class LikelihoodCalibrator(BaseCalibrator):
             start = as_1d_float(theta0, "theta0")
             if start.size != self._n_params():
                 raise ValueError(f"theta0 must have {self._n_params()} values (params_), got {start.size}")
-        self._fit_ab(self._convert(s), aa, bb, start)
+        self._design_cache = design_cache
+        try:
+            self._fit_ab(self._convert(s), aa, bb, start)
+        finally:
+            del self._design_cache  # the cache belongs to the caller, never to the fitted state
         self.fitted_ = True
         return self
 
@@ -202,6 +212,16 @@ class LikelihoodCalibrator(BaseCalibrator):
         theta0: NDArray[np.float64] | None,
     ) -> None:
         raise NotImplementedError
+
+    def _cached(self, key: tuple, build):
+        """``build()``, or its value from the caller's ``design_cache`` under ``key`` (see fit_two_weight)."""
+        cache = getattr(self, "_design_cache", None)
+        if cache is None:
+            return build()
+        key = (self.name, *key)
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
 
     def _n_params(self) -> int:
         raise NotImplementedError

@@ -145,6 +145,9 @@ class CalEMCalibrator(BaseCalibrator):
     max_iter: most M-steps; reaching it without meeting ``tol`` leaves ``converged_ = False``.
     base_params: keyword arguments for the base calibrator (not ``input``: that is CalEM's own).
     input: kind of the scores, passed on to the base calibrator.
+    warm_start: start each M-step's solver from the previous M-step's parameters (bases with
+        ``fit_two_weight``). Only the solver's start changes, not the optimum it returns, so the
+        iterates and the fixed point are those of cold starts to the solver's tolerance.
     """
 
     expects = "any"
@@ -157,12 +160,14 @@ class CalEMCalibrator(BaseCalibrator):
         max_iter: int = 100,
         base_params: dict[str, Any] | None = None,
         input: str = "score",
+        warm_start: bool = True,
     ) -> None:
         self.base = base
         self.tol = tol
         self.max_iter = max_iter
         self.base_params = base_params
         self.input = input
+        self.warm_start = warm_start
         self._check_params()
 
     # ---- parameters -----------------------------------------------------------------------
@@ -184,6 +189,8 @@ class CalEMCalibrator(BaseCalibrator):
             or self.max_iter < 1
         ):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        if not isinstance(self.warm_start, bool):
+            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         if self.base_params is not None and not isinstance(self.base_params, dict):
             raise ValueError(f"base_params must be a dict, got {type(self.base_params).__name__}")
         if self.base_params and "input" in self.base_params:
@@ -225,8 +232,13 @@ class CalEMCalibrator(BaseCalibrator):
             }
         ]
         self.converged_ = False
+        s_all = np.concatenate([s_c, s_b])  # the two-weight M-step's rows: D_S then D_B, fixed
+        cache: dict = {}  # what the base builds from s_all alone (spline: its basis), built once
         for t in range(1, self.max_iter + 1):
-            nxt = self._m_step(s_c, y_c, s_b, z_b, h)  # M-step on D* with w^(t)
+            # M-step on D* with w^(t), warm-started from the previous M-step (not from g_theta0: it is
+            # fitted on the clean scores alone, and a spline's coefficients depend on the score range)
+            theta0 = _params(current) if (self.warm_start and t > 1) else None
+            nxt = self._m_step(s_all, s_c, y_c, s_b, z_b, h, theta0, cache)
             theta_new = self._theta(nxt, grid)
             delta = float(np.linalg.norm(theta_new - theta)) if theta_new.shape == theta.shape else np.inf
             p_b = nxt.predict(s_b)
@@ -258,12 +270,12 @@ class CalEMCalibrator(BaseCalibrator):
             )
         return self
 
-    def _m_step(self, s_c, y_c, s_b, z_b, h) -> BaseCalibrator:
+    def _m_step(self, s_all, s_c, y_c, s_b, z_b, h, theta0, cache) -> BaseCalibrator:
         """One weighted base fit on D*: two-weight rows when the base has them, else compact stacking."""
         base = self._make_base()
         if isinstance(base, LikelihoodCalibrator):
             a, b = em_term_weights(y_c, z_b, h)
-            return base.fit_two_weight(np.concatenate([s_c, s_b]), a, b)
+            return base.fit_two_weight(s_all, a, b, theta0=theta0, design_cache=cache)
         s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
         return base.fit(s, y, sample_weight=w)
 
