@@ -18,14 +18,28 @@ Algorithm 3 with the weights of Appendix A.2 (eq. 15-17):
 Implementation notes.
 
 - The base is any registered calibrator whose ``fit`` takes ``sample_weight`` (the paper's
-  ``LogReg``): ``spline`` (the paper's GAM), ``beta`` (BC), ``platt``; the refit is literally
-  ``make(base).fit(s, y, sample_weight=w)``.
-- Compact stacking. For a biased row with z = 0 the two stacked copies are both labelled 0 and carry
-  weights 1 - h and h, so together they are one label-0 row of weight 1 (eq. 16, first line). We
-  stack each z = 0 row once with weight 1 and duplicate only the z = 1 rows; the weighted
-  log-likelihood, hence every M-step, is identical to the literal D* of Algorithm 3
-  (``em_weights`` builds the literal one; the tests check both agree). This nearly halves the
-  rows of each refit when positives are rare.
+  ``LogReg``): ``spline`` (the paper's GAM), ``beta`` (BC), ``platt``.
+- Two-weight M-step. The likelihood calibrators (``LikelihoodCalibrator``: platt, temperature, beta,
+  spline, gaussian, gamma) fit ``-sum [a_i log g + b_i log(1 - g)]`` with a weight per term
+  (``fit_two_weight``). A biased row's two copies in D* (label z with weight 1 - h, label 0 with
+  weight h) are one such row: ``a = z (1 - h)``, ``b = 1 - a``; clean rows have ``a = y, b = 1 - y``
+  (``em_term_weights``). The weighted log-likelihood, hence every M-step, is identical to the literal
+  D* of Algorithm 3 (``em_weights`` builds the literal one; the tests check both agree), on
+  |S| + |B| rows instead of |S| + 2|B|, and the rows' scores do not change across iterations.
+  Other bases get the compact stack (``_compact_stack``: z = 0 rows once with weight 1, z = 1 rows
+  twice), the same objective through ``fit(s, y, sample_weight)``.
+- Warm starts (``warm_start=True``). M-step t + 1 starts its solver from M-step t's parameters, and
+  what depends only on the scores (the spline's B-spline design matrix of D_S u D_B) is built once
+  and passed back in (``design_cache``). Only the solver's start changes, not the convex optimum it
+  returns: iterates and fixed point are those of cold starts to the solver's tolerance (tested). The
+  first M-step starts cold (g_theta0 was fitted on the clean scores alone, a spline's coefficients
+  depend on the score range).
+- Acceleration (``accelerate="squarem"``, off by default so that the default is Algorithm 3 as
+  written). SQUAREM (Varadhan & Roland 2008) extrapolates h after every two plain EM steps (see
+  ``_Squarem``). The fixed points are EM's and the stopping rule is Algorithm 3's, applied to plain
+  EM steps only; the path differs, so the stopping point differs from plain EM's by about the
+  stopping error of either (on the 1.1e6-row benchmark, 17 M-steps instead of 57 and curves within
+  5e-6 of plain EM's).
 - theta. The stopping rule compares the base calibrator's fitted parameter vector ``params_`` when
   it has one (platt, beta, spline expose it). A base without ``params_`` is compared through its
   fitted logits on a fixed grid of 101 score quantiles of D_S u D_B (chosen once, before the
@@ -33,7 +47,8 @@ Implementation notes.
   two maps with the same parameters give the same grid, so this is a faithful stand-in for
   ||theta_t+1 - theta_t|| on the scale of the linear predictor, and ``tol`` keeps its meaning. Which
   one was used is stored in ``criterion_``.
-- The trace (``trace_``) has one entry per M-step: the parameter vector, its change, the weighted
+- The trace (``trace_``) has one entry per M-step: its kind (``"em"`` or ``"squarem"``, an
+  extrapolated one), the parameter vector, its change, the weighted
   log-likelihood Q(theta_t+1 | theta_t) of eq. 17 per unit weight, and a summary of h (mean on the
   biased positives, quantiles, clip counts). ``converged_`` is False when ``max_iter`` was reached
   first, and ``fit`` then emits a ``RuntimeWarning`` saying so.
@@ -148,6 +163,8 @@ class CalEMCalibrator(BaseCalibrator):
     warm_start: start each M-step's solver from the previous M-step's parameters (bases with
         ``fit_two_weight``). Only the solver's start changes, not the optimum it returns, so the
         iterates and the fixed point are those of cold starts to the solver's tolerance.
+    accelerate: None (Algorithm 3 as written) or ``"squarem"``: SQUAREM extrapolation of h between
+        EM steps; same fixed point and stopping rule, about 3x fewer M-steps (module docstring).
     """
 
     expects = "any"
