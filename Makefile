@@ -31,7 +31,7 @@ run: $(VENV)/.run-installed
 
 test: $(VENV)/.dev-installed
 	# One BLAS thread per xdist worker: two workers on two cores, no oversubscription.
-	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -q
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check calibflow tasks flows tests benchmarks
@@ -39,8 +39,9 @@ lint: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m benchmarks
 
+# Stage commands run `python -m tasks...` from PATH: the venv's interpreter must come first.
 repro: $(VENV)/.run-installed
-	$(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 
 clean-venv:
 	rm -rf $(VENV)

@@ -18,12 +18,20 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
+    # mkstemp creates 0600; give the artifact the mode an ordinary open() would (0666 less umask).
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield Path(tmp)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:

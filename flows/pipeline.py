@@ -27,7 +27,8 @@ from flows import dvc_stages, project_root
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")
-COMMIT_PATHS = ["dvc.lock", "params.yaml", "metrics", "reports/summary.md"]
+# What a run commits: the lock, the params it ran with, and the git-tracked (cache: false) outputs.
+COMMIT_PATHS = ["dvc.lock", "params.yaml", "metrics", "plots", "reports/summary.md"]
 
 
 @task(name="dvc-pull", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)

@@ -95,3 +95,17 @@ def test_sample_weight_equals_repetition(miscalibrated):
         a = C.make(name).fit(s, y, sample_weight=w).predict(s)
         b = C.make(name).fit(rep_s, rep_y).predict(s)
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_atomic_writes_respect_umask(tmp_path):
+    import os
+    import stat
+
+    from calibflow.io import write_text
+
+    old = os.umask(0o022)
+    try:
+        path = write_text(tmp_path / "out.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

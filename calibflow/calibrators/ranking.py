@@ -215,7 +215,9 @@ class _ShapeCalibrator(LikelihoodCalibrator):
             theta0 = fit_logistic(X, a, np.maximum(b, 0.0), constraints=cons).theta
         fit = fit_logistic(X, a, b, theta0=theta0, constraints=cons)
         self.regularised_ = False
-        if self._diverged(fit, X):
+        # Only negative (UERM) weights can make the risk unbounded below; with a, b >= 0 the problem is
+        # convex and bounded, and a steep but converged fit (|z| > 30 at an empty tail) is the optimum.
+        if (b < 0).any() and self._diverged(fit, X):
             if self.ridge <= 0:
                 raise ValueError(
                     "UERM risk is unbounded below on this data (inverse-propensity positive rate > 1 at the "

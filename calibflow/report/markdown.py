@@ -1,0 +1,54 @@
+"""``reports/summary.md``: a short markdown digest of the report for a pull-request comment."""
+
+from __future__ import annotations
+
+from calibflow.report._format import fmt_num
+from calibflow.report.data import METRICS, ReportData, best_methods, method_order
+
+#: The columns a PR comment shows; the HTML page has all of them with intervals.
+SUMMARY_METRICS = ("ece", "brier", "log_loss", "ks", "auc")
+
+
+def _validation_line(data: ReportData) -> str:
+    if not data.validation:
+        return "- Validation: no results."
+    parts = []
+    for phase in data.validation:
+        suites = phase.get("suites", [])
+        bad = [s.get("name", "?") for s in suites if not s.get("success")]
+        state = "passed" if not bad else f"FAILED ({', '.join(bad)})"
+        parts.append(f"{phase.get('phase', '?')}: {len(suites)} suites {state}")
+    return "- Validation: " + "; ".join(parts) + "."
+
+
+def _dataset_table(rows: dict[str, dict]) -> list[str]:
+    specs = [s for s in METRICS if s.key in SUMMARY_METRICS]
+    best = {s.key: best_methods(rows, s) for s in specs}
+    lines = ["| method | " + " | ".join(s.label for s in specs) + " |", "|---" * (len(specs) + 1) + "|"]
+    for m in method_order(list(rows)):
+        cells = []
+        for s in specs:
+            v = fmt_num(rows[m].get(s.key))
+            cells.append(f"**{v}**" if m in best[s.key] else v)
+        lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_summary(data: ReportData) -> str:
+    """Markdown: revision, validation status, a compact metric table per dataset, the papers' headlines."""
+    md = data.metadata
+    rev = (md.get("git_revision") or "unknown")[:10] + (" (dirty)" if md.get("git_dirty") else "")
+    seed = data.params.get("seed", "?")
+    out = ["## calibflow report", "", f"- Revision: `{rev}`, seed {seed}.", _validation_line(data)]
+    for ds, rows in data.evaluation.items():
+        n = next(iter(rows.values())).get("n_test", "?")
+        out += ["", f"### {ds} (test rows: {n})", "", *_dataset_table(rows)]
+    if data.reproductions or data.missing_reproductions:
+        out += ["", "### Paper reproductions", ""]
+        for r in data.reproductions:
+            head = ", ".join(f"{k} = {fmt_num(v)}" for k, v in list(r.metrics.items())[:6])
+            line = f"- **{r.key}** ({r.profile}, {r.elapsed_s:.0f} s): {r.paper}"
+            out.append(line + (f". {head}" if head else ""))
+        out += [f"- **{k}**: no result file." for k in data.missing_reproductions]
+    out += ["", "Best value per metric in bold; intervals, figures and notes in `reports/index.html`.", ""]
+    return "\n".join(out)

@@ -1,0 +1,205 @@
+"""Shared helpers of the pipeline stages: params loading, the on-disk layout, atomic folder output.
+
+Every stage is a plain CLI (``python -m tasks.<step>``) whose ``main(argv)`` parses arguments and calls
+``run(...)``; both are importable, so a Prefect task can call either without a subprocess. Paths are
+relative to a project ``root`` (the repository root under ``dvc repro``) so tests can run a stage in a
+temporary folder. ``dvc.yaml`` names the same paths: keep the two in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger("tasks")
+
+#: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
+SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist"})
+#: The row evaluated beside the calibrators: the base model's own probability.
+UNCALIBRATED = "uncalibrated"
+
+
+class StageError(RuntimeError):
+    """A stage failed for a reason the user can fix; the CLI prints the message, not a traceback."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each stage reads and writes, relative to the project root (mirrors ``dvc.yaml``)."""
+
+    root: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "data" / "raw"
+
+    @property
+    def papers_data(self) -> Path:
+        """The datasets cache of the paper experiments (not a DVC output; see tasks.reproduce)."""
+        return self.root / "data" / "papers"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "data" / "raw" / "manifest.json"
+
+    @property
+    def prepared(self) -> Path:
+        return self.root / "data" / "prepared"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "data" / "models"
+
+    @property
+    def predictions(self) -> Path:
+        return self.root / "data" / "predictions"
+
+    @property
+    def calibrated(self) -> Path:
+        return self.root / "data" / "calibrated"
+
+    def calibrated_method(self, method: str) -> Path:
+        return self.calibrated / method
+
+    @property
+    def validation(self) -> Path:
+        return self.root / "reports" / "validation"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics"
+
+    @property
+    def evaluation(self) -> Path:
+        return self.root / "metrics" / "evaluation"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def reproductions(self) -> Path:
+        return self.root / "reports" / "reproductions"
+
+    @property
+    def reproduction_metrics(self) -> Path:
+        return self.root / "metrics" / "reproductions"
+
+
+def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:
+    """Read ``params.yaml`` (the one source of configuration); a missing file is a ``StageError``."""
+    p = Path(path)
+    if not p.is_file():
+        raise StageError(f"params file not found: {p}")
+    with p.open(encoding="utf-8") as fh:
+        params = yaml.safe_load(fh) or {}
+    if not isinstance(params, dict):
+        raise StageError(f"{p}: expected a mapping at the top level, got {type(params).__name__}")
+    return params
+
+
+def section(params: dict[str, Any], name: str) -> dict[str, Any]:
+    """``params[name]`` as a dict; a missing section is an error naming it."""
+    value = params.get(name)
+    if not isinstance(value, dict):
+        raise StageError(f"params: section {name!r} is missing or not a mapping")
+    return value
+
+
+def dataset_names(params: dict[str, Any]) -> list[str]:
+    names = section(params, "datasets").get("names") or []
+    if not names:
+        raise StageError("params: datasets.names is empty")
+    return [str(n) for n in names]
+
+
+def dataset_target(params: dict[str, Any], name: str) -> str | None:
+    return (section(params, "datasets").get("targets") or {}).get(name)
+
+
+def methods(params: dict[str, Any]) -> list[str]:
+    ms = [str(m) for m in (section(params, "calibrate").get("methods") or [])]
+    special = sorted(set(ms) & SPECIAL_METHODS)
+    if special:
+        raise StageError(
+            f"params: calibrate.methods lists {special}, which need inputs the tabular stages lack"
+        )
+    if UNCALIBRATED in ms:
+        raise StageError(f"params: {UNCALIBRATED!r} is evaluated always; do not list it in calibrate.methods")
+    return ms
+
+
+def seed(params: dict[str, Any]) -> int:
+    if "seed" not in params:
+        raise StageError("params: top-level 'seed' is missing")
+    return int(params["seed"])
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``target``; swap it in only if the block succeeds.
+
+    The old folder is renamed aside, the new one renamed in, then the old one removed, so a failure
+    at any point before the swap leaves the last good folder untouched (and no stale files survive a
+    successful run, unlike writing file by file into the old folder).
+    """
+    dst = Path(target)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the output folder should read like any other
+    try:
+        yield tmp
+        old = None
+        if dst.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+            old.rmdir()
+            os.replace(dst, old)
+        os.replace(tmp, dst)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--root", default=".", help="project root holding data/, reports/ (default: .)")
+    return parser
+
+
+def cli(fn: Callable[[], Any]) -> int:
+    """Run a stage's body: an expected error prints one readable message and returns 1.
+
+    Expected: ``StageError``, ``ValueError`` (bad input or params), a missing file, or a dataset no source
+    could provide. Anything else is a bug and keeps its traceback; ``CALIBFLOW_DEBUG=1`` shows it always.
+    """
+    # Our stage loggers at INFO; third-party libraries (GX logs hundreds of INFO lines) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    log.setLevel(logging.INFO)
+    from calibflow.datasets import DatasetUnavailableError
+
+    try:
+        fn()
+    except (StageError, ValueError, FileNotFoundError, DatasetUnavailableError) as exc:
+        if os.environ.get("CALIBFLOW_DEBUG"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

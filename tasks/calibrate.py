@@ -1,0 +1,110 @@
+"""Stage ``calibrate@<method>``: fit one calibration method on every dataset's calibration split.
+
+``python -m tasks.calibrate <method>``. For each dataset: the base model's margins (logits) on the
+``calib`` rows fit ``calibflow.calibrators.make(method, input=calibrate.input, **calibrate.options[method])``;
+the fitted calibrator is saved as JSON (``data/calibrated/<method>/<name>.json``) and its test-split
+predictions as Parquet (``<name>.parquet``: ``row``, ``y``, ``margin``, ``prob_uncal``, ``prob``). The
+saved JSON is reloaded and must reproduce the predictions exactly, so the artifact is known usable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow.calibrators import available, from_json, make
+from calibflow.io import write_json, write_text
+from tasks._common import (
+    SPECIAL_METHODS,
+    Layout,
+    StageError,
+    atomic_dir,
+    base_parser,
+    cli,
+    dataset_names,
+    load_params,
+    section,
+)
+
+log = logging.getLogger("tasks.calibrate")
+
+
+def _score_column(input_kind: str) -> str:
+    return "prob" if input_kind == "probability" else "margin"
+
+
+def calibrate_one(
+    method: str, preds: pd.DataFrame, input_kind: str, options: dict[str, Any]
+) -> tuple[str, pd.DataFrame]:
+    """Fit on the calib rows of ``preds``; return the calibrator's JSON and its test predictions."""
+    col = _score_column(input_kind)
+    cal = preds[preds["split"] == "calib"]
+    test = preds[preds["split"] == "test"]
+    if cal.empty or test.empty:
+        raise StageError("predictions need both 'calib' and 'test' rows")
+    calibrator = make(method, **{"input": input_kind, **options})
+    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64))
+    prob = calibrator.predict(test[col].to_numpy(np.float64))
+    text = calibrator.to_json()
+    again = from_json(text).predict(test[col].to_numpy(np.float64))
+    if not np.array_equal(prob, again):
+        raise StageError(
+            f"{method}: the saved JSON does not reproduce its predictions (max diff "
+            f"{np.max(np.abs(prob - again)):.3g})"
+        )
+    out = pd.DataFrame(
+        {
+            "row": test["row"].to_numpy(),
+            "y": test["y"].to_numpy(np.int64),
+            "margin": test["margin"].to_numpy(np.float64),
+            "prob_uncal": test["prob"].to_numpy(np.float64),
+            "prob": prob,
+        }
+    )
+    return text, out
+
+
+def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """Calibrate every dataset with ``method``; ``data/calibrated/<method>`` is swapped in at the end."""
+    if method in SPECIAL_METHODS:
+        raise StageError(
+            f"{method!r} needs inputs beyond (score, label); it is not a tabular pipeline method"
+        )
+    if method not in available():
+        raise StageError(f"unknown calibrator {method!r}; available: {', '.join(available())}")
+    lay = Layout(Path(root))
+    cfg = section(params, "calibrate")
+    input_kind = str(cfg.get("input", "logit"))
+    options = dict((cfg.get("options") or {}).get(method) or {})
+    info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
+    with atomic_dir(lay.calibrated_method(method)) as tmp:
+        for name in dataset_names(params):
+            path = lay.predictions / f"{name}.parquet"
+            if not path.is_file():
+                raise StageError(f"predictions missing: {path} (run the train stage first)")
+            t0 = time.perf_counter()
+            text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
+            secs = time.perf_counter() - t0
+            write_text(tmp / f"{name}.json", text + "\n")
+            out.to_parquet(tmp / f"{name}.parquet", index=False)
+            info["datasets"][name] = {"n_test": len(out), "seconds": round(secs, 3)}
+            log.info("calibrated %s with %s in %.2f s", name, method, secs)
+        write_json(tmp / "fit.json", info)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("method", help="a registered calibrator name (calibflow.calibrators.available())")
+    args = parser.parse_args(argv)
+    return cli(lambda: run(args.method, load_params(args.params), args.root))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,508 @@
+"""Stage ``validate``: Great Expectations suites on raw data, prepared splits and calibrator outputs.
+
+``python -m tasks.validate raw|prepared|calibrated``. One ephemeral GX context per run (nothing written to a
+``gx/`` folder); each suite is a list of expectations built here from what we know about each dataset
+(``RAW_SPECS``, from ``shared/datasets/PROVENANCE.md``) and from the params. The result of every phase is
+saved as ``reports/validation/<phase>.json``. A failing suite prints a readable summary of the failed
+expectations, saves them to ``reports/validation/<phase>.failed.json`` (so the last good ``<phase>.json``
+stays in place) and exits 1, which stops ``dvc repro``.
+
+Some expectations run on derived columns (a 0/1 ``label_is_positive`` for class balance on raw string
+labels, a per-row ``features_finite`` flag for wide design matrices) because GX has no "proportion of value"
+expectation and one expectation per feature column would make a 500-column suite slow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow.io import write_json
+from tasks._common import (
+    Layout,
+    StageError,
+    base_parser,
+    cli,
+    dataset_names,
+    load_params,
+    methods,
+    section,
+)
+
+log = logging.getLogger("tasks.validate")
+PHASES = ("raw", "prepared", "calibrated")
+SPLITS = ("train", "calib", "test")
+#: Largest decrease of a monotone calibrator's output along increasing margins that counts as rounding.
+MONOTONE_TOL = 1e-9
+
+
+class ValidationFailed(StageError):
+    """At least one suite failed; the message lists the failed expectations."""
+
+
+@dataclass
+class RawSpec:
+    """What the raw table of a dataset must look like (numbers from PROVENANCE.md)."""
+
+    rows: int
+    columns: list[str]
+    label: str
+    positive: list[Any]
+    positive_rate: tuple[float, float]
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sets: dict[str, list[Any]] = field(default_factory=dict)
+    not_null: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)
+
+
+_BANK_COLS = [
+    "age",
+    "job",
+    "marital",
+    "education",
+    "default",
+    "balance",
+    "housing",
+    "loan",
+    "contact",
+    "day",
+    "month",
+    "duration",
+    "campaign",
+    "pdays",
+    "previous",
+    "poutcome",
+    "y",
+]
+_ADULT_COLS = [
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+    "split",
+]
+_HILL_COLS = [
+    "recency",
+    "history_segment",
+    "history",
+    "mens",
+    "womens",
+    "zip_code",
+    "newbie",
+    "channel",
+    "segment",
+    "visit",
+    "conversion",
+    "spend",
+]
+
+RAW_SPECS: dict[str, RawSpec] = {
+    "bank_marketing": RawSpec(
+        rows=45211,
+        columns=_BANK_COLS,
+        label="y",
+        positive=["yes"],
+        positive_rate=(0.10, 0.14),
+        ranges={"age": (18, 95), "day": (1, 31), "duration": (0, 5000), "pdays": (-1, 871)},
+        sets={
+            "y": ["yes", "no"],
+            "housing": ["yes", "no"],
+            "loan": ["yes", "no"],
+            "month": ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+        },
+        not_null=_BANK_COLS,
+        types={"age": "int64", "balance": "int64", "duration": "int64"},
+    ),
+    "adult": RawSpec(
+        rows=48842,
+        columns=_ADULT_COLS,
+        label="income",
+        positive=[">50K"],
+        positive_rate=(0.21, 0.27),
+        ranges={
+            "age": (17, 90),
+            "hours-per-week": (1, 99),
+            "education-num": (1, 16),
+            "capital-gain": (0, 1e5),
+        },
+        sets={"income": ["<=50K", ">50K"], "sex": ["Female", "Male"], "split": ["train", "test"]},
+        not_null=["age", "education", "income", "sex", "hours-per-week"],
+        types={"age": "int64"},
+    ),
+    "hillstrom": RawSpec(
+        rows=64000,
+        columns=_HILL_COLS,
+        label="visit",
+        positive=[1],
+        positive_rate=(0.13, 0.17),
+        ranges={"recency": (1, 12), "history": (0, 5000), "spend": (0, 1000)},
+        sets={
+            "visit": [0, 1],
+            "conversion": [0, 1],
+            "mens": [0, 1],
+            "womens": [0, 1],
+            "newbie": [0, 1],
+            "segment": ["Mens E-Mail", "Womens E-Mail", "No E-Mail"],
+            "channel": ["Phone", "Web", "Multichannel"],
+        },
+        not_null=_HILL_COLS,
+        types={"visit": "int64", "conversion": "int64", "history": "float64"},
+    ),
+    "madelon": RawSpec(
+        rows=2600,
+        columns=["f0", "f499", "label", "split"],
+        label="label",
+        positive=[1],
+        positive_rate=(0.45, 0.55),
+        sets={"label": [-1, 1], "split": ["train", "valid"]},
+        not_null=["label"],
+    ),
+    "communities_crime": RawSpec(
+        rows=1994,
+        columns=["state", "population", "ViolentCrimesPerPop"],
+        label="ViolentCrimesPerPop",
+        positive=[],
+        positive_rate=(0.45, 0.55),
+        ranges={"ViolentCrimesPerPop": (0, 1), "population": (0, 1)},
+        not_null=["ViolentCrimesPerPop"],
+    ),
+    "splice": RawSpec(
+        rows=3190,
+        columns=["Class", "Donor", "Sequence"],
+        label="Class",
+        positive=["EI", "IE"],
+        positive_rate=(0.44, 0.52),
+        sets={"Class": ["EI", "IE", "N"]},
+        not_null=["Class", "Sequence"],
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------- suite builders
+
+
+def _gxe():
+    import great_expectations.expectations as gxe
+
+    return gxe
+
+
+def raw_suite(name: str, df: pd.DataFrame) -> tuple[pd.DataFrame, list[Any]]:
+    """The raw-data suite of ``name`` and the frame it runs on (with the derived label indicator)."""
+    gxe = _gxe()
+    spec = RAW_SPECS.get(name)
+    if spec is None:  # an unregistered dataset still gets the basics
+        return df, [gxe.ExpectTableRowCountToBeBetween(min_value=1)]
+    frame = df.copy()
+    lab = frame[spec.label]
+    if spec.positive:
+        frame["label_is_positive"] = lab.astype(object).isin(spec.positive).astype("int64")
+    else:  # a continuous target thresholded at its median, as calibflow.datasets does
+        frame["label_is_positive"] = (lab > lab.median()).astype("int64")
+    exps: list[Any] = [gxe.ExpectTableRowCountToEqual(value=spec.rows)]
+    exps += [gxe.ExpectColumnToExist(column=c) for c in spec.columns]
+    exps += [gxe.ExpectColumnValuesToBeOfType(column=c, type_=t) for c, t in spec.types.items()]
+    exps += [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in spec.not_null]
+    exps += [
+        gxe.ExpectColumnValuesToBeBetween(column=c, min_value=lo, max_value=hi)
+        for c, (lo, hi) in spec.ranges.items()
+    ]
+    exps += [gxe.ExpectColumnValuesToBeInSet(column=c, value_set=v) for c, v in spec.sets.items()]
+    lo, hi = spec.positive_rate
+    exps.append(gxe.ExpectColumnMeanToBeBetween(column="label_is_positive", min_value=lo, max_value=hi))
+    return frame, exps
+
+
+def prepared_suites(
+    name: str, df: pd.DataFrame, params: dict[str, Any]
+) -> list[tuple[str, pd.DataFrame, list[Any]]]:
+    """Suites on one prepared dataset: the whole frame, then each split's size and class balance."""
+    gxe = _gxe()
+    prep = section(params, "prepare")
+    fractions = prep["fractions"]
+    feats = [c for c in df.columns if c.startswith("f:")]
+    frame = df[["row", "split", "y"]].copy()
+    frame["features_finite"] = np.isfinite(df[feats].to_numpy(dtype=np.float64)).all(axis=1)
+    n = len(frame)
+    exps = [
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        gxe.ExpectColumnValuesToBeUnique(column="row"),
+        gxe.ExpectColumnValuesToNotBeNull(column="y"),
+        gxe.ExpectColumnValuesToBeInSet(column="y", value_set=[0, 1]),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(SPLITS)),
+        gxe.ExpectColumnValuesToBeInSet(column="features_finite", value_set=[True]),
+    ]
+    spec = RAW_SPECS.get(name)
+    if spec is not None:  # no row lost: all rows, or exactly the configured subsample
+        max_rows = int((params.get("datasets") or {}).get("max_rows") or 0)
+        exps.append(gxe.ExpectTableRowCountToEqual(value=min(max_rows, spec.rows) if max_rows else spec.rows))
+    rate = spec.positive_rate if spec else (0.0, 1.0)
+    tol = float(prep.get("balance_tolerance", 0.03))
+    out = [(f"prepared.{name}", frame, exps)]
+    for split in SPLITS:
+        part = frame[frame["split"] == split]
+        want = float(fractions.get(split, 0.0)) * n
+        slack = max(2.0, 0.01 * n)
+        lo_n, hi_n = int(np.floor(want - slack)), int(np.ceil(want + slack))
+        lo_r, hi_r = max(0.0, rate[0] - tol), min(1.0, rate[1] + tol)
+        exps_split = [
+            gxe.ExpectTableRowCountToBeBetween(min_value=lo_n, max_value=hi_n),
+            gxe.ExpectColumnMeanToBeBetween(column="y", min_value=lo_r, max_value=hi_r),
+            gxe.ExpectColumnDistinctValuesToEqualSet(column="y", value_set=[0, 1]),
+        ]
+        out.append((f"prepared.{name}.{split}", part, exps_split))
+    return out
+
+
+def calibrated_suite(
+    method: str, name: str, df: pd.DataFrame, monotone: bool
+) -> tuple[pd.DataFrame, list[Any]]:
+    """A calibrator's test predictions: probabilities in [0, 1], no NaN, order kept when monotone.
+
+    Order: rows sorted by the base model's margin, a monotone map must not decrease. The check runs on
+    ``prob_drop`` = running maximum of ``prob`` minus ``prob`` (0 where the order holds) and allows
+    ``MONOTONE_TOL``: spline-type maps evaluated in floating point dip by ~1e-17, which is not a reversal.
+    """
+    gxe = _gxe()
+    frame = df.sort_values("margin", kind="mergesort").reset_index(drop=True)
+    prob = frame["prob"].to_numpy(np.float64)
+    frame["prob_drop"] = np.fmax.accumulate(np.nan_to_num(prob, nan=-np.inf)) - prob
+    exps = [
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        gxe.ExpectColumnValuesToNotBeNull(column="prob"),
+        gxe.ExpectColumnValuesToBeBetween(column="prob", min_value=0.0, max_value=1.0),
+        gxe.ExpectColumnValuesToBeInSet(column="y", value_set=[0, 1]),
+    ]
+    if monotone:
+        exps.append(
+            gxe.ExpectColumnValuesToBeBetween(column="prob_drop", min_value=0.0, max_value=MONOTONE_TOL)
+        )
+    return frame, exps
+
+
+def metrics_suite(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[Any]]:
+    """Every (dataset, method) has finite headline metrics in their ranges."""
+    gxe = _gxe()
+    frame = pd.DataFrame(rows)
+    exps = [gxe.ExpectTableRowCountToEqual(value=len(rows))]
+    for col, hi in (("ece", 1.0), ("brier", 1.0), ("ks", 1.0), ("auc", 1.0), ("log_loss", 50.0)):
+        exps.append(gxe.ExpectColumnValuesToNotBeNull(column=col))
+        exps.append(gxe.ExpectColumnValuesToBeBetween(column=col, min_value=0.0, max_value=hi))
+    return frame, exps
+
+
+# --------------------------------------------------------------------------------------------- running
+
+
+def _context():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    return ctx
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe copy of a GX result value (numpy scalars, NaN)."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not np.isfinite(v):
+        return None if np.isnan(v) else str(v)
+    if isinstance(v, int | float | str | bool) or v is None:
+        return v
+    return str(v)
+
+
+def _describe(res: Any) -> dict[str, Any]:
+    cfg = res.expectation_config
+    kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+    r = res.result or {}
+    rec = {"expectation": cfg.type, "kwargs": _clean(kwargs), "success": bool(res.success)}
+    if "observed_value" in r:
+        rec["observed"] = _clean(r["observed_value"])
+    if "unexpected_count" in r:
+        rec["unexpected_count"] = int(r["unexpected_count"])
+        rec["unexpected_percent"] = _clean(r.get("unexpected_percent"))
+        rec["examples"] = _clean(list(r.get("partial_unexpected_list") or [])[:5])
+    exc = res.exception_info or {}
+    if exc.get("raised_exception"):
+        rec["error"] = str(exc.get("exception_message"))
+    rec["message"] = _message(rec)
+    return rec
+
+
+def _message(rec: dict[str, Any]) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in rec["kwargs"].items())
+    head = f"{rec['expectation']}({args})"
+    if rec.get("error"):
+        return f"{head}: raised {rec['error']}"
+    if "unexpected_count" in rec:
+        pct = rec.get("unexpected_percent")
+        pct_s = f" ({pct:.2f}%)" if isinstance(pct, float) else ""
+        return f"{head}: {rec['unexpected_count']} unexpected value(s){pct_s}, e.g. {rec.get('examples')}"
+    if "observed" in rec:
+        return f"{head}: observed {rec['observed']!r}"
+    return f"{head}: failed"
+
+
+def run_suites(suites: list[tuple[str, pd.DataFrame, list[Any]]]) -> list[dict[str, Any]]:
+    """Run each ``(name, frame, expectations)`` in one ephemeral context; JSON-ready results."""
+    import great_expectations as gx
+
+    ctx = _context()
+    out = []
+    for i, (name, frame, exps) in enumerate(suites):
+        batch = ctx.data_sources.add_pandas(f"ds{i}").add_dataframe_asset(f"a{i}")
+        bdef = batch.add_batch_definition_whole_dataframe(f"b{i}")
+        suite = ctx.suites.add(gx.ExpectationSuite(name=name))
+        for e in exps:
+            suite.add_expectation(e)
+        res = gx.ValidationDefinition(name=f"v{i}", data=bdef, suite=suite).run(
+            batch_parameters={"dataframe": frame}
+        )
+        recs = [_describe(r) for r in res.results]
+        failures = [r for r in recs if not r["success"]]
+        out.append(
+            {
+                "name": name,
+                "success": bool(res.success),
+                "evaluated": len(recs),
+                "failed": len(failures),
+                "rows": int(len(frame)),
+                "failures": failures,
+                "expectations": recs,
+            }
+        )
+    return out
+
+
+def summarize(result: dict[str, Any]) -> str:
+    """A readable account of a phase: one line per suite, then each failed expectation."""
+    lines = [f"validation {result['phase']}: {'passed' if result['success'] else 'FAILED'}"]
+    for s in result["suites"]:
+        state = "ok" if s["success"] else "FAILED"
+        lines.append(
+            f"  [{state}] {s['name']}: {s['evaluated'] - s['failed']}/{s['evaluated']} expectations met"
+        )
+        lines += [f"      - {f['message']}" for f in s["failures"]]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- phases
+
+
+def _raw_suites(params: dict[str, Any], lay: Layout):
+    from calibflow import datasets
+
+    out = []
+    for name in dataset_names(params):
+        frame, exps = raw_suite(name, datasets.load(name, data_dir=lay.raw))
+        out.append((f"raw.{name}", frame, exps))
+    return out
+
+
+def _prepared_suites(params: dict[str, Any], lay: Layout):
+    out = []
+    for name in dataset_names(params):
+        path = lay.prepared / f"{name}.parquet"
+        if not path.is_file():
+            raise StageError(f"prepared data missing: {path} (run the prepare stage first)")
+        out += prepared_suites(name, pd.read_parquet(path), params)
+    return out
+
+
+def calibrated_metrics(y: np.ndarray, p: np.ndarray, n_bins: int) -> dict[str, float]:
+    """The quick headline metrics the output suite checks for finiteness (no bootstrap)."""
+    from calibflow import metrics
+
+    out: dict[str, float] = {}
+    for key, fn in (
+        ("ece", lambda: metrics.ece(y, p, n_bins)),
+        ("brier", lambda: metrics.brier(y, p)),
+        ("ks", lambda: metrics.ks_error(y, p)),
+        ("auc", lambda: metrics.auc(y, p)),
+        ("log_loss", lambda: metrics.log_loss(y, p)),
+    ):
+        try:
+            out[key] = fn()
+        except ValueError:  # NaN or out-of-range input: the suite reports the metric as missing
+            out[key] = float("nan")
+    return out
+
+
+def _calibrated_suites(params: dict[str, Any], lay: Layout):
+    from calibflow.calibrators import get_class
+
+    out, rows = [], []
+    n_bins = 15  # only finiteness is checked here; evaluate uses its own evaluate.n_bins
+    for method in methods(params):
+        monotone = bool(get_class(method).monotone)
+        for name in dataset_names(params):
+            path = lay.calibrated_method(method) / f"{name}.parquet"
+            if not path.is_file():
+                raise StageError(f"calibrated predictions missing: {path} (run calibrate@{method} first)")
+            df = pd.read_parquet(path)
+            frame, exps = calibrated_suite(method, name, df, monotone)
+            out.append((f"calibrated.{method}.{name}", frame, exps))
+            y, p = df["y"].to_numpy(float), df["prob"].to_numpy(float)
+            rows.append({"dataset": name, "method": method, **calibrated_metrics(y, p, n_bins)})
+    frame, exps = metrics_suite(rows)
+    out.append(("calibrated.metrics", frame, exps))
+    return out
+
+
+_BUILDERS = {"raw": _raw_suites, "prepared": _prepared_suites, "calibrated": _calibrated_suites}
+
+
+def run(phase: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """Validate one phase and write its JSON; on failure save the failures and raise ``ValidationFailed``."""
+    if phase not in PHASES:
+        raise StageError(f"unknown validation phase {phase!r}; expected one of {PHASES}")
+    lay = Layout(Path(root))
+    suites = _BUILDERS[phase](params, lay)
+    results = run_suites(suites)
+    result = {"phase": phase, "success": all(s["success"] for s in results), "suites": results}
+    good, failed = lay.validation / f"{phase}.json", lay.validation / f"{phase}.failed.json"
+    text = summarize(result)
+    if not result["success"]:
+        write_json(failed, result)
+        raise ValidationFailed(f"{text}\n(details: {failed}; the last good {good.name} is kept)")
+    write_json(good, result)
+    failed.unlink(missing_ok=True)
+    log.info(text)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("phase", choices=PHASES)
+    args = parser.parse_args(argv)
+    return cli(lambda: run(args.phase, load_params(args.params), args.root))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,442 @@
+"""The pipeline stages called through their importable ``run``/``main`` on a tiny real configuration.
+
+One module-scoped run of every stage (two real datasets subsampled to 1,500 rows, a 15-tree model, three
+calibrators, 30 bootstrap resamples) in a temporary project root; the tests then inspect its outputs and
+break things on purpose. Needs the real data: a missing mirror fails loudly in ``fetch``.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import expit
+
+from calibflow import metrics
+from calibflow.calibrators import from_json
+from calibflow.results import Figure, Reproduction, Table
+from tasks import _common, calibrate, evaluate, fetch, prepare, report, reproduce, train, validate
+
+pytestmark = pytest.mark.xdist_group("pipeline_tasks")
+
+DATASETS = ["bank_marketing", "hillstrom"]
+METHODS = ["platt", "isotonic", "temperature"]
+TINY = {
+    "seed": 7,
+    "datasets": {"names": DATASETS, "targets": {"hillstrom": "visit"}, "max_rows": 1500},
+    "prepare": {"fractions": {"train": 0.5, "calib": 0.25, "test": 0.25}, "stratify": True},
+    "model": {"n_estimators": 15, "max_depth": 3, "learning_rate": 0.3, "n_jobs": 1},
+    "calibrate": {"methods": METHODS, "input": "logit", "options": {}},
+    "evaluate": {"n_bins": 10, "n_bootstrap": 30, "ci_level": 0.95, "selection_alpha": 0.1, "hist_bins": 20},
+    "papers": [],
+    "reproduce": {"profile": "quick"},
+}
+
+
+@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
+def project(tmp_path_factory):
+    """A project root where every stage ran once, in DAG order."""
+    root = tmp_path_factory.mktemp("pipeline")
+    params = copy.deepcopy(TINY)
+    fetch.run(params, root)
+    validate.run("raw", params, root)
+    prepare.run(params, root)
+    validate.run("prepared", params, root)
+    train.run(params, root)
+    for m in METHODS:
+        calibrate.run(m, params, root)
+    validate.run("calibrated", params, root)
+    evaluate.run(params, root)
+    report.run(params, root)
+    return root, params
+
+
+def test_fetch_manifest_records_verified_checksums(project):
+    from calibflow import datasets
+
+    root, _ = project
+    manifest = json.loads((root / "data/raw/manifest.json").read_text())
+    assert sorted(manifest) == sorted(DATASETS)
+    for name, files in manifest.items():
+        for rel, meta in files.items():
+            path = root / "data/raw" / name / rel
+            assert datasets.sha256_file(path) == meta["sha256"]
+            assert path.stat().st_size == meta["bytes"]
+
+
+def test_prepare_is_deterministic_and_recorded(project, tmp_path):
+    root, params = project
+    rec = json.loads((root / "data/prepared/splits.json").read_text())
+    for name in DATASETS:
+        d = rec["datasets"][name]
+        assert d["n_rows"] == 1500 and sum(d["counts"].values()) == 1500
+        assert d["counts"]["train"] == 750
+        frame = pd.read_parquet(root / "data/prepared" / f"{name}.parquet")
+        assert set(frame["split"]) == {"train", "calib", "test"}
+        assert frame["row"].is_unique
+    assert "treatment" in pd.read_parquet(root / "data/prepared/hillstrom.parquet").columns
+    # Same params and seed, same split: a second run in a fresh root records identical row hashes.
+    shutil.copytree(root / "data/raw", tmp_path / "data/raw")
+    again = prepare.run(params, tmp_path)
+    for name in DATASETS:
+        assert again["datasets"][name]["rows_sha256"] == rec["datasets"][name]["rows_sha256"]
+    # A different seed gives a different split.
+    other = prepare.run({**params, "seed": 8}, tmp_path)
+    assert (
+        other["datasets"]["bank_marketing"]["rows_sha256"] != rec["datasets"]["bank_marketing"]["rows_sha256"]
+    )
+
+
+def test_train_saves_json_model_and_margin_prob_predictions(project):
+    from calibflow import models
+
+    root, _ = project
+    for name in DATASETS:
+        preds = pd.read_parquet(root / "data/predictions" / f"{name}.parquet")
+        assert {"row", "split", "y", "margin", "prob"} <= set(preds.columns)
+        np.testing.assert_allclose(preds["prob"], expit(preds["margin"]), rtol=1e-6, atol=1e-7)
+        frame = pd.read_parquet(root / "data/prepared" / f"{name}.parquet")
+        model = models.load_model(root / "data/models" / f"{name}.json")
+        X = frame[[c for c in frame.columns if c.startswith("f:")]].to_numpy()
+        np.testing.assert_allclose(models.predict_margin(model, X), preds["margin"], rtol=1e-6, atol=1e-6)
+    assert set(json.loads((root / "metrics/train.json").read_text())) == set(DATASETS)
+
+
+def test_calibrate_saves_reloadable_calibrators(project):
+    root, _ = project
+    for m in METHODS:
+        for name in DATASETS:
+            out = pd.read_parquet(root / "data/calibrated" / m / f"{name}.parquet")
+            cal = from_json((root / "data/calibrated" / m / f"{name}.json").read_text())
+            np.testing.assert_array_equal(cal.predict(out["margin"].to_numpy()), out["prob"].to_numpy())
+            assert out["prob"].between(0, 1).all()
+
+
+def test_evaluate_writes_metrics_with_intervals_for_every_pair(project):
+    root, _ = project
+    for name in DATASETS:
+        files = sorted(p.stem for p in (root / "metrics/evaluation" / name).glob("*.json"))
+        assert files == sorted([*METHODS, "uncalibrated"])
+        for m in files:
+            rec = json.loads((root / "metrics/evaluation" / name / f"{m}.json").read_text())
+            for k in evaluate.METRIC_KEYS:
+                assert np.isfinite(rec[k])
+                assert rec["ci"][k]["low"] <= rec["ci"][k]["high"]
+            assert rec["selection"]["n_selected"] == int(np.ceil(0.1 * rec["n_test"]))
+            rel = json.loads((root / "plots/reliability" / name / f"{m}.json").read_text())
+            assert sum(r["count"] for r in rel) == rec["n_test"]
+    # Temperature and Platt keep the base model's ranking: same AUC as uncalibrated.
+    uncal = json.loads((root / "metrics/evaluation/bank_marketing/uncalibrated.json").read_text())
+    platt = json.loads((root / "metrics/evaluation/bank_marketing/platt.json").read_text())
+    assert platt["auc"] == pytest.approx(uncal["auc"], abs=1e-9)
+
+
+def test_bootstrap_matches_library_weighted_metrics():
+    """The vectorised bootstrap equals calibflow.metrics with the resample's multiplicities as weights."""
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=800)
+    y = (rng.random(800) < expit(s - 1)).astype(float)
+    p = np.round(expit(1.4 * s - 0.8), 2)  # rounded: many ties, the hard case for AUC and KS
+    counts = evaluate.bootstrap_counts(800, 4, y, 11)
+    vec = evaluate.bootstrap_metrics(y, p, counts, 10)
+    for b in range(4):
+        ref = metrics.summary(y, p, n_bins=10, sample_weight=counts[b])
+        for k, v in ref.items():
+            assert vec[k][b] == pytest.approx(v, rel=1e-10, abs=1e-12), k
+
+
+def test_validation_results_saved_and_passing(project):
+    root, _ = project
+    for phase in validate.PHASES:
+        res = json.loads((root / "reports/validation" / f"{phase}.json").read_text())
+        assert res["success"] and res["suites"]
+        assert all(s["evaluated"] > 0 for s in res["suites"])
+    assert not (root / "gx").exists()
+
+
+def test_failing_suite_stops_with_readable_summary_and_keeps_last_good(project, tmp_path, capsys):
+    root, params = project
+    work = tmp_path / "proj"
+    shutil.copytree(root, work)
+    good = (work / "reports/validation/calibrated.json").read_bytes()
+    bad = work / "data/calibrated/platt/bank_marketing.parquet"
+    frame = pd.read_parquet(bad)
+    frame.loc[frame.index[:3], "prob"] = [1.5, -0.2, np.nan]
+    frame.to_parquet(bad)
+    argv = ["calibrated", "--root", str(work), "--params", str(_write_params(tmp_path, params))]
+    assert validate.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "validation calibrated: FAILED" in err
+    assert "[FAILED] calibrated.platt.bank_marketing" in err
+    assert "expect_column_values_to_be_between(column='prob', min_value=0.0, max_value=1.0)" in err
+    assert "expect_column_values_to_not_be_null(column='prob')" in err
+    assert "[ok] calibrated.isotonic.bank_marketing" in err
+    assert (work / "reports/validation/calibrated.json").read_bytes() == good
+    failed = json.loads((work / "reports/validation/calibrated.failed.json").read_text())
+    assert not failed["success"]
+
+
+def test_raw_suite_catches_a_broken_column():
+    frame = pd.DataFrame({"y": ["yes", "no", "maybe"], "age": [30, 200, 40]})
+    spec_frame, exps = validate.raw_suite("bank_marketing", frame)
+    res = validate.run_suites([("raw.bank_marketing", spec_frame, exps)])[0]
+    assert not res["success"]
+    messages = " ".join(f["message"] for f in res["failures"])
+    assert "expect_table_row_count_to_equal(value=45211): observed 3" in messages
+    assert "expect_column_values_to_be_in_set(column='y'" in messages and "'maybe'" in messages
+    assert "expect_column_to_exist(column='job')" in messages
+
+
+def test_monotone_order_violation_is_caught():
+    df = pd.DataFrame(
+        {
+            "margin": [2.0, -1.0, 0.0, 1.0, 3.0],
+            "prob": [0.9, 0.1, 0.5, 0.4, 0.9 - 1e-17],
+            "y": [0, 1, 0, 1, 1],
+        }
+    )
+    frame, exps = validate.calibrated_suite("platt", "toy", df, monotone=True)
+    res = validate.run_suites([("calibrated.platt.toy", frame, exps)])[0]
+    (fail,) = res["failures"]  # the 0.5 -> 0.4 reversal; the 1e-17 rounding dip at the end is tolerated
+    assert fail["kwargs"]["column"] == "prob_drop" and fail["unexpected_count"] == 1
+    assert fail["examples"] == [pytest.approx(0.1)]
+    frame, exps = validate.calibrated_suite("other", "toy", df, monotone=False)
+    assert validate.run_suites([("calibrated.other.toy", frame, exps)])[0]["success"]
+
+
+def test_corrupted_input_fails_without_overwriting_last_good(project, tmp_path):
+    root, params = project
+    work = tmp_path / "proj"
+    shutil.copytree(root, work)
+    before = {p.name: p.read_bytes() for p in (work / "data/calibrated/platt").iterdir()}
+    (work / "data/predictions/hillstrom.parquet").write_bytes(b"not a parquet file")
+    with pytest.raises(Exception, match=r"(?i)parquet|magic"):
+        calibrate.run("platt", params, work)
+    after = {p.name: p.read_bytes() for p in (work / "data/calibrated/platt").iterdir()}
+    assert after == before
+    assert not [p for p in (work / "data/calibrated").iterdir() if p.name.startswith(".")]
+
+
+def test_calibrate_rejects_special_and_unknown_methods(project):
+    root, params = project
+    with pytest.raises(_common.StageError, match="needs inputs beyond"):
+        calibrate.run("vad", params, root)
+    with pytest.raises(_common.StageError, match="unknown calibrator 'nope'"):
+        calibrate.run("nope", params, root)
+    with pytest.raises(_common.StageError, match="calibrate.methods lists"):
+        _common.methods({"calibrate": {"methods": ["platt", "calem"]}})
+
+
+def _fake_experiment(key: str, calls: list):
+    def run(config, seed):
+        import matplotlib.pyplot as plt
+
+        from calibflow.plots import to_svg
+
+        calls.append((config, seed))
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [0, config["n"]])
+        return Reproduction(
+            key=key,
+            paper="A fake paper (2026)",
+            profile="quick",
+            tables=[Table("Table 1", ["method", "ours", "paper"], [["x", 0.5, 0.51]])],
+            figures=[Figure("a line", to_svg(fig))],
+            notes=["a note"],
+            choices=["a choice"],
+            metrics={"ece": 0.01, "bad": float("nan")},
+        )
+
+    return types.SimpleNamespace(run=run)
+
+
+def test_reproduce_runs_the_configured_profile(project, tmp_path, monkeypatch):
+    _, params = project
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", calls))
+    p = {**params, "reproduce": {"profile": "quick", "fake": {"quick": {"n": 3}, "full": {"n": 100}}}}
+    rep = reproduce.run("fake", p, tmp_path)
+    assert calls == [({"n": 3}, 7)]
+    saved = Reproduction.load(tmp_path / "reports/reproductions/fake.json")
+    assert saved.tables[0].rows == [["x", 0.5, 0.51]] and saved.elapsed_s == rep.elapsed_s > 0
+    assert json.loads((tmp_path / "metrics/reproductions/fake.json").read_text()) == {
+        "ece": 0.01,
+        "bad": None,
+    }
+    reproduce.run("fake", p, tmp_path, profile="full")
+    assert calls[-1] == ({"n": 100}, 7)
+
+
+def test_reproduce_keeps_experiment_downloads_out_of_data_raw(tmp_path, monkeypatch):
+    """Experiments fetch with the default data dir; that must not touch data/raw (fetch's DVC output)."""
+    seen = []
+    monkeypatch.delenv("CALIBFLOW_DATA_DIR", raising=False)
+
+    def run(config, seed):
+        from calibflow.datasets import resolve_data_dir
+
+        seen.append(resolve_data_dir())
+        return Reproduction(key="fake", paper="p", profile="quick")
+
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", types.SimpleNamespace(run=run))
+    p = {"seed": 1, "reproduce": {"profile": "quick", "fake": {"quick": {}}}}
+    reproduce.run("fake", p, tmp_path)
+    assert seen == [tmp_path / "data/papers"]
+    assert "CALIBFLOW_DATA_DIR" not in __import__("os").environ
+    monkeypatch.setenv("CALIBFLOW_DATA_DIR", str(tmp_path / "data/raw"))
+    reproduce.run("fake", p, tmp_path)
+    assert seen[-1] == tmp_path / "data/papers"
+
+
+def test_reproduce_errors_are_readable(project, tmp_path, monkeypatch):
+    _, params = project
+    p = {**params, "reproduce": {"profile": "quick", "nosuch": {"quick": {}}, "fake": {"quick": {}}}}
+    with pytest.raises(_common.StageError, match=r"no experiment module calibflow.experiments.nosuch"):
+        reproduce.run("nosuch", p, tmp_path)
+    with pytest.raises(_common.StageError, match=r"reproduce.absent is missing"):
+        reproduce.run("absent", p, tmp_path)
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", types.SimpleNamespace(run=lambda c, s: {}))
+    with pytest.raises(_common.StageError, match="returned dict, not a Reproduction"):
+        reproduce.run("fake", p, tmp_path)
+    assert (
+        reproduce.main(["nosuch", "--params", str(_write_params(tmp_path, p)), "--root", str(tmp_path)]) == 1
+    )
+
+
+def test_report_renders_every_section(project, tmp_path, monkeypatch):
+    root, params = project
+    work = tmp_path / "proj"
+    shutil.copytree(root, work)
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", []))
+    p = {
+        **params,
+        "papers": ["fake", "missing"],
+        "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}}},
+    }
+    reproduce.run("fake", p, work)
+    out = report.run(p, work)
+    page = out["html"].read_text()
+    # Two figures per dataset (reliability, histograms) and the paper's figure.
+    assert page.count("<figure") == 2 * len(DATASETS) + 1
+    assert page.count("<svg") == page.count("<figure")
+    assert "A fake paper (2026)" in page and "No result file for: missing" in page
+    assert "★" in page and "bank_marketing" in page
+    assert "<script" not in page and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    ).replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+    summary = out["summary"].read_text()
+    assert "### bank_marketing" in summary and "**fake**" in summary and "no result file" in summary
+    agg = json.loads((work / "reports/validation.json").read_text())
+    assert agg["success"] and len(agg["suites"]) > 3
+
+
+def test_atomic_dir_keeps_old_folder_on_failure(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "a.txt").write_text("old")
+    with pytest.raises(RuntimeError), _common.atomic_dir(target) as tmp:
+        (tmp / "a.txt").write_text("new")
+        raise RuntimeError("boom")
+    assert (target / "a.txt").read_text() == "old"
+    with _common.atomic_dir(target) as tmp:
+        (tmp / "b.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in target.iterdir()] == ["b.txt"]
+
+
+def _write_params(tmp_path, params):
+    import yaml
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_params_lists_every_standard_calibrator():
+    """calibrate.methods in params.yaml is every registered method that fits on (score, label) alone."""
+    from pathlib import Path
+
+    from calibflow.calibrators import available
+
+    params = _common.load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    standard = sorted(set(available()) - _common.SPECIAL_METHODS)
+    assert sorted(_common.methods(params)) == standard
+
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+SVG_CHECK = """<script>
+(function () {
+  var out = [];
+  document.querySelectorAll('figure svg').forEach(function (s) {
+    var r = s.getBoundingClientRect(), b = s.getBBox();
+    var refs = Array.from(s.querySelectorAll('[clip-path]')).map(function (e) {
+      return e.getAttribute('clip-path').replace(/^url\\(#|\\)$/g, '');
+    });
+    var missing = refs.filter(function (id) { return !document.getElementById(id); }).length;
+    out.push({w: r.width, h: r.height, bw: b.width, bh: b.height,
+              drawn: s.querySelectorAll('path, use, line, rect, text').length, missing: missing});
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'svgcheck';
+  pre.textContent = JSON.stringify({figures: document.querySelectorAll('figure').length, svgs: out});
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def render_in_chromium(page: Path, tmp_path: Path) -> dict:
+    """Open ``page`` with a probe script appended; return what the probe measured after layout."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", SVG_CHECK + "</body>"))
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'ud'}",
+        "--window-size=1280,2000",
+        "--dump-dom",
+        probe.as_uri(),
+    ]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    start = dom.index('<pre id="svgcheck">') + len('<pre id="svgcheck">')
+    return json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
+
+
+def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
+    """reports/index.html as the report stage writes it: every figure laid out, drawn, references resolved."""
+    if CHROMIUM is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.xfail("chromium is not installed here (apt-get install chromium); CI runs this check")
+    root, params = project
+    work = tmp_path / "proj"
+    shutil.copytree(root, work)
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", []))
+    p = {**params, "papers": ["fake"], "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}}}}
+    reproduce.run("fake", p, work)
+    page = report.run(p, work)["html"]
+    result = render_in_chromium(page, tmp_path)
+    # reliability + histograms per dataset, and the fake paper's figure
+    assert result["figures"] == 2 * len(DATASETS) + 1 == len(result["svgs"])
+    for s in result["svgs"]:
+        assert s["w"] > 50 and s["h"] > 50 and s["bw"] > 0 and s["bh"] > 0, s
+        assert s["drawn"] > 10 and s["missing"] == 0, s
+    # The probe itself can fail: a figure squashed to nothing is reported as such.
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.read_text().replace("<svg ", '<svg style="width:0;height:0" ', 1))
+    assert render_in_chromium(broken, tmp_path)["svgs"][0]["w"] == 0
