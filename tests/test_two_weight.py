@@ -34,14 +34,13 @@ def test_two_weight_fit_equals_the_stacked_rows_fit(name):
     """fit_two_weight(s, a, b) == fit on 2n rows: (s, 1, weight a) and (s, 0, weight b)."""
     s, a, b = _data()
     one = C.make(name).fit_two_weight(s, a, b)
-    # Gaussian/Gamma fall back to a ridge on the *mean* loss when the fit diverges (gamma does here):
-    # over 2n stacked rows the mean halves, so the same objective needs half the ridge.
-    kw = {"ridge": 0.5 * C.make(name).ridge} if name in ("gaussian", "gamma") else {}
-    two = C.make(name, **kw).fit(np.r_[s, s], np.r_[np.ones_like(s), np.zeros_like(s)], np.r_[a, b])
+    two = C.make(name).fit(np.r_[s, s], np.r_[np.ones_like(s), np.zeros_like(s)], np.r_[a, b])
     grid = np.linspace(s.min(), s.max(), 301)
-    # Same objective up to the factor 1/n vs 1/(2n) in the fitter's mean: same optimum, and
-    # both solvers stop at gradient ~1e-10, so the curves agree far below any statistical error.
-    np.testing.assert_allclose(one.predict(grid), two.predict(grid), atol=1e-7)
+    # Same objective up to the factor 1/n vs 1/(2n) in the fitter's mean: same optimum. Newton stops
+    # at gradient ~1e-10 (curves agree to ~1e-9); a fit with an active constraint (gamma here) ends in
+    # SLSQP, whose ftol = 1e-12 applies to the mean loss that stacking halves: ~2e-7 apart.
+    tol = 1e-6 if getattr(one, "solver_", "newton") == "slsqp" else 1e-7
+    np.testing.assert_allclose(one.predict(grid), two.predict(grid), atol=tol)
     np.testing.assert_allclose(one.params_, two.params_, atol=1e-5, rtol=1e-6)
 
 
