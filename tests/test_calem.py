@@ -169,6 +169,8 @@ def test_deterministic():
         ({"base_params": {"input": "logit"}}, "input"),
         ({"base_params": [1]}, "base_params"),
         ({"input": "odds"}, "input must be"),
+        ({"accelerate": "aitken"}, "accelerate"),
+        ({"warm_start": 1}, "warm_start"),
     ],
 )
 def test_bad_params(params, message):
@@ -202,3 +204,55 @@ def test_predict_before_fit_and_plain_fit_signature():
         cal.predict([0.1, 0.2])
     with pytest.raises(TypeError):
         cal.fit([0.1, 0.2], [0, 1])  # CalEM needs both the clean and the biased set
+
+
+@pytest.mark.parametrize("base", ["spline", "beta", "platt"])
+def test_warm_started_em_reaches_the_cold_fixed_point(base):
+    """Warm starts change only where each M-step's solver starts, not the convex optimum it returns
+    (to the solver's tolerance, gradient ~1e-10). EM is a contraction near its fixed point, so these
+    tiny perturbations do not grow: the warm run takes the same iterations to the same point."""
+    sc, yc, sb, zb, d = _data(4, n=8000)
+    runs = {}
+    for warm in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runs[warm] = C.make("calem", base=base, input="probability", warm_start=warm).fit(sc, yc, sb, zb)
+    cold, hot = runs[False], runs[True]
+    assert hot.n_iter_ == cold.n_iter_ and hot.converged_ == cold.converged_
+    np.testing.assert_allclose(hot.predict(d["s"]), cold.predict(d["s"]), atol=1e-6)
+    # Relative: the spline's far-tail coefficients (~ -22, p ~ 1e-10) are weakly determined by the
+    # likelihood, so the solver's stopping point moves them by ~1e-6 relative (~2e-5 absolute).
+    np.testing.assert_allclose(hot.trace_[-1]["theta"], cold.trace_[-1]["theta"], rtol=1e-5, atol=1e-8)
+
+
+def test_two_weight_m_step_equals_the_stacked_m_step():
+    """CalEM's M-step with one two-weight row per sample is the literal D* fit of Algorithm 3."""
+    from calibflow.calibrators.calem import em_term_weights
+
+    sc, yc, sb, zb, _ = _data(5)
+    h = np.random.default_rng(5).random(sb.size)
+    a, b = em_term_weights(yc, zb, h)
+    lab, w = em_weights(h, zb, yc)
+    grid = np.linspace(0.01, 0.99, 99)
+    for base in ("spline", "beta", "platt"):
+        one = C.make(base, input="probability").fit_two_weight(np.r_[sc, sb], a, b)
+        lit = C.make(base, input="probability").fit(np.r_[sc, sb, sb], lab, sample_weight=w)
+        np.testing.assert_allclose(one.predict(grid), lit.predict(grid), atol=1e-7)
+
+
+@pytest.mark.parametrize("base", ["spline", "platt"])
+def test_squarem_reaches_the_em_fixed_point_in_fewer_m_steps(base):
+    """SQUAREM extrapolates h between EM steps; EM's fixed points are its fixed points and the stop rule
+    is Algorithm 3's on plain steps. Run both to a tight tol (1e-7): each then stops within about
+    tol * rate / (1 - rate) of the same fixed point, so the curves must agree far below the default
+    tol's own stopping error (~1e-5..1e-4 in probability at this size; measured here ~2e-7)."""
+    sc, yc, sb, zb, d = _data(4, n=8000)
+    kw = dict(base=base, input="probability", tol=1e-7, max_iter=500)
+    em = C.make("calem", **kw).fit(sc, yc, sb, zb)
+    sq = C.make("calem", accelerate="squarem", **kw).fit(sc, yc, sb, zb)
+    assert em.converged_ and sq.converged_
+    steps = [e["step"] for e in sq.trace_[1:]]
+    assert "squarem" in steps and steps[-1] == "em"  # it stopped on a plain EM step
+    assert sq.trace_[-1]["delta"] < 1e-7
+    assert sq.n_iter_ < 0.5 * em.n_iter_, (sq.n_iter_, em.n_iter_)
+    np.testing.assert_allclose(sq.predict(d["s"]), em.predict(d["s"]), atol=2e-6)

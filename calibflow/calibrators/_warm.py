@@ -19,7 +19,12 @@ SUBSAMPLE = 20_000
 def fit_logistic_warm(
     X: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64], **kw
 ) -> LogisticFit:
-    """``fit_logistic(X, a, b, **kw)``, started from the fit of a strided subsample when n is large."""
+    """``fit_logistic(X, a, b, **kw)``, started from the fit of a strided subsample when n is large.
+
+    A caller's own start (``theta0`` not None) is used as it is: no subsample fit.
+    """
+    if kw.get("theta0", 0) is None:
+        del kw["theta0"]
     n = X.shape[0]
     if n >= 4 * SUBSAMPLE and "theta0" not in kw and (a >= 0).all() and (b >= 0).all():
         step = n // SUBSAMPLE

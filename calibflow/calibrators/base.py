@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
 
-from calibflow._validation import INPUT_KINDS, check_labels, check_scores, check_weights
+from calibflow._validation import INPUT_KINDS, as_1d_float, check_labels, check_scores, check_weights
 
 SCHEMA_VERSION = 1
 _EPS = 1e-12
@@ -131,6 +131,100 @@ class BaseCalibrator:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
+
+
+class LikelihoodCalibrator(BaseCalibrator):
+    """A parametric likelihood calibrator fitted by the shared two-weight log loss (``fit_logistic``).
+
+    Besides ``fit(scores, y, sample_weight)`` it offers ``fit_two_weight(scores, a, b, theta0)``: the
+    fit that minimises ``-sum_i [a_i log g(s_i) + b_i log(1 - g(s_i))]`` (plus the method's penalty)
+    with a per-sample weight ``a_i`` on the positive and ``b_i`` on the negative term (issue 2). The
+    ordinary weighted fit *is* this fit with ``a = w y``, ``b = w (1 - y)``; so is a fit on stacked
+    rows (one label-1 row of weight ``a_i`` and one label-0 row of weight ``b_i`` per sample), with
+    half the rows. Callers: UERM (``b = 1 - Y/propensity``, may be negative) and CalEM's M-step.
+
+    Subclass contract (in addition to ``BaseCalibrator``'s):
+    - ``_fit_ab(s, a, b, theta0)`` on converted scores; ``theta0`` (or None) is a start in the
+      coordinates of ``params_``.
+    - ``params_``: the fitted parameter vector; ``_n_params()`` its length before fitting.
+    - ``negative_terms``: True when ``b`` may hold negative entries (``a`` never may).
+    """
+
+    negative_terms: ClassVar[bool] = True
+
+    def fit_two_weight(
+        self,
+        scores: ArrayLike,
+        a: ArrayLike,
+        b: ArrayLike,
+        theta0: ArrayLike | None = None,
+        design_cache: dict | None = None,
+    ) -> LikelihoodCalibrator:
+        """Fit with positive-term weights ``a`` and negative-term weights ``b`` (one of each per score).
+
+        ``theta0`` starts the solver (same optimum, fewer Newton passes when it is close); it is in the
+        coordinates of ``params_`` of a fit on the same scores (for ``spline`` the knots depend on
+        the range of the scores with positive weight).
+
+        ``design_cache``: for repeated fits on the *same* scores with changing weights (CalEM's
+        M-steps), a dict the caller creates empty and passes to every such fit; the calibrator keeps
+        in it what depends only on the scores (``spline``: the B-spline design matrix), so it is built
+        once. Never share one dict between different scores.
+        """
+        if self.input not in INPUT_KINDS:
+            raise ValueError(f"input must be one of {INPUT_KINDS}, got {self.input!r}")
+        s = check_scores(scores, self.input)
+        aa, bb = as_1d_float(a, "a"), as_1d_float(b, "b")
+        for name, v in (("a", aa), ("b", bb)):
+            if v.size != s.size:
+                raise ValueError(f"length mismatch: {name} has {v.size} values, scores have {s.size}")
+        if (aa < 0).any():
+            raise ValueError(f"a has {int((aa < 0).sum())} negative value(s); positive-term weights are >= 0")
+        if not self.negative_terms and (bb < 0).any():
+            raise ValueError(
+                f"b has {int((bb < 0).sum())} negative value(s); {self.name} needs negative-term weights >= 0"
+            )
+        if aa.sum() <= 0:
+            raise ValueError("a sums to 0: the fit needs positive-term weight (observed positives)")
+        if bb.sum() <= 0:
+            raise ValueError(f"b sums to {bb.sum():g}: the fit needs a positive total negative-term weight")
+        start = None
+        if theta0 is not None:
+            start = as_1d_float(theta0, "theta0")
+            if start.size != self._n_params():
+                raise ValueError(f"theta0 must have {self._n_params()} values (params_), got {start.size}")
+        self._design_cache = design_cache
+        try:
+            self._fit_ab(self._convert(s), aa, bb, start)
+        finally:
+            del self._design_cache  # the cache belongs to the caller, never to the fitted state
+        self.fitted_ = True
+        return self
+
+    def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
+        self._fit_ab(s, w * y, w * (1.0 - y), None)
+
+    def _fit_ab(
+        self,
+        s: NDArray[np.float64],
+        a: NDArray[np.float64],
+        b: NDArray[np.float64],
+        theta0: NDArray[np.float64] | None,
+    ) -> None:
+        raise NotImplementedError
+
+    def _cached(self, key: tuple, build):
+        """``build()``, or its value from the caller's ``design_cache`` under ``key`` (see fit_two_weight)."""
+        cache = getattr(self, "_design_cache", None)
+        if cache is None:
+            return build()
+        key = (self.name, *key)
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
+    def _n_params(self) -> int:
+        raise NotImplementedError
 
 
 def _to_jsonable(v: Any) -> Any:

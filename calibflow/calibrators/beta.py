@@ -6,9 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import LikelihoodCalibrator, register
 
 # betacal clips with the float64 machine epsilon; we do the same so the fits agree.
 _EPS = float(np.finfo(np.float64).eps)
@@ -21,7 +20,7 @@ def beta_features(p: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @register("beta")
-class BetaCalibrator(BaseCalibrator):
+class BetaCalibrator(LikelihoodCalibrator):
     """Beta calibration: ``p' = sigma(a ln p - b ln(1 - p) + c)`` with ``a, b >= 0`` (Kull et al. 2017).
 
     The map is the ratio of two beta densities (Sec. 3, eq. 3-5); ``a, b >= 0`` makes it monotone
@@ -38,10 +37,12 @@ class BetaCalibrator(BaseCalibrator):
     def __init__(self, input: str = "score") -> None:
         self.input = input
 
-    def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
-        a, b = label_weights(y, w)
+    def _n_params(self) -> int:
+        return 3
+
+    def _fit_ab(self, s, a, b, theta0) -> None:
         cons = (np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), np.zeros(2))
-        fit = fit_logistic_warm(beta_features(s), a, b, constraints=cons)
+        fit = fit_logistic_warm(beta_features(s), a, b, theta0=theta0, constraints=cons)
         theta = fit.theta.copy()
         # SLSQP stops a hair either side of an active bound (|x| ~ 1e-20): report an active
         # constraint as exactly 0, i.e. the feature dropped, as betacal does.

@@ -18,14 +18,28 @@ Algorithm 3 with the weights of Appendix A.2 (eq. 15-17):
 Implementation notes.
 
 - The base is any registered calibrator whose ``fit`` takes ``sample_weight`` (the paper's
-  ``LogReg``): ``spline`` (the paper's GAM), ``beta`` (BC), ``platt``; the refit is literally
-  ``make(base).fit(s, y, sample_weight=w)``.
-- Compact stacking. For a biased row with z = 0 the two stacked copies are both labelled 0 and carry
-  weights 1 - h and h, so together they are one label-0 row of weight 1 (eq. 16, first line). We
-  stack each z = 0 row once with weight 1 and duplicate only the z = 1 rows; the weighted
-  log-likelihood, hence every M-step, is identical to the literal D* of Algorithm 3
-  (``em_weights`` builds the literal one; the tests check both agree). This nearly halves the
-  rows of each refit when positives are rare.
+  ``LogReg``): ``spline`` (the paper's GAM), ``beta`` (BC), ``platt``.
+- Two-weight M-step. The likelihood calibrators (``LikelihoodCalibrator``: platt, temperature, beta,
+  spline, gaussian, gamma) fit ``-sum [a_i log g + b_i log(1 - g)]`` with a weight per term
+  (``fit_two_weight``). A biased row's two copies in D* (label z with weight 1 - h, label 0 with
+  weight h) are one such row: ``a = z (1 - h)``, ``b = 1 - a``; clean rows have ``a = y, b = 1 - y``
+  (``em_term_weights``). The weighted log-likelihood, hence every M-step, is identical to the literal
+  D* of Algorithm 3 (``em_weights`` builds the literal one; the tests check both agree), on
+  |S| + |B| rows instead of |S| + 2|B|, and the rows' scores do not change across iterations.
+  Other bases get the compact stack (``_compact_stack``: z = 0 rows once with weight 1, z = 1 rows
+  twice), the same objective through ``fit(s, y, sample_weight)``.
+- Warm starts (``warm_start=True``). M-step t + 1 starts its solver from M-step t's parameters, and
+  what depends only on the scores (the spline's B-spline design matrix of D_S u D_B) is built once
+  and passed back in (``design_cache``). Only the solver's start changes, not the convex optimum it
+  returns: iterates and fixed point are those of cold starts to the solver's tolerance (tested). The
+  first M-step starts cold (g_theta0 was fitted on the clean scores alone, a spline's coefficients
+  depend on the score range).
+- Acceleration (``accelerate="squarem"``, off by default so that the default is Algorithm 3 as
+  written). SQUAREM (Varadhan & Roland 2008) extrapolates h after every two plain EM steps (see
+  ``_Squarem``). The fixed points are EM's and the stopping rule is Algorithm 3's, applied to plain
+  EM steps only; the path differs, so the stopping point differs from plain EM's by about the
+  stopping error of either (on the 1.1e6-row benchmark, 17 M-steps instead of 57 and curves within
+  5e-6 of plain EM's).
 - theta. The stopping rule compares the base calibrator's fitted parameter vector ``params_`` when
   it has one (platt, beta, spline expose it). A base without ``params_`` is compared through its
   fitted logits on a fixed grid of 101 score quantiles of D_S u D_B (chosen once, before the
@@ -33,7 +47,8 @@ Implementation notes.
   two maps with the same parameters give the same grid, so this is a faithful stand-in for
   ||theta_t+1 - theta_t|| on the scale of the linear predictor, and ``tol`` keeps its meaning. Which
   one was used is stored in ``criterion_``.
-- The trace (``trace_``) has one entry per M-step: the parameter vector, its change, the weighted
+- The trace (``trace_``) has one entry per M-step: its kind (``"em"`` or ``"squarem"``, an
+  extrapolated one), the parameter vector, its change, the weighted
   log-likelihood Q(theta_t+1 | theta_t) of eq. 17 per unit weight, and a summary of h (mean on the
   biased positives, quantiles, clip counts). ``converged_`` is False when ``max_iter`` was reached
   first, and ``fit`` then emits a ``RuntimeWarning`` saying so.
@@ -49,7 +64,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logit
 
 from calibflow._validation import INPUT_KINDS, check_labels, check_scores
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
 
 _EPS = 1e-12
 _GRID_SIZE = 101
@@ -89,6 +104,20 @@ def _compact_stack(s_c, y_c, s_b, z_b, h):
     w_b = np.where(pos, 1.0 - h, 1.0)
     w = np.concatenate([np.ones(s_c.size), w_b, h[pos]])
     return s, y, w
+
+
+def em_term_weights(
+    y_c: NDArray[np.float64], z_b: NDArray[np.float64], h: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Positive- and negative-term weights of D* with one row per sample: scores ``(s_clean, s_biased)``.
+
+    Clean rows: ``a = y, b = 1 - y``. A biased row's two stacked copies in D* (label z, weight 1 - h;
+    label 0, weight h) contribute ``(1 - h) z log g + [(1 - h)(1 - z) + h] log(1 - g)``: so
+    ``a = z (1 - h)`` and ``b = 1 - a`` (z = 1: ``a = 1 - h, b = h``; z = 0: ``a = 0, b = 1``). The same
+    weighted log-likelihood as D* (eq. 17), with |S| + |B| rows instead of |S| + 2|B|.
+    """
+    a_b = z_b * (1.0 - h)
+    return np.concatenate([y_c, a_b]), np.concatenate([1.0 - y_c, 1.0 - a_b])
 
 
 def _q_value(p_c, y_c, p_b, z_b, h) -> float:
@@ -131,6 +160,11 @@ class CalEMCalibrator(BaseCalibrator):
     max_iter: most M-steps; reaching it without meeting ``tol`` leaves ``converged_ = False``.
     base_params: keyword arguments for the base calibrator (not ``input``: that is CalEM's own).
     input: kind of the scores, passed on to the base calibrator.
+    warm_start: start each M-step's solver from the previous M-step's parameters (bases with
+        ``fit_two_weight``). Only the solver's start changes, not the optimum it returns, so the
+        iterates and the fixed point are those of cold starts to the solver's tolerance.
+    accelerate: None (Algorithm 3 as written) or ``"squarem"``: SQUAREM extrapolation of h between
+        EM steps; same fixed point and stopping rule, about 3x fewer M-steps (module docstring).
     """
 
     expects = "any"
@@ -143,12 +177,16 @@ class CalEMCalibrator(BaseCalibrator):
         max_iter: int = 100,
         base_params: dict[str, Any] | None = None,
         input: str = "score",
+        warm_start: bool = True,
+        accelerate: str | None = None,
     ) -> None:
         self.base = base
         self.tol = tol
         self.max_iter = max_iter
         self.base_params = base_params
         self.input = input
+        self.warm_start = warm_start
+        self.accelerate = accelerate
         self._check_params()
 
     # ---- parameters -----------------------------------------------------------------------
@@ -170,6 +208,10 @@ class CalEMCalibrator(BaseCalibrator):
             or self.max_iter < 1
         ):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        if self.accelerate not in (None, "squarem"):
+            raise ValueError(f"accelerate must be None or 'squarem', got {self.accelerate!r}")
+        if not isinstance(self.warm_start, bool):
+            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         if self.base_params is not None and not isinstance(self.base_params, dict):
             raise ValueError(f"base_params must be a dict, got {type(self.base_params).__name__}")
         if self.base_params and "input" in self.base_params:
@@ -211,9 +253,15 @@ class CalEMCalibrator(BaseCalibrator):
             }
         ]
         self.converged_ = False
+        s_all = np.concatenate([s_c, s_b])  # the two-weight M-step's rows: D_S then D_B, fixed
+        cache: dict = {}  # what the base builds from s_all alone (spline: its basis), built once
+        squarem = _Squarem(h) if self.accelerate == "squarem" else None
+        step = "em"
         for t in range(1, self.max_iter + 1):
-            s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
-            nxt = self._make_base().fit(s, y, sample_weight=w)  # M-step on D* with w^(t)
+            # M-step on D* with w^(t), warm-started from the previous M-step (not from g_theta0: it is
+            # fitted on the clean scores alone, and a spline's coefficients depend on the score range)
+            theta0 = _params(current) if (self.warm_start and t > 1) else None
+            nxt = self._m_step(s_all, s_c, y_c, s_b, z_b, h, theta0, cache)
             theta_new = self._theta(nxt, grid)
             delta = float(np.linalg.norm(theta_new - theta)) if theta_new.shape == theta.shape else np.inf
             p_b = nxt.predict(s_b)
@@ -222,6 +270,7 @@ class CalEMCalibrator(BaseCalibrator):
             self.trace_.append(
                 {
                     "iter": t,
+                    "step": step,
                     "theta": theta_new,
                     "delta": delta,
                     "weighted_loglik": q,
@@ -229,9 +278,13 @@ class CalEMCalibrator(BaseCalibrator):
                 }
             )
             current, theta = nxt, theta_new
-            if delta < self.tol:
+            # Algorithm 3's rule, on plain EM steps only: an extrapolated step's change says nothing
+            # about how far theta is from the fixed point.
+            if step == "em" and delta < self.tol:
                 self.converged_ = True
                 break
+            if squarem is not None:
+                h, step = squarem.next(h, step, delta)
         self.base_ = current
         self.n_iter_ = len(self.trace_) - 1
         self.h_clip_ = {"clipped_low": low, "clipped_high": high, "n_biased": int(s_b.size)}
@@ -244,6 +297,15 @@ class CalEMCalibrator(BaseCalibrator):
                 stacklevel=2,
             )
         return self
+
+    def _m_step(self, s_all, s_c, y_c, s_b, z_b, h, theta0, cache) -> BaseCalibrator:
+        """One weighted base fit on D*: two-weight rows when the base has them, else compact stacking."""
+        base = self._make_base()
+        if isinstance(base, LikelihoodCalibrator):
+            a, b = em_term_weights(y_c, z_b, h)
+            return base.fit_two_weight(s_all, a, b, theta0=theta0, design_cache=cache)
+        s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
+        return base.fit(s, y, sample_weight=w)
 
     def _theta(self, cal: BaseCalibrator, grid: NDArray[np.float64]) -> NDArray[np.float64]:
         p = _params(cal)
@@ -279,6 +341,49 @@ class CalEMCalibrator(BaseCalibrator):
 
     def _fit(self, s, y, w) -> None:  # pragma: no cover - fit is overridden
         raise TypeError("CalEM is fitted with fit(scores_clean, y_clean, scores_biased, z_biased)")
+
+
+class _Squarem:
+    """SQUAREM (Varadhan & Roland 2008, scheme SqS3) on the EM map h -> E(M(h)) of the biased rows.
+
+    After two plain EM steps h0 -> h1 -> h2 it jumps to ``h0 - 2 alpha r + alpha^2 v`` (``r = h1 - h0``,
+    ``v = h2 - 2 h1 + h0``, ``alpha = -||r|| / ||v||`` kept in ``[-alpha_max, -1]``; ``alpha = -1`` is the
+    plain step h2), clipped to [0, 1] like every h, and the next M-step starts from there. Fixed points
+    are those of EM (at a fixed point r = v = 0), and the stopping rule is still Algorithm 3's, tested on
+    plain steps only. ``alpha_max`` grows 4-fold when the bound binds (SQUAREM's ``mstep``) and falls
+    back to 1 when the plain step after a jump moves theta more than the one before it (the jump
+    overshot): a residual safeguard in place of SQUAREM's objective check, CalEM's approximate EM
+    having no monotone objective.
+    """
+
+    def __init__(self, h0: NDArray[np.float64]) -> None:
+        self.hist: list[NDArray[np.float64]] = [h0]
+        self.alpha_max = 1.0
+        self.last_delta = np.inf
+        self.after_jump = False
+
+    def next(self, h: NDArray[np.float64], step: str, delta: float) -> tuple[NDArray[np.float64], str]:
+        if step == "em":
+            if self.after_jump and delta > self.last_delta:
+                self.alpha_max = 1.0
+            self.after_jump = False
+            self.last_delta = delta
+        self.hist = [h] if step != "em" or not self.hist else [*self.hist, h]
+        if len(self.hist) < 3:
+            return h, "em"
+        h0, h1, h2 = self.hist
+        r, v = h1 - h0, h2 - 2.0 * h1 + h0
+        nv = float(np.linalg.norm(v))
+        self.hist = [h2]
+        if nv == 0.0:
+            return h2, "em"
+        alpha = max(min(-float(np.linalg.norm(r)) / nv, -1.0), -self.alpha_max)
+        if alpha == -self.alpha_max:
+            self.alpha_max *= 4.0
+        if alpha == -1.0:
+            return h2, "em"
+        self.hist, self.after_jump = [], True
+        return np.clip(h0 - 2.0 * alpha * r + alpha * alpha * v, 0.0, 1.0), "squarem"
 
 
 def _params(cal: BaseCalibrator) -> NDArray[np.float64] | None:

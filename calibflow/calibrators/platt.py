@@ -6,13 +6,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
 
 
 @register("platt")
-class PlattCalibrator(BaseCalibrator):
+class PlattCalibrator(LikelihoodCalibrator):
     """Platt (1999): ``p = sigma(A s + B)`` on the logit or raw score ``s``.
 
     Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
@@ -27,9 +26,11 @@ class PlattCalibrator(BaseCalibrator):
     def __init__(self, input: str = "score") -> None:
         self.input = input
 
-    def _fit(self, s, y, w) -> None:
-        a, b = label_weights(y, w)
-        fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b)
+    def _n_params(self) -> int:
+        return 2
+
+    def _fit_ab(self, s, a, b, theta0) -> None:
+        fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b, theta0=theta0)
         self.coef_, self.intercept_ = float(fit.theta[0]), float(fit.theta[1])
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -42,7 +43,7 @@ class PlattCalibrator(BaseCalibrator):
 
 
 @register("temperature")
-class TemperatureCalibrator(BaseCalibrator):
+class TemperatureCalibrator(LikelihoodCalibrator):
     """Temperature scaling (Guo et al. 2017), binary case: ``p = sigma(s / T)``, T > 0, no bias."""
 
     expects = "logit"
@@ -51,9 +52,11 @@ class TemperatureCalibrator(BaseCalibrator):
     def __init__(self, input: str = "logit") -> None:
         self.input = input
 
-    def _fit(self, s, y, w) -> None:
-        a, b = label_weights(y, w)
-        fit = fit_logistic_warm(s[:, None], a, b)
+    def _n_params(self) -> int:
+        return 1
+
+    def _fit_ab(self, s, a, b, theta0) -> None:
+        fit = fit_logistic_warm(s[:, None], a, b, theta0=theta0)
         inv_t = float(fit.theta[0])
         if inv_t <= 0:
             raise ValueError("temperature scaling found scores anti-correlated with labels (1/T <= 0)")
@@ -61,6 +64,11 @@ class TemperatureCalibrator(BaseCalibrator):
 
     def _predict(self, s):
         return expit(s / self.temperature_)
+
+    @property
+    def params_(self) -> NDArray[np.float64]:
+        """The fitted parameter ``[1 / T]`` (the slope on the logit; a ``theta0`` for ``fit_two_weight``)."""
+        return np.array([1.0 / self.temperature_])
 
 
 @register("sigmoid")

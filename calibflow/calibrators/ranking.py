@@ -45,7 +45,7 @@ from scipy.special import expit
 
 from calibflow._validation import as_1d_float, check_labels, check_scores, check_weights
 from calibflow.calibrators._logistic import LogisticFit, fit_logistic, label_weights
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
 
 LOSSES = ("naive", "uerm")
 # Registered methods whose fit is a weighted likelihood, linear in the two term weights: they can be fitted
@@ -119,7 +119,7 @@ def uerm_weights(
 
 
 # ---- the two calibrators ---------------------------------------------------------------------------------
-class _ShapeCalibrator(BaseCalibrator):
+class _ShapeCalibrator(LikelihoodCalibrator):
     """Shared code of Gaussian and Gamma calibration: ``sigma(theta . phi(s))`` with 3 features."""
 
     expects = "logit"  # ranking scores are used as they are; probabilities go through logit
@@ -165,22 +165,32 @@ class _ShapeCalibrator(BaseCalibrator):
         self.fitted_ = True
         return self
 
+    @property
+    def params_(self) -> NDArray[np.float64]:
+        """The fitted ``theta = (a, b, c)`` on the solver's scaled feature (a ``theta0`` for refits)."""
+        return self.theta_
+
+    def _n_params(self) -> int:
+        return 3
+
     def paper_params(self) -> dict[str, float]:
         """``(a, b, c)`` in the paper's parametrisation on the raw (Gamma: shifted) score."""
         raise NotImplementedError
 
     # ---- fitting ------------------------------------------------------------------------------------
-    def _fit(self, s, y, w) -> None:
-        # BaseCalibrator hook: used by ``fit_uerm``'s two-rows-per-pair form (label 1 / label 0 rows).
-        self._fit_ab(s, *label_weights(y, w))
-
     def _check_params(self) -> None:
         if not 0.0 <= self.propensity_floor <= 1.0:
             raise ValueError(f"propensity_floor must be in [0, 1], got {self.propensity_floor}")
         if not self.ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {self.ridge}")
 
-    def _fit_ab(self, s: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64]) -> None:
+    def _fit_ab(
+        self,
+        s: NDArray[np.float64],
+        a: NDArray[np.float64],
+        b: NDArray[np.float64],
+        theta0: NDArray[np.float64] | None = None,
+    ) -> None:
         self._check_params()
         if a.sum() <= 0:
             raise ValueError("no positive-term weight: calibration needs observed positives")
@@ -199,8 +209,9 @@ class _ShapeCalibrator(BaseCalibrator):
         keep = self._free_columns()
         X, C = X[:, keep], C[:, keep]
         cons = (C, d)
-        theta0 = None
-        if (b < 0).any():  # warm start from the convex problem with the negative terms dropped
+        if theta0 is not None:
+            theta0 = theta0[keep]
+        elif (b < 0).any():  # warm start from the convex problem with the negative terms dropped
             theta0 = fit_logistic(X, a, np.maximum(b, 0.0), constraints=cons).theta
         fit = fit_logistic(X, a, b, theta0=theta0, constraints=cons)
         self.regularised_ = False
@@ -347,11 +358,9 @@ def fit_uerm(
 ) -> BaseCalibrator:
     """Fit a registered likelihood calibrator (platt, temperature, beta, gaussian, gamma) with UERM, eq. (17).
 
-    Each pair becomes two rows of the calibrator's ordinary weighted fit: label 1 with weight ``v Y/w`` and
-    label 0 with weight ``v (1 - Y/w)``. A weighted log-likelihood fit is linear in the two term weights,
-    so this is exactly eq. (17) (the mean is over 2n rows instead of n: same minimiser). The label-0
-    weights may be negative; they go to the calibrator's ``_fit`` directly, which passes them to
-    ``fit_logistic`` (that handles negative term weights). Returns the fitted calibrator.
+    Each pair enters the calibrator's two-weight fit (``fit_two_weight``) once, with positive-term weight
+    ``v Y/w`` and negative-term weight ``v (1 - Y/w)``: exactly eq. (17). The negative-term weights may be
+    negative; ``fit_logistic`` handles them. Returns the fitted calibrator.
     """
     if calibrator.name not in LIKELIHOOD_METHODS:
         raise ValueError(
@@ -360,16 +369,12 @@ def fit_uerm(
         )
     s = check_scores(scores, calibrator.input)
     yy = check_labels(y, n=s.size)
-    if isinstance(calibrator, _ShapeCalibrator):
-        a, b = uerm_weights(yy, propensity, sample_weight, floor=floor)
+    a, b = uerm_weights(yy, propensity, sample_weight, floor=floor)
+    if isinstance(calibrator, _ShapeCalibrator):  # its own checks name the UERM-specific failures
         calibrator._fit_ab(calibrator._convert(s), a, b)
-    else:
-        a, b = uerm_weights(yy, propensity, sample_weight, floor=floor)
-        s2 = np.concatenate([s, s])
-        y2 = np.concatenate([np.ones_like(yy), np.zeros_like(yy)])
-        calibrator._fit(calibrator._convert(s2), y2, np.concatenate([a, b]))
-    calibrator.fitted_ = True
-    return calibrator
+        calibrator.fitted_ = True
+        return calibrator
+    return calibrator.fit_two_weight(s, a, b)
 
 
 __all__ = [

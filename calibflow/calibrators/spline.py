@@ -6,9 +6,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._logistic import fit_logistic, label_weights
+from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import LikelihoodCalibrator, register
 
 DEGREE = 3
 
@@ -79,6 +79,7 @@ def fit_monotone_pspline(
     b: NDArray[np.float64],
     lam: float,
     theta0: NDArray[np.float64] | None = None,
+    active0: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64], bool]:
     """Minimise ``-sum [a log p + b log(1-p)] + lam/2 ||D2 theta||^2`` s.t. ``D1 theta >= 0``.
 
@@ -89,11 +90,14 @@ def fit_monotone_pspline(
     form because ``D1' lambda = grad`` is a telescoping sum: ``lambda_j = -sum_{i<=j} grad_i``.
     K is ~20, so this takes a few Newton solves, where SLSQP over the same n rows takes tens of
     passes. Falls back to ``fit_logistic``'s constrained (SLSQP) solver if it cycles.
+
+    ``active0`` starts the loop from a guess of the active set (a warm start: the constraints tight
+    at a previous solution); the KKT check at the end makes the answer independent of the guess.
     """
     n, k = basis.shape
     d1, d2 = _difference(k, 1), _difference(k, 2)
     penalty = d2.T @ d2
-    active = np.zeros(k - 1, bool)
+    active = np.zeros(k - 1, bool) if active0 is None else active0.copy()
     theta = np.zeros(k) if theta0 is None else theta0
     tol_lam = 1e-7 * float(np.sum(np.abs(a) + np.abs(b)))
     for _ in range(3 * k):
@@ -131,7 +135,7 @@ def _linear_start(s, a, b, lo: float, hi: float, k: int) -> NDArray[np.float64]:
 
 
 @register("spline")
-class SplineCalibrator(BaseCalibrator):
+class SplineCalibrator(LikelihoodCalibrator):
     """Monotone penalised B-spline logistic calibration on the logit: the CalEM paper's "GAM".
 
     ``p = sigma(sum_j theta_j B_j(s))`` with ``B_j`` a uniform cubic B-spline basis on the logit
@@ -158,6 +162,7 @@ class SplineCalibrator(BaseCalibrator):
     """
 
     expects = "logit"
+    negative_terms = False  # the active-set Newton loop needs a convex objective
     _state_fields = ("coef_", "lo_", "hi_")
 
     def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = "score") -> None:
@@ -173,16 +178,23 @@ class SplineCalibrator(BaseCalibrator):
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
         return int(k)
 
-    def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
+    def _n_params(self) -> int:
+        return self._check_params()
+
+    def _fit_ab(self, s, a, b, theta0) -> None:
         k = self._check_params()
-        live = s[w > 0]
+        live = s[(a + b) > 0]
         lo, hi = float(live.min()), float(live.max())
         if hi <= lo:
             raise ValueError("spline needs at least two distinct scores (with positive weight)")
-        a, b = label_weights(y, w)
-        theta0 = _linear_start(s, a, b, lo, hi, k)
-        basis = bspline_design(np.clip(s, lo, hi), lo, hi, k)  # zero-weight rows may lie outside
-        theta, converged = fit_monotone_pspline(basis, a, b, float(self.lam), theta0)
+        active0 = None
+        if theta0 is None:
+            theta0 = _linear_start(s, a, b, lo, hi, k)
+        else:  # a caller's start (a previous solution): start from the constraints tight there
+            active0 = np.diff(theta0) <= 1e-9 * (1.0 + np.abs(theta0).max())
+        # zero-weight rows may lie outside [lo, hi]; the basis depends on the scores only
+        basis = self._cached((lo, hi, k), lambda: bspline_design(np.clip(s, lo, hi), lo, hi, k))
+        theta, converged = fit_monotone_pspline(basis, a, b, float(self.lam), theta0, active0)
         # Solvers stop ~1e-10 outside the cone: close it exactly so predictions never decrease.
         self.coef_ = np.maximum.accumulate(theta)
         self.lo_, self.hi_ = lo, hi

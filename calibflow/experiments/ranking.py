@@ -808,9 +808,9 @@ CHOICES = [
     "s_min. Gaussian/Gamma curves continue linearly outside the calibration range to stay monotone on R.",
     "Monotonicity constraints 2as+b >= 1e-6 and a/s+b >= 1e-6 at s_min and s_max, in the solver's "
     "unit-scaled coordinates (the paper's strict > 0).",
-    "UERM for Platt and Beta via fit_uerm: each pair becomes a label-1 row weighted Y/w and a label-0 row "
-    "weighted 1-Y/w. Beta, BBQ and histogram binning get the sigmoid of the raw score (their expects= "
-    "probability); the paper rescales for Beta and BBQ (App. E).",
+    "UERM for Platt and Beta via fit_uerm: each pair enters the two-weight fit once, positive term "
+    "weighted Y/w and negative term 1-Y/w (eq. 17). Beta, BBQ and histogram binning get the sigmoid of the "
+    "raw score (their expects=probability); the paper rescales for Beta and BBQ (App. E).",
     "Histogram binning with 15 equal-width bins (App. E, Coat). BBQ is the registered Bayesian binning "
     "(Naeini et al.), not the paper's fixed (10, 20, 50, 100)-bin average.",
     "ECE and MCE with 15 equal-width bins; reliability diagrams with 10 bins (as Fig. 1).",
