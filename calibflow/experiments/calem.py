@@ -134,13 +134,9 @@ def l2_error(curve: np.ndarray, oracle: np.ndarray) -> float:
     return float(np.sqrt(np.mean((curve - oracle) ** 2)))
 
 
-def sim_replication(
-    cfg: dict[str, Any], g: str, h: str, p_y: float, share: float, seed: int
-) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
-    d = simulate(cfg["n"], p_y, g, h, share, rng, cfg["concentration"])
-    c = d["clean"]
-    em = C.make(
+def _make_em(cfg: dict[str, Any]):
+    """The CalEM calibrator the simulation configures (base, its params, tolerance, iteration cap)."""
+    return C.make(
         "calem",
         base=cfg["base"],
         base_params=dict(cfg["base_params"]),
@@ -148,6 +144,15 @@ def sim_replication(
         max_iter=cfg["max_iter"],
         input="probability",
     )
+
+
+def sim_replication(
+    cfg: dict[str, Any], g: str, h: str, p_y: float, share: float, seed: int
+) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    d = simulate(cfg["n"], p_y, g, h, share, rng, cfg["concentration"])
+    c = d["clean"]
+    em = _make_em(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # non-convergence is counted, not printed
         em.fit(d["s"][c], d["y"][c], d["s"][~c], d["z"][~c])
@@ -327,14 +332,7 @@ def example_figure(cfg: dict[str, Any], seed: int) -> Figure:
     rng = np.random.default_rng(seed)
     d = simulate(cfg["n"], 0.3, "g2", "h1", 0.1, rng, cfg["concentration"])
     c = d["clean"]
-    em = C.make(
-        "calem",
-        base=cfg["base"],
-        base_params=dict(cfg["base_params"]),
-        tol=cfg["tol"],
-        max_iter=cfg["max_iter"],
-        input="probability",
-    )
+    em = _make_em(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         em.fit(d["s"][c], d["y"][c], d["s"][~c], d["z"][~c])
