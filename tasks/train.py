@@ -5,6 +5,12 @@
 (``data/models/<name>.json``) and the raw margin (logit) and probability of every row
 (``data/predictions/<name>.parquet``: ``row``, ``split``, ``y``, ``margin``, ``prob``, and ``treatment``
 where present). ``metrics/train.json`` holds the base models' test AUC and log loss.
+
+Replicas (``replicas: {n, scheme}`` in params.yaml, default none): S extra models trained on the same
+train split by ``calibflow.models.train_replicas`` (``seeds``: different seeds with row/column
+subsampling; ``bootstrap``: bootstrap resamples), saved as ``data/models/<name>.replica<r>.json``,
+with their margins as ``margin_replica<r>`` columns of the predictions, for replica-based
+uncertainty (``calibflow.uncertainty.replica_logit_std``) and VAD (``calibflow.calibrators.vad``).
 """
 
 from __future__ import annotations
@@ -36,9 +42,13 @@ log = logging.getLogger("tasks.train")
 
 
 def train_one(
-    frame: pd.DataFrame, model_params: dict[str, Any], rng_seed: int, model_path: Path
+    frame: pd.DataFrame,
+    model_params: dict[str, Any],
+    rng_seed: int,
+    model_path: Path,
+    replicas: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """Train on the ``train`` rows of a prepared frame; save the model; return predictions for all rows."""
+    """Train on the ``train`` rows of a prepared frame; save the model(s); return predictions for all rows."""
     feats = [c for c in frame.columns if c.startswith("f:")]
     if not feats:
         raise StageError("prepared frame has no feature columns (f:*)")
@@ -51,6 +61,16 @@ def train_one(
     out = frame[keep].copy()
     out["margin"] = np.asarray(models.predict_margin(model, X), dtype=np.float64)
     out["prob"] = np.asarray(models.predict_proba(model, X), dtype=np.float64)
+    n_rep = int((replicas or {}).get("n", 0))
+    if n_rep > 0:
+        scheme = str(replicas.get("scheme", "seeds"))
+        # Seeded apart from the served model, so replica 1 is never a copy of it.
+        reps = models.train_replicas(
+            X[tr], y[tr], dict(model_params), n_rep, scheme=scheme, seed=rng_seed + 1
+        )
+        for r, rep in enumerate(reps, start=1):
+            models.save_model(rep, model_path.with_name(f"{model_path.stem}.replica{r}.json"))
+            out[f"margin_replica{r}"] = np.asarray(models.predict_margin(rep, X), dtype=np.float64)
     return out
 
 
@@ -65,7 +85,13 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             if not path.is_file():
                 raise StageError(f"prepared data missing: {path} (run the prepare stage first)")
             t0 = time.perf_counter()
-            preds = train_one(pd.read_parquet(path), model_params, seed(params), mdir / f"{name}.json")
+            preds = train_one(
+                pd.read_parquet(path),
+                model_params,
+                seed(params),
+                mdir / f"{name}.json",
+                params.get("replicas"),
+            )
             preds.to_parquet(pdir / f"{name}.parquet", index=False)
             test = preds[preds["split"] == "test"]
             y, p = test["y"].to_numpy(float), test["prob"].to_numpy(float)

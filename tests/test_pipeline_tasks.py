@@ -440,3 +440,22 @@ def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
     broken = tmp_path / "broken.html"
     broken.write_text(page.read_text().replace("<svg ", '<svg style="width:0;height:0" ', 1))
     assert render_in_chromium(broken, tmp_path)["svgs"][0]["w"] == 0
+
+
+def test_train_replicas_are_saved_and_differ(tmp_path):
+    """``replicas: {n: 2}`` adds two JSON models and their margins, each different from the served model."""
+    from calibflow import models
+
+    params = copy.deepcopy(TINY)
+    params["datasets"] = {"names": ["bank_marketing"], "max_rows": 800}
+    params["replicas"] = {"n": 2, "scheme": "bootstrap"}
+    fetch.run(params, tmp_path)
+    prepare.run(params, tmp_path)
+    train.run(params, tmp_path)
+    preds = pd.read_parquet(tmp_path / "data/predictions/bank_marketing.parquet")
+    for r in (1, 2):
+        rep = models.load_model(tmp_path / "data/models" / f"bank_marketing.replica{r}.json")
+        frame = pd.read_parquet(tmp_path / "data/prepared/bank_marketing.parquet")
+        X = frame[[c for c in frame.columns if c.startswith("f:")]].to_numpy()
+        np.testing.assert_allclose(models.predict_margin(rep, X), preds[f"margin_replica{r}"], atol=1e-6)
+        assert np.abs(preds[f"margin_replica{r}"] - preds["margin"]).max() > 1e-3
