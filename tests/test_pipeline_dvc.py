@@ -32,6 +32,7 @@ TINY = {
         "balance_tolerance": 0.03,
     },
     "model": {"n_estimators": 10, "max_depth": 3, "learning_rate": 0.3, "n_jobs": 1},
+    "replicas": {"n": 0, "scheme": "seeds"},
     "calibrate": {"methods": ["platt", "isotonic"], "input": "logit", "options": {}},
     "evaluate": {"n_bins": 10, "n_bootstrap": 20, "ci_level": 0.95, "selection_alpha": 0.1, "hist_bins": 20},
     "papers": ["fake"],
