@@ -26,7 +26,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
 
-from calibflow._validation import INPUT_KINDS, as_1d_float, check_labels, check_scores, check_weights
+from calibflow._validation import as_1d_float, check_labels, check_scores, check_weights
+from calibflow.calibrators._logistic import label_weights
 
 SCHEMA_VERSION = 1
 _EPS = 1e-12
@@ -104,8 +105,6 @@ class BaseCalibrator:
 
     # ---- helpers for subclasses -------------------------------------------------------------
     def _validate_fit(self, scores, y, sample_weight):
-        if self.input not in INPUT_KINDS:
-            raise ValueError(f"input must be one of {INPUT_KINDS}, got {self.input!r}")
         s = check_scores(scores, self.input)
         yy = check_labels(y, n=s.size)
         w = check_weights(sample_weight, s.size, allow_negative=self.negative_weights)
@@ -171,8 +170,6 @@ class LikelihoodCalibrator(BaseCalibrator):
         in it what depends only on the scores (``spline``: the B-spline design matrix), so it is built
         once. Never share one dict between different scores.
         """
-        if self.input not in INPUT_KINDS:
-            raise ValueError(f"input must be one of {INPUT_KINDS}, got {self.input!r}")
         s = check_scores(scores, self.input)
         aa, bb = as_1d_float(a, "a"), as_1d_float(b, "b")
         for name, v in (("a", aa), ("b", bb)):
@@ -202,7 +199,7 @@ class LikelihoodCalibrator(BaseCalibrator):
         return self
 
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
-        self._fit_ab(s, w * y, w * (1.0 - y), None)
+        self._fit_ab(s, *label_weights(y, w), None)
 
     def _fit_ab(
         self,
