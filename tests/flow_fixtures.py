@@ -21,8 +21,8 @@ STAGE_SCRIPT = textwrap.dedent(
     out.write_text(json.dumps({"stage": name, "scale": params["scale"], "deps": len(deps)}))
     if name == "report":
         pathlib.Path("reports/summary.md").write_text("# toy summary")
-        suite = {"suite": "toy", "success": True, "evaluated": 3, "failed": 0}
-        pathlib.Path("reports/validation.json").write_text(json.dumps([suite]))
+        suite = {"name": "toy", "success": True, "evaluated": 3, "failed": 0, "rows": 1}
+        pathlib.Path("reports/validation.json").write_text(json.dumps({"success": True, "suites": [suite]}))
     """
 )
 

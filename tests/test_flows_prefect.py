@@ -26,16 +26,16 @@ def harness():
         yield
 
 
-def test_validation_rows_accepts_both_shapes():
-    suites = [
-        {
-            "suite": "s",
-            "success": False,
-            "statistics": {"evaluated_expectations": 4, "unsuccessful_expectations": 1},
-        }
+def test_validation_rows_reads_the_report_stage_format():
+    payload = {
+        "success": False,
+        "suites": [
+            {"name": "raw.adult", "success": False, "evaluated": 4, "failed": 1, "rows": 9, "failures": []}
+        ],
+    }
+    assert pl.validation_rows(payload) == [
+        {"name": "raw.adult", "success": False, "evaluated": 4, "failed": 1}
     ]
-    assert pl.validation_rows(suites) == [{"suite": "s", "success": False, "evaluated": 4, "failed": 1}]
-    assert pl.validation_rows({"suites": suites}) == pl.validation_rows(suites)
 
 
 def test_apply_params_file_missing(tmp_path):
