@@ -241,14 +241,14 @@ def mist(positives: ArrayLike, totals: ArrayLike, precision: float) -> Boundary:
 
 
 def _iso_rows(p: NDArray[np.float64], n: NDArray[np.float64]) -> NDArray[np.float64]:
-    from calibflow.calibrators.isotonic import _pav_fast
+    from calibflow.calibrators.isotonic import pav
 
     out = np.zeros_like(p)
     for i in range(p.shape[0]):
         nz = np.flatnonzero(n[i] > 0)
         if nz.size == 0:
             continue
-        means, starts = _pav_fast(p[i, nz] / n[i, nz], n[i, nz])
+        means, starts = pav(p[i, nz] / n[i, nz], n[i, nz])
         vals = np.repeat(means, np.diff(np.append(starts, nz.size)))
         # Forward-fill empty bins from the non-empty bin below (the first ones from the first value).
         pos = np.searchsorted(nz, np.arange(p.shape[1]), side="right") - 1

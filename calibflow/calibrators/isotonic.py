@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.isotonic import isotonic_regression
 
 from calibflow.calibrators.base import BaseCalibrator, register
 
 
 def pav(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
-    """Weighted PAV on values already sorted by score; returns block means and block start indices.
+    """Weighted pool-adjacent-violators on values already sorted by score.
 
-    A single linear-time stack pass: each new point is merged backwards while it violates
-    monotonicity with the previous block.
+    Returns the block means and the index where each block starts. The pooling itself is
+    scikit-learn's compiled PAV (``sklearn.isotonic.isotonic_regression``); blocks are read off its
+    piecewise-constant output.
     """
-    n = y.size
-    means = np.empty(n)
-    weights = np.empty(n)
-    starts = np.empty(n, dtype=np.intp)
-    top = -1
-    for i in range(n):
-        top += 1
-        means[top], weights[top], starts[top] = y[i], w[i], i
-        while top > 0 and means[top - 1] >= means[top]:
-            wt = weights[top - 1] + weights[top]
-            means[top - 1] = (means[top - 1] * weights[top - 1] + means[top] * weights[top]) / wt
-            weights[top - 1] = wt
-            top -= 1
-    return means[: top + 1], starts[: top + 1]
+    fitted = isotonic_regression(y, sample_weight=w)
+    starts = np.flatnonzero(np.r_[True, fitted[1:] != fitted[:-1]])
+    return fitted[starts], starts
 
 
 @register("isotonic")
@@ -57,7 +48,7 @@ class IsotonicCalibrator(BaseCalibrator):
         uniq = s[first]
         ws = np.add.reduceat(w, first)
         ys = np.add.reduceat(w * y, first) / ws
-        means, starts = _pav_fast(ys, ws)
+        means, starts = pav(ys, ws)
         ends = np.append(starts[1:], uniq.size) - 1
         # Keep both ends of each block so interpolation reproduces the step exactly inside blocks.
         xs = np.column_stack([uniq[starts], uniq[ends]]).ravel()
@@ -69,14 +60,3 @@ class IsotonicCalibrator(BaseCalibrator):
     def _predict(self, s):
         return np.interp(s, self.x_, self.y_)
 
-
-def _pav_fast(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
-    """PAV via scikit-learn's compiled kernel when present (same result as ``pav``, much faster)."""
-    try:
-        from sklearn._isotonic import _inplace_contiguous_isotonic_regression
-    except ImportError:  # pragma: no cover - fallback keeps us correct without the private kernel
-        return pav(y, w)
-    fitted = y.astype(np.float64).copy()
-    _inplace_contiguous_isotonic_regression(fitted, w.astype(np.float64).copy())
-    starts = np.flatnonzero(np.r_[True, fitted[1:] != fitted[:-1]])
-    return fitted[starts], starts
