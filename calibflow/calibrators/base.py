@@ -171,18 +171,12 @@ class LikelihoodCalibrator(BaseCalibrator):
         once. Never share one dict between different scores.
         """
         s = check_scores(scores, self.input)
-        aa, bb = as_1d_float(a, "a"), as_1d_float(b, "b")
-        for name, v in (("a", aa), ("b", bb)):
-            if v.size != s.size:
-                raise ValueError(f"length mismatch: {name} has {v.size} values, scores have {s.size}")
-        if (aa < 0).any():
-            raise ValueError(f"a has {int((aa < 0).sum())} negative value(s); positive-term weights are >= 0")
+        aa = check_weights(a, s.size, "a")  # >= 0 with a positive sum: the fit needs observed positives
+        bb = check_weights(b, s.size, "b", allow_negative=True)
         if not self.negative_terms and (bb < 0).any():
             raise ValueError(
                 f"b has {int((bb < 0).sum())} negative value(s); {self.name} needs negative-term weights >= 0"
             )
-        if aa.sum() <= 0:
-            raise ValueError("a sums to 0: the fit needs positive-term weight (observed positives)")
         if bb.sum() <= 0:
             raise ValueError(f"b sums to {bb.sum():g}: the fit needs a positive total negative-term weight")
         start = None
