@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
 import sys
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> None:
-    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name != "__main__")
+    # Private modules (``_name``) are tools, not benchmarks (e.g. the wheel packer for device runs).
+    names = sorted(
+        m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if not m.name.startswith("_")
+    )
     chosen = (argv if argv is not None else sys.argv[1:]) or names
     unknown = sorted(set(chosen) - set(names))
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; available: {names}")
     for name in chosen:
         print(f"\n=== benchmarks.{name} ===", flush=True)
-        entry = importlib.import_module(f"benchmarks.{name}").main
-        # Defaults for every module: an empty argv where main takes one (never our own sys.argv).
-        if inspect.signature(entry).parameters:
-            entry([])
-        else:
-            entry()
+        # Every module's main(argv) with an empty argv: its defaults, never our own sys.argv.
+        importlib.import_module(f"benchmarks.{name}").main([])
 
 
 if __name__ == "__main__":

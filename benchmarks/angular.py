@@ -55,13 +55,13 @@ def _reference(X, y, Xh, yh, Xt, Sigma, lam, link):
     return link(c * s[:, None] + np.sqrt(1 - c * c) * t[None, :]) @ (wt / np.sqrt(2 * np.pi)), a2
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--d", type=int, default=2000)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # before numpy loads BLAS
     import numpy as np

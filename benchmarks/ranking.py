@@ -37,10 +37,10 @@ def _best(fn, repeats: int) -> float:
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from sklearn.linear_model import LogisticRegression
 
     print(f"{'n':>8} {'method':<22} {'ours [ms]':>10} {'peer':<26} {'peer [ms]':>10} {'ratio':>7}")

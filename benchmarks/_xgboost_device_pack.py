@@ -1,6 +1,6 @@
 """Pack the CUDA xgboost wheel small enough to carry to a lent GPU machine (helper of ``xgboost_device``).
 
-Run: ``python -m benchmarks.xgboost_device_pack WHEEL OUT.tar.xz [--arch 90]``.
+Run: ``python -m benchmarks._xgboost_device_pack WHEEL OUT.tar.xz [--arch 90]``.
 
 The full ``xgboost`` 3.2.0 wheel is 132 MB (``libxgboost.so`` 237 MB, 147 MB of it the CUDA fat binary:
 SASS for sm_50/60/70/80/90/100/120 and PTX for sm_120), over the device tool's 64 MiB carry limit, and its
