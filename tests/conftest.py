@@ -34,3 +34,12 @@ def _data_mirror():
     if "CALIBFLOW_DATA_MIRROR" not in os.environ and shared.is_dir():
         os.environ["CALIBFLOW_DATA_MIRROR"] = str(shared)
     yield
+
+
+@pytest.fixture
+def one_blas_thread():
+    """One BLAS thread: small matrix-vector products only gain contention from threads on shared cores."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import textwrap
@@ -73,3 +74,10 @@ def make_toy_repo(root: Path) -> Path:
     run("git", "add", "-A")
     run("git", "commit", "-qm", "toy")
     return root
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

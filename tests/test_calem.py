@@ -12,14 +12,7 @@ from calibflow import calibrators as C
 from calibflow.calibrators.calem import _compact_stack, _q_value, em_weights, treatment_effect
 from calibflow.experiments.calem import l2_error, simulate
 
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    # Small matrix-vector products: BLAS threads only add contention on the shared CI cores.
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def _data(seed=0, n=6000, share=0.1, g="g2", h="h1", p_y=0.3):

@@ -9,13 +9,7 @@ import pytest
 
 from calibflow.experiments import calem as E
 
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def test_beta_params_and_simulation_design():

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-
+from flow_fixtures import free_port
 from typer.testing import CliRunner
 
 from calibflow import datasets
@@ -39,8 +38,6 @@ def test_serve_rejects_a_bad_cron_before_starting_anything():
 
 
 def test_server_status_reports_unhealthy_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     res = runner.invoke(app, ["server", "status", "--port", str(port)])
     assert res.exit_code == 1 and '"healthy": false' in res.output

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
-from flow_fixtures import make_toy_repo
+from flow_fixtures import free_port, make_toy_repo
 
 import flows  # noqa: F401  (environment before prefect)
 from flows import pipeline as pl
@@ -92,17 +91,11 @@ def test_dask_task_runner_runs_a_layer_in_parallel(harness, tmp_path):
     assert not any(s.stale for s in dvc_stages.plan(toy)), "dvc commit must record the parallel runs"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.server
 def test_schedule_round_trip(tmp_path):
     """Start a local server, serve the deployment with a cron, trigger it, assert it completed."""
     toy = make_toy_repo(tmp_path / "toy")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect-home"),

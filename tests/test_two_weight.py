@@ -12,12 +12,7 @@ from calibflow.calibrators.base import LikelihoodCalibrator
 METHODS = ["platt", "temperature", "beta", "spline", "gaussian", "gamma"]
 
 
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def _data(seed=0, n=4000):
