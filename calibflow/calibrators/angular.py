@@ -26,7 +26,6 @@ simulation: ``link="logistic", link_scale=3, link_shift=1``) or any callable (no
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import warnings
@@ -40,7 +39,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve, cholesky, solve_tri
 from scipy.special import expit, ndtr, roots_hermitenorm
 
 from calibflow._validation import check_labels
-from calibflow.calibrators.base import SCHEMA_VERSION, BaseCalibrator, _to_jsonable, register
+from calibflow.calibrators.base import BaseCalibrator, register
 
 Array = NDArray[np.float64]
 MIN_N = 20  # below this the proportional-asymptotics estimator (11) is meaningless
@@ -405,7 +404,7 @@ def inner_product_sq(
     for any other convex pair. May be negative in small samples: callers clip (``AngularCalibrator``
     clips and flags).
     """
-    Xa, ya, w = _check_design(X, y, "X", "y")
+    Xa, ya = _check_design(X, y, "X", "y")
     w = np.asarray(w_hat, dtype=np.float64).reshape(-1)
     if w.size != Xa.shape[1]:
         raise ValueError(f"w_hat has {w.size} entries, X has {Xa.shape[1]} columns")
@@ -473,8 +472,7 @@ def _check_design(X, y, xname: str, yname: str, both_classes: bool = True):
         raise ValueError(
             f"{xname} is {n} x {d}: the angle estimator (11) needs n >= {MIN_N} and d >= {MIN_D}"
         )
-    ya = check_labels(y, n=n, name=yname, both_classes=both_classes)
-    return Xa, ya, None
+    return Xa, check_labels(y, n=n, name=yname, both_classes=both_classes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +549,7 @@ class AngularCalibrator(BaseCalibrator):
         ``lam`` is unused).
         """
         self._check_params()
-        Xa, ya, _ = _check_design(X, y, "X", "y")
+        Xa, ya = _check_design(X, y, "X", "y")
         n, d = Xa.shape
         Xh = np.asarray(X_holdout, dtype=np.float64)
         if Xh.ndim != 2 or Xh.shape[1] != d or Xh.shape[0] < 1 or not np.isfinite(Xh).all():
@@ -634,9 +632,7 @@ class AngularCalibrator(BaseCalibrator):
                 "cannot serialise an angular calibrator with a custom callable link; use a "
                 f"named link ({', '.join(sorted(LINKS))}) with link_scale/link_shift"
             )
-        state = {k: _to_jsonable(getattr(self, k)) for k in self._state_fields}
-        payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": self.get_params(), "state": state}
-        return json.dumps(payload, default=_to_jsonable)
+        return super().to_json()
 
     def _check_params(self) -> None:
         if not (isinstance(self.lam, numbers.Real) and np.isfinite(self.lam) and self.lam > 0):
