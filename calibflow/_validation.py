@@ -82,3 +82,10 @@ def check_probabilities(p: ArrayLike, n: int | None = None, name: str = "p") -> 
     if n is not None and arr.size != n:
         raise ValueError(f"length mismatch: {name} has {arr.size} values, labels have {n}")
     return arr
+
+
+def check_n_bins(n_bins: object, name: str = "n_bins") -> int:
+    """A positive integer number of bins (booleans refused)."""
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
+        raise ValueError(f"{name} must be a positive integer, got {n_bins!r}")
+    return int(n_bins)

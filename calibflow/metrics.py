@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from calibflow._validation import as_1d_float, check_labels, check_probabilities, check_weights
+from calibflow._validation import as_1d_float, check_labels, check_n_bins, check_probabilities, check_weights
 
 STRATEGIES = ("uniform", "quantile")
 _EPS = 1e-15
@@ -27,8 +27,7 @@ def _prep(y, p, sample_weight=None, both_classes=False):
 
 def bin_index(p: NDArray[np.float64], n_bins: int, strategy: str = "uniform") -> NDArray[np.intp]:
     """Bin of each prediction: equal-width on [0, 1] or equal-mass (quantiles of ``p``)."""
-    if not isinstance(n_bins, int | np.integer) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    n_bins = check_n_bins(n_bins)
     if strategy == "uniform":
         return np.minimum((p * n_bins).astype(np.intp), n_bins - 1)
     if strategy == "quantile":

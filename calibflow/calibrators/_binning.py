@@ -12,12 +12,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 
-def check_n_bins(n_bins: object, name: str = "n_bins") -> int:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
-        raise ValueError(f"{name} must be a positive integer, got {n_bins!r}")
-    return int(n_bins)
-
-
 def equal_mass_edges(v: NDArray[np.float64], n_bins: int, w: NDArray[np.float64]) -> NDArray[np.float64]:
     """Interior edges of ``n_bins`` equal-(weighted-)mass bins: deduplicated, no empty bin.
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from calibflow.calibrators._binning import bin_stats, check_n_bins, equal_mass_edges, fill_empty
+from calibflow._validation import check_n_bins
+from calibflow.calibrators._binning import bin_stats, equal_mass_edges, fill_empty
 from calibflow.calibrators.base import BaseCalibrator, register
-
-STRATEGIES = ("uniform", "quantile")
+from calibflow.metrics import STRATEGIES
 
 
 @register("histogram")

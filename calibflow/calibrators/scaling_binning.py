@@ -6,7 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from calibflow.calibrators._binning import bin_stats, check_n_bins, equal_mass_edges
+from calibflow._validation import check_n_bins
+from calibflow.calibrators._binning import bin_stats, equal_mass_edges
 from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register
