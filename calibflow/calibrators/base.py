@@ -178,7 +178,13 @@ class LikelihoodCalibrator(BaseCalibrator):
                 f"b has {int((bb < 0).sum())} negative value(s); {self.name} needs negative-term weights >= 0"
             )
         if bb.sum() <= 0:
-            raise ValueError(f"b sums to {bb.sum():g}: the fit needs a positive total negative-term weight")
+            # Along the intercept alone the risk then falls without bound. Under UERM (b = 1 - Y/propensity)
+            # this means the inverse-propensity preference rate mean(Y/propensity) is >= 1.
+            raise ValueError(
+                f"b sums to {bb.sum():g}: negative-term weights sum to <= 0, so no curve fits (UERM: "
+                "mean Y/propensity >= 1; the propensities are too small for these labels, or raise "
+                "propensity_floor)"
+            )
         start = None
         if theta0 is not None:
             start = as_1d_float(theta0, "theta0")

@@ -43,14 +43,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
-from calibflow._validation import as_1d_float, check_labels, check_scores, check_weights
+from calibflow._validation import as_1d_float, check_labels, check_weights
 from calibflow.calibrators._logistic import LogisticFit, fit_logistic, label_weights
 from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
 
 LOSSES = ("naive", "uerm")
-# Registered methods whose fit is a weighted likelihood, linear in the two term weights: they can be fitted
-# with the UERM loss through ``fit_uerm``. Non-parametric (binning) methods are not likelihood fits.
-LIKELIHOOD_METHODS = frozenset({"platt", "temperature", "beta", "gaussian", "gamma"})
 _EPS_SLOPE = 1e-6  # strict monotonicity ("> 0" in App. C) as ">= eps" in the solver's units
 _Z_CAP = 30.0  # |logit| beyond this on the fitting data means the fit ran off to a saturated curve
 
@@ -161,9 +158,7 @@ class _ShapeCalibrator(LikelihoodCalibrator):
             if propensity is not None:
                 raise ValueError("propensity is only used by loss='uerm'; this calibrator has loss='naive'")
             a, b = label_weights(yy, v)
-        self._fit_ab(self._convert(s), a, b)
-        self.fitted_ = True
-        return self
+        return self.fit_two_weight(s, a, b)
 
     @property
     def params_(self) -> NDArray[np.float64]:
@@ -192,15 +187,6 @@ class _ShapeCalibrator(LikelihoodCalibrator):
         theta0: NDArray[np.float64] | None = None,
     ) -> None:
         self._check_params()
-        if a.sum() <= 0:
-            raise ValueError("no positive-term weight: calibration needs observed positives")
-        if b.sum() <= 0:
-            # Along the intercept alone the risk then falls without bound: the inverse-propensity estimate
-            # of the overall preference rate, mean(Y / w), is >= 1. No curve can fit that.
-            raise ValueError(
-                "UERM negative-term weights sum to <= 0 (mean of Y/propensity >= 1): the propensities are "
-                "too small for these labels; check them or raise propensity_floor"
-            )
         self.s_min_, self.s_max_ = float(s.min()), float(s.max())
         if not self.s_max_ > self.s_min_:
             raise ValueError(f"{self.name} calibration needs at least two distinct scores")
@@ -362,25 +348,18 @@ def fit_uerm(
     ``v Y/w`` and negative-term weight ``v (1 - Y/w)``: exactly eq. (17). The negative-term weights may be
     negative; ``fit_logistic`` handles them. Returns the fitted calibrator.
     """
-    if calibrator.name not in LIKELIHOOD_METHODS:
+    if not (isinstance(calibrator, LikelihoodCalibrator) and calibrator.negative_terms):
         raise ValueError(
-            f"UERM needs a likelihood calibrator ({', '.join(sorted(LIKELIHOOD_METHODS))}); "
-            f"{calibrator.name!r} is not one"
+            f"UERM needs a likelihood calibrator whose negative-term weights may be negative "
+            f"(platt, temperature, beta, gaussian, gamma); {calibrator.name!r} is not one"
         )
-    s = check_scores(scores, calibrator.input)
-    yy = check_labels(y, n=s.size)
-    a, b = uerm_weights(yy, propensity, sample_weight, floor=floor)
-    if isinstance(calibrator, _ShapeCalibrator):  # its own checks name the UERM-specific failures
-        calibrator._fit_ab(calibrator._convert(s), a, b)
-        calibrator.fitted_ = True
-        return calibrator
-    return calibrator.fit_two_weight(s, a, b)
+    yy = check_labels(y)
+    return calibrator.fit_two_weight(scores, *uerm_weights(yy, propensity, sample_weight, floor=floor))
 
 
 __all__ = [
     "GaussianCalibrator",
     "GammaCalibrator",
-    "LIKELIHOOD_METHODS",
     "LOSSES",
     "check_propensity",
     "fit_uerm",
