@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from flows import project_root
+from flows.dvc_stages import stage_env
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="calibflow: calibrated probabilities, with the evidence."
@@ -82,9 +83,7 @@ def run(
 @app.command()
 def repro(args: list[str] = typer.Argument(None, help="Extra arguments for dvc repro.")) -> None:
     """Plain ``dvc repro`` (no Prefect)."""
-    raise typer.Exit(
-        subprocess.call([sys.executable, "-m", "dvc", "repro", *(args or [])], cwd=project_root())
-    )
+    raise typer.Exit(_dvc_repro(*(args or [])))
 
 
 @app.command()
@@ -169,10 +168,13 @@ def datasets_fetch(
 @app.command()
 def validate(quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
     """Run the Great Expectations validation stage and print its summary."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "dvc", "repro", "validate"], cwd=project_root(), capture_output=quiet
-    )
-    raise typer.Exit(proc.returncode)
+    raise typer.Exit(_dvc_repro("validate", quiet=quiet))
+
+
+def _dvc_repro(*args: str, quiet: bool = False) -> int:
+    """``dvc repro ARGS`` in the project, stage commands seeing this interpreter first on PATH."""
+    cmd = [sys.executable, "-m", "dvc", "repro", *args]
+    return subprocess.run(cmd, cwd=project_root(), env=stage_env(), capture_output=quiet).returncode
 
 
 if __name__ == "__main__":
