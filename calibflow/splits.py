@@ -47,7 +47,8 @@ def _allocate(n: int, fractions: dict[str, float]) -> list[int]:
     return sizes.tolist()
 
 
-def _digest(idx: NDArray[np.int64]) -> str:
+def digest(idx: ArrayLike) -> str:
+    """sha256 of row indices as little-endian int64 (the ``summary["sha256"]`` of a split)."""
     return hashlib.sha256(np.ascontiguousarray(idx, dtype="<i8").tobytes()).hexdigest()
 
 
@@ -84,7 +85,7 @@ def split_indices(
         "fractions": fr,
         "stratified": stratify is not None,
         "sizes": {k: int(v.size) for k, v in out.items()},
-        "sha256": {k: _digest(v) for k, v in out.items()},
+        "sha256": {k: digest(v) for k, v in out.items()},
     }
     if stratify is not None:
         out.summary["strata_counts"] = {
@@ -137,6 +138,6 @@ def uplift_partitions(
         "control_label": str(control_label),
         "n_control": int(control.size),
         "sizes": {k: int(v.size) for k, v in out.items()},
-        "sha256": {k: _digest(v) for k, v in out.items()},
+        "sha256": {k: digest(v) for k, v in out.items()},
     }
     return out

@@ -28,6 +28,12 @@ log = logging.getLogger("tasks")
 SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist"})
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
+#: The splits of a prepared frame (``prepare.fractions`` names exactly these).
+SPLITS = ("train", "calib", "test")
+#: The validation phases, in pipeline order (``reports/validation/<phase>.json``).
+PHASES = ("raw", "prepared", "calibrated")
+#: Prefix of the feature columns of a prepared frame (``f:<feature name>``).
+FEATURE_PREFIX = "f:"
 
 
 class StageError(RuntimeError):
@@ -99,6 +105,19 @@ class Layout:
     @property
     def reproduction_metrics(self) -> Path:
         return self.root / "metrics" / "reproductions"
+
+
+def feature_columns(frame: Any) -> list[str]:
+    """The feature columns (``f:*``) of a prepared frame, in order."""
+    return [c for c in frame.columns if c.startswith(FEATURE_PREFIX)]
+
+
+def require(path: str | os.PathLike[str], what: str, hint: str) -> Path:
+    """``path`` as a ``Path`` if it is a file; otherwise a ``StageError`` naming it and the step to run."""
+    p = Path(path)
+    if not p.is_file():
+        raise StageError(f"{what} missing: {p} (run {hint} first)")
+    return p
 
 
 def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:

@@ -3,7 +3,7 @@
 ``python -m tasks.calibrate <method>``. For each dataset: the base model's margins (logits) on the
 ``calib`` rows fit ``calibflow.calibrators.make(method, input=calibrate.input, **calibrate.options[method])``;
 the fitted calibrator is saved as JSON (``data/calibrated/<method>/<name>.json``) and its test-split
-predictions as Parquet (``<name>.parquet``: ``row``, ``y``, ``margin``, ``prob_uncal``, ``prob``). The
+predictions as Parquet (``<name>.parquet``: ``row``, ``y``, ``margin``, ``prob``). The
 saved JSON is reloaded and must reproduce the predictions exactly, so the artifact is known usable.
 """
 
@@ -29,6 +29,7 @@ from tasks._common import (
     cli,
     dataset_names,
     load_params,
+    require,
     section,
 )
 
@@ -63,7 +64,6 @@ def calibrate_one(
             "row": test["row"].to_numpy(),
             "y": test["y"].to_numpy(np.int64),
             "margin": test["margin"].to_numpy(np.float64),
-            "prob_uncal": test["prob"].to_numpy(np.float64),
             "prob": prob,
         }
     )
@@ -85,9 +85,7 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
         for name in dataset_names(params):
-            path = lay.predictions / f"{name}.parquet"
-            if not path.is_file():
-                raise StageError(f"predictions missing: {path} (run the train stage first)")
+            path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
             t0 = time.perf_counter()
             text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
             secs = time.perf_counter() - t0

@@ -34,6 +34,7 @@ from tasks._common import (
     dataset_names,
     load_params,
     methods,
+    require,
     section,
     seed,
 )
@@ -42,12 +43,9 @@ log = logging.getLogger("tasks.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
 
 
-def point_metrics(y: np.ndarray, p: np.ndarray, n_bins: int) -> dict[str, float]:
-    return metrics.summary(y, p, n_bins=n_bins)
-
-
-def bootstrap_counts(n: int, n_boot: int, y: np.ndarray, rng_seed: int) -> np.ndarray:
-    """``(n_boot, n)`` multiplicities of each test row in each resample (single-class resamples redrawn)."""
+def bootstrap_counts(n_boot: int, y: np.ndarray, rng_seed: int) -> np.ndarray:
+    """``(n_boot, y.size)`` multiplicities of each test row per resample (single-class resamples redrawn)."""
+    n = y.size
     rng = np.random.default_rng(rng_seed)
     counts = np.empty((n_boot, n), dtype=np.float64)
     for b in range(n_boot):
@@ -144,16 +142,14 @@ def histogram_records(y: np.ndarray, p: np.ndarray, bins: int) -> list[dict[str,
 
 def _predictions(lay: Layout, name: str, method_list: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Test labels and each method's test probabilities, aligned on ``row``."""
-    path = lay.predictions / f"{name}.parquet"
-    if not path.is_file():
-        raise StageError(f"predictions missing: {path} (run the train stage first)")
+    path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
     base = pd.read_parquet(path, columns=["row", "split", "y", "prob"])
     base = base[base["split"] == "test"].sort_values("row").reset_index(drop=True)
     probs = {UNCALIBRATED: base["prob"].to_numpy(np.float64)}
     for m in method_list:
-        cpath = lay.calibrated_method(m) / f"{name}.parquet"
-        if not cpath.is_file():
-            raise StageError(f"calibrated predictions missing: {cpath} (run calibrate@{m} first)")
+        cpath = require(
+            lay.calibrated_method(m) / f"{name}.parquet", "calibrated predictions", f"calibrate@{m}"
+        )
         c = pd.read_parquet(cpath, columns=["row", "prob"]).sort_values("row").reset_index(drop=True)
         if not np.array_equal(c["row"].to_numpy(), base["row"].to_numpy()):
             raise StageError(f"{cpath}: test rows differ from {path}; rerun calibrate@{m}")
@@ -164,13 +160,13 @@ def _predictions(lay: Layout, name: str, method_list: list[str]) -> tuple[np.nda
 def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str, Any], rng_seed: int):
     """Metrics, reliability and histogram records of every method on one dataset."""
     n_bins = int(cfg.get("n_bins", 15))
-    counts = bootstrap_counts(y.size, int(cfg.get("n_bootstrap", 200)), y, rng_seed)
+    counts = bootstrap_counts(int(cfg.get("n_bootstrap", 200)), y, rng_seed)
     alpha = cfg.get("selection_alpha")
     level = float(cfg.get("ci_level", 0.95))
     out = {}
     for m, p in probs.items():
         rec: dict[str, Any] = {"n_test": int(y.size), "positive_rate": float(y.mean())}
-        rec.update(point_metrics(y, p, n_bins))
+        rec.update(metrics.summary(y, p, n_bins=n_bins))
         if counts.shape[0]:
             rec["ci"] = {"level": level, **intervals(y, p, counts, n_bins, level)}
         if alpha:

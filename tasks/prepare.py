@@ -11,7 +11,6 @@ changed split is visible in a diff).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -22,8 +21,10 @@ import pandas as pd
 
 from calibflow import datasets
 from calibflow.io import write_json
-from calibflow.splits import split_indices
+from calibflow.splits import digest, split_indices
 from tasks._common import (
+    FEATURE_PREFIX,
+    SPLITS,
     Layout,
     StageError,
     atomic_dir,
@@ -37,15 +38,13 @@ from tasks._common import (
 )
 
 log = logging.getLogger("tasks.prepare")
-SPLITS = ("train", "calib", "test")
 
 
 def _fractions(params: dict[str, Any]) -> dict[str, float]:
+    """``prepare.fractions``, naming exactly ``SPLITS`` (their values are checked by ``split_indices``)."""
     fr = {k: float(v) for k, v in (section(params, "prepare").get("fractions") or {}).items()}
     if set(fr) != set(SPLITS):
         raise StageError(f"params: prepare.fractions must name exactly {SPLITS}, got {sorted(fr)}")
-    if any(v <= 0 for v in fr.values()) or not np.isclose(sum(fr.values()), 1.0):
-        raise StageError(f"params: prepare.fractions must be positive and sum to 1, got {fr}")
     return fr
 
 
@@ -59,8 +58,10 @@ def subsample(y: np.ndarray, max_rows: int, rng_seed: int) -> np.ndarray:
     return np.sort(parts["keep"])
 
 
-def prepare_one(name: str, params: dict[str, Any], data_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The prepared frame of one dataset and its split record."""
+def prepare_one(
+    name: str, params: dict[str, Any], data_dir: Path, fractions: dict[str, float]
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The prepared frame of one dataset (split by ``fractions``) and its split record."""
     ds = section(params, "datasets")
     prep = section(params, "prepare")
     target = dataset_target(params, name)
@@ -68,14 +69,14 @@ def prepare_one(name: str, params: dict[str, Any], data_dir: Path) -> tuple[pd.D
     rows = subsample(task.y, int(ds.get("max_rows") or 0), seed(params))
     y = task.y[rows].astype(np.int64)
     strat = y if prep.get("stratify", True) else None
-    parts = split_indices(rows.size, _fractions(params), seed=seed(params), stratify=strat)
+    parts = split_indices(rows.size, fractions, seed=seed(params), stratify=strat)
     split = np.empty(rows.size, dtype=object)
     for k, idx in parts.items():
         split[idx] = k
     meta = {"row": rows.astype(np.int64), "split": split.astype(str), "y": y}
     if task.treatment is not None:
         meta["treatment"] = np.asarray(task.treatment)[rows].astype(str)
-    feats = pd.DataFrame(task.X[rows], columns=[f"f:{c}" for c in task.feature_names])
+    feats = pd.DataFrame(task.X[rows], columns=[f"{FEATURE_PREFIX}{c}" for c in task.feature_names])
     frame = pd.concat([pd.DataFrame(meta), feats], axis=1)
     record = {
         "target": target,
@@ -84,8 +85,8 @@ def prepare_one(name: str, params: dict[str, Any], data_dir: Path) -> tuple[pd.D
         "n_features": len(task.feature_names),
         "counts": {k: int(v.size) for k, v in parts.items()},
         "positive_rate": {k: float(y[v].mean()) for k, v in parts.items()},
-        "rows_sha256": {k: hashlib.sha256(np.sort(rows[v]).tobytes()).hexdigest() for k, v in parts.items()},
-        "split": getattr(parts, "summary", {}),
+        "rows_sha256": {k: digest(np.sort(rows[v])) for k, v in parts.items()},
+        "split": parts.summary,
     }
     return frame, record
 
@@ -94,16 +95,17 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     """Prepare every dataset; swap ``data/prepared`` in only when all succeeded."""
     lay = Layout(Path(root))
     prep = section(params, "prepare")
+    fractions = _fractions(params)
     record: dict[str, Any] = {
         "seed": seed(params),
-        "fractions": _fractions(params),
+        "fractions": fractions,
         "stratify": bool(prep.get("stratify", True)),
         "max_rows": int(section(params, "datasets").get("max_rows") or 0),
         "datasets": {},
     }
     with atomic_dir(lay.prepared) as tmp:
         for name in dataset_names(params):
-            frame, rec = prepare_one(name, params, lay.raw)
+            frame, rec = prepare_one(name, params, lay.raw, fractions)
             frame.to_parquet(tmp / f"{name}.parquet", index=False)
             record["datasets"][name] = rec
             log.info(

@@ -20,7 +20,7 @@ from typing import Any
 
 from calibflow.io import read_json, write_json, write_text
 from calibflow.report import load_report_data, render_html, render_summary
-from tasks._common import Layout, base_parser, cli, load_params
+from tasks._common import PHASES, Layout, base_parser, cli, load_params
 
 log = logging.getLogger("tasks.report")
 PACKAGES = (
@@ -37,7 +37,6 @@ PACKAGES = (
     "great-expectations",
     "prefect",
 )
-VALIDATION_PHASES = ("raw", "prepared", "calibrated")
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -79,7 +78,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     data = load_report_data(
         params=params,
         metadata=metadata(Path(root), lay),
-        validation_files=[lay.validation / f"{p}.json" for p in VALIDATION_PHASES],
+        validation_files=[lay.validation / f"{p}.json" for p in PHASES],
         evaluation_dir=lay.evaluation,
         reliability_dir=lay.plots / "reliability",
         histogram_dir=lay.plots / "histograms",

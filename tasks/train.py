@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 
 from calibflow import metrics, models
 from calibflow.io import write_json
@@ -33,7 +34,9 @@ from tasks._common import (
     base_parser,
     cli,
     dataset_names,
+    feature_columns,
     load_params,
+    require,
     section,
     seed,
 )
@@ -49,7 +52,7 @@ def train_one(
     replicas: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Train on the ``train`` rows of a prepared frame; save the model(s); return predictions for all rows."""
-    feats = [c for c in frame.columns if c.startswith("f:")]
+    feats = feature_columns(frame)
     if not feats:
         raise StageError("prepared frame has no feature columns (f:*)")
     X = frame[feats].to_numpy(dtype=np.float64)
@@ -60,7 +63,7 @@ def train_one(
     keep = [c for c in ("row", "split", "y", "treatment") if c in frame.columns]
     out = frame[keep].copy()
     out["margin"] = np.asarray(models.predict_margin(model, X), dtype=np.float64)
-    out["prob"] = np.asarray(models.predict_proba(model, X), dtype=np.float64)
+    out["prob"] = expit(out["margin"].to_numpy())
     n_rep = int((replicas or {}).get("n", 0))
     if n_rep > 0:
         scheme = str(replicas.get("scheme", "seeds"))
@@ -81,9 +84,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     summary: dict[str, Any] = {}
     with atomic_dir(lay.models) as mdir, atomic_dir(lay.predictions) as pdir:
         for name in dataset_names(params):
-            path = lay.prepared / f"{name}.parquet"
-            if not path.is_file():
-                raise StageError(f"prepared data missing: {path} (run the prepare stage first)")
+            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             t0 = time.perf_counter()
             preds = train_one(
                 pd.read_parquet(path),

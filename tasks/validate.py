@@ -25,19 +25,21 @@ import pandas as pd
 
 from calibflow.io import write_json
 from tasks._common import (
+    PHASES,
+    SPLITS,
     Layout,
     StageError,
     base_parser,
     cli,
     dataset_names,
+    feature_columns,
     load_params,
     methods,
+    require,
     section,
 )
 
 log = logging.getLogger("tasks.validate")
-PHASES = ("raw", "prepared", "calibrated")
-SPLITS = ("train", "calib", "test")
 #: Largest decrease of a monotone calibrator's output along increasing margins that counts as rounding.
 MONOTONE_TOL = 1e-9
 
@@ -237,7 +239,7 @@ def prepared_suites(
     gxe = _gxe()
     prep = section(params, "prepare")
     fractions = prep["fractions"]
-    feats = [c for c in df.columns if c.startswith("f:")]
+    feats = feature_columns(df)
     frame = df[["row", "split", "y"]].copy()
     frame["features_finite"] = np.isfinite(df[feats].to_numpy(dtype=np.float64)).all(axis=1)
     n = len(frame)
@@ -271,9 +273,7 @@ def prepared_suites(
     return out
 
 
-def calibrated_suite(
-    method: str, name: str, df: pd.DataFrame, monotone: bool
-) -> tuple[pd.DataFrame, list[Any]]:
+def calibrated_suite(df: pd.DataFrame, monotone: bool) -> tuple[pd.DataFrame, list[Any]]:
     """A calibrator's test predictions: probabilities in [0, 1], no NaN, order kept when monotone.
 
     Order: rows sorted by the base model's margin, a monotone map must not decrease. The check runs on
@@ -428,9 +428,7 @@ def _raw_suites(params: dict[str, Any], lay: Layout):
 def _prepared_suites(params: dict[str, Any], lay: Layout):
     out = []
     for name in dataset_names(params):
-        path = lay.prepared / f"{name}.parquet"
-        if not path.is_file():
-            raise StageError(f"prepared data missing: {path} (run the prepare stage first)")
+        path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
         out += prepared_suites(name, pd.read_parquet(path), params)
     return out
 
@@ -439,19 +437,12 @@ def calibrated_metrics(y: np.ndarray, p: np.ndarray, n_bins: int) -> dict[str, f
     """The quick headline metrics the output suite checks for finiteness (no bootstrap)."""
     from calibflow import metrics
 
-    out: dict[str, float] = {}
-    for key, fn in (
-        ("ece", lambda: metrics.ece(y, p, n_bins)),
-        ("brier", lambda: metrics.brier(y, p)),
-        ("ks", lambda: metrics.ks_error(y, p)),
-        ("auc", lambda: metrics.auc(y, p)),
-        ("log_loss", lambda: metrics.log_loss(y, p)),
-    ):
-        try:
-            out[key] = fn()
-        except ValueError:  # NaN or out-of-range input: the suite reports the metric as missing
-            out[key] = float("nan")
-    return out
+    keys = ("ece", "brier", "ks", "auc", "log_loss")
+    try:
+        row = metrics.summary(y, p, n_bins=n_bins)
+    except ValueError:  # NaN or out-of-range input, or one class only: the suite reports them as missing
+        return dict.fromkeys(keys, float("nan"))
+    return {k: row[k] for k in keys}
 
 
 def _calibrated_suites(params: dict[str, Any], lay: Layout):
@@ -462,11 +453,13 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
     for method in methods(params):
         monotone = bool(get_class(method).monotone)
         for name in dataset_names(params):
-            path = lay.calibrated_method(method) / f"{name}.parquet"
-            if not path.is_file():
-                raise StageError(f"calibrated predictions missing: {path} (run calibrate@{method} first)")
+            path = require(
+                lay.calibrated_method(method) / f"{name}.parquet",
+                "calibrated predictions",
+                f"calibrate@{method}",
+            )
             df = pd.read_parquet(path)
-            frame, exps = calibrated_suite(method, name, df, monotone)
+            frame, exps = calibrated_suite(df, monotone)
             out.append((f"calibrated.{method}.{name}", frame, exps))
             y, p = df["y"].to_numpy(float), df["prob"].to_numpy(float)
             rows.append({"dataset": name, "method": method, **calibrated_metrics(y, p, n_bins)})

@@ -147,7 +147,7 @@ def test_bootstrap_matches_library_weighted_metrics():
     s = rng.normal(size=800)
     y = (rng.random(800) < expit(s - 1)).astype(float)
     p = np.round(expit(1.4 * s - 0.8), 2)  # rounded: many ties, the hard case for AUC and KS
-    counts = evaluate.bootstrap_counts(800, 4, y, 11)
+    counts = evaluate.bootstrap_counts(4, y, 11)
     vec = evaluate.bootstrap_metrics(y, p, counts, 10)
     for b in range(4):
         ref = metrics.summary(y, p, n_bins=10, sample_weight=counts[b])
@@ -205,12 +205,12 @@ def test_monotone_order_violation_is_caught():
             "y": [0, 1, 0, 1, 1],
         }
     )
-    frame, exps = validate.calibrated_suite("platt", "toy", df, monotone=True)
+    frame, exps = validate.calibrated_suite(df, monotone=True)
     res = validate.run_suites([("calibrated.platt.toy", frame, exps)])[0]
     (fail,) = res["failures"]  # the 0.5 -> 0.4 reversal; the 1e-17 rounding dip at the end is tolerated
     assert fail["kwargs"]["column"] == "prob_drop" and fail["unexpected_count"] == 1
     assert fail["examples"] == [pytest.approx(0.1)]
-    frame, exps = validate.calibrated_suite("other", "toy", df, monotone=False)
+    frame, exps = validate.calibrated_suite(df, monotone=False)
     assert validate.run_suites([("calibrated.other.toy", frame, exps)])[0]["success"]
 
 

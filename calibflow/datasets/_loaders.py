@@ -299,50 +299,49 @@ def _splice_design(seqs: pd.Series) -> pd.DataFrame:
 
 
 HILLSTROM_TARGETS = ("visit", "conversion")
+#: The datasets ``binary_task`` defines a label for (coat and obd_small have none; see their loaders).
+BINARY_TASKS = ("adult", "bank_marketing", "communities_crime", "hillstrom", "madelon", "splice")
 
 
 def binary_task(name: str, target: str | None = None, data_dir: PathLike = None) -> BinaryTask:
     """Design matrix and 0/1 labels for dataset ``name``; label definitions in the module docstring."""
-    info(name)
-    treatment = source_split = None
+    if name not in BINARY_TASKS:
+        raise ValueError(
+            f"{name} has no binary task (datasets with one: {', '.join(BINARY_TASKS)}); "
+            f"use load_coat/load_obd or load({name!r})"
+        )
     if name == "hillstrom":
         target = target or "visit"
         if target not in HILLSTROM_TARGETS:
             raise ValueError(f"hillstrom target must be one of {HILLSTROM_TARGETS}, got {target!r}")
-        df = load(name, data_dir)
+    elif target is not None:
+        raise ValueError(f"{name} has one fixed target; target must be None, got {target!r}")
+    df = load(name, data_dir)
+    treatment = source_split = None
+    if name == "hillstrom":
         y = df[target].to_numpy()
         treatment = df["segment"].astype(str).to_numpy()
         feats = df.drop(columns=["segment", "visit", "conversion", "spend"])
-    else:
-        if target is not None:
-            raise ValueError(f"{name} has one fixed target; target must be None, got {target!r}")
-        if name == "adult":
-            df = load(name, data_dir)
-            y = (df["income"] == ">50K").to_numpy()
-            source_split = df["split"].astype(str).to_numpy()
-            feats = df.drop(columns=["income", "split"])
-        elif name == "bank_marketing":
-            df = load(name, data_dir)
-            y = (df["y"] == "yes").to_numpy()
-            feats = df.drop(columns=["y"])
-        elif name == "madelon":
-            df = load(name, data_dir)
-            y = (df["label"] == 1).to_numpy()
-            source_split = df["split"].astype(str).to_numpy()
-            feats = df.drop(columns=["label", "split"])
-        elif name == "communities_crime":
-            df = load(name, data_dir)
-            t = df["ViolentCrimesPerPop"]
-            y = (t > t.median()).to_numpy()
-            feats = df.drop(
-                columns=["state", "county", "community", "communityname", "fold", "ViolentCrimesPerPop"]
-            )
-        elif name == "splice":
-            df = load(name, data_dir)
-            y = df["Class"].isin(["EI", "IE"]).to_numpy()
-            feats = _splice_design(df["Sequence"])
-        else:
-            raise ValueError(f"{name} has no binary task; use load_coat/load_obd or load({name!r})")
+    elif name == "adult":
+        y = (df["income"] == ">50K").to_numpy()
+        source_split = df["split"].astype(str).to_numpy()
+        feats = df.drop(columns=["income", "split"])
+    elif name == "bank_marketing":
+        y = (df["y"] == "yes").to_numpy()
+        feats = df.drop(columns=["y"])
+    elif name == "madelon":
+        y = (df["label"] == 1).to_numpy()
+        source_split = df["split"].astype(str).to_numpy()
+        feats = df.drop(columns=["label", "split"])
+    elif name == "communities_crime":
+        t = df["ViolentCrimesPerPop"]
+        y = (t > t.median()).to_numpy()
+        feats = df.drop(
+            columns=["state", "county", "community", "communityname", "fold", "ViolentCrimesPerPop"]
+        )
+    else:  # splice
+        y = df["Class"].isin(["EI", "IE"]).to_numpy()
+        feats = _splice_design(df["Sequence"])
     X, names = _design(feats)
     y = np.asarray(y, dtype=np.int64)
     return BinaryTask(name, X, y, feature_names=names, treatment=treatment, source_split=source_split)
