@@ -89,3 +89,21 @@ def fmt_mean_se(values, digits: int = 4) -> str:
     v = np.asarray(values, dtype=float)
     se = v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else float("nan")
     return f"{v.mean():.{digits}f} ± {se:.{digits}f}"
+
+
+def paired_pvalue(a, b, alternative: str = "two-sided") -> float:
+    """Paired t-test p-value of ``a`` against ``b`` (``scipy.stats.ttest_rel``).
+
+    NaN where the test is undefined: fewer than 2 pairs, or a constant difference (no variance).
+    ``alternative`` is passed on: ``"greater"`` tests mean(a - b) > 0.
+    """
+    import numpy as np
+    from scipy.stats import ttest_rel
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired samples differ in shape: {x.shape} vs {y.shape}")
+    d = x - y
+    if d.size < 2 or np.allclose(d, d[0]):
+        return float("nan")
+    return float(ttest_rel(x, y, alternative=alternative).pvalue)

@@ -124,12 +124,20 @@ def posterior_beta(
 
 
 def xgb_posterior_entropy(
-    booster, X: ArrayLike, n_train: int, prior: float = 2.0
+    booster,
+    X: ArrayLike,
+    n_train: int,
+    prior: float = 2.0,
+    covers: NDArray[np.float64] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(score, uncertainty) for an XGBoost binary model: score = P(y=1), uncertainty = H(Beta)."""
+    """(score, uncertainty) for an XGBoost binary model: score = P(y=1), uncertainty = H(Beta).
+
+    ``covers`` is ``leaf_covers(booster)``, passed to ``xgb_evidence``; compute it once when scoring
+    several sets with the same booster (it re-reads the model dump otherwise).
+    """
     import xgboost as xgb
 
     dm = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(np.asarray(X, dtype=np.float32))
     s = np.asarray(booster.predict(dm), dtype=np.float64)
-    a1, a0 = posterior_beta(s, xgb_evidence(booster, dm, n_train), prior)
+    a1, a0 = posterior_beta(s, xgb_evidence(booster, dm, n_train, covers), prior)
     return s, beta_entropy(a1, a0)

@@ -50,8 +50,25 @@ def test_xgb_evidence_is_lower_in_sparse_regions(rng):
     s, u = U.xgb_posterior_entropy(bst, X, n_train=X.shape[0])
     np.testing.assert_allclose(s, bst.predict(xgb.DMatrix(X)), rtol=1e-6)
     assert np.isfinite(u).all()
+    s2, u2 = U.xgb_posterior_entropy(bst, X, n_train=X.shape[0], covers=U.leaf_covers(bst))
+    np.testing.assert_array_equal(s2, s)
+    np.testing.assert_array_equal(u2, u)
     with pytest.raises(ValueError, match="n_train"):
         U.xgb_evidence(bst, X, n_train=0)
+
+
+def test_paired_pvalue_edge_cases():
+    from scipy.stats import ttest_rel
+
+    from calibflow.results import paired_pvalue
+
+    a, b = np.array([0.3, 0.5, 0.4, 0.7]), np.array([0.2, 0.5, 0.1, 0.6])
+    assert paired_pvalue(a, b) == pytest.approx(ttest_rel(a, b).pvalue)
+    assert paired_pvalue(a, b, "greater") == pytest.approx(ttest_rel(a, b, alternative="greater").pvalue)
+    assert np.isnan(paired_pvalue(a[:1], b[:1]))  # fewer than 2 pairs
+    assert np.isnan(paired_pvalue(a, a + 0.1))  # constant difference: no variance
+    with pytest.raises(ValueError, match="shape"):
+        paired_pvalue(a, b[:3])
 
 
 def test_replica_std_and_user_column(rng):

@@ -35,13 +35,12 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy import stats
 from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
 from calibflow import calibrators as C
 from calibflow import metrics as M
-from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
+from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = (
     "Sergazinov, Chen, Ji, Wu, Cociorva, Brunzell. Improving Model Probability Calibration by Integration "
@@ -134,16 +133,28 @@ def l2_error(curve: np.ndarray, oracle: np.ndarray) -> float:
     return float(np.sqrt(np.mean((curve - oracle) ** 2)))
 
 
-def _make_em(cfg: dict[str, Any]):
-    """The CalEM calibrator the simulation configures (base, its params, tolerance, iteration cap)."""
+def _make_em(cfg: dict[str, Any], base: str | None = None):
+    """The configured CalEM calibrator: ``base`` (default ``cfg["base"]``), ``cfg["base_params"]`` where
+    given, tolerance and iteration cap."""
+    params = cfg.get("base_params")
     return C.make(
         "calem",
-        base=cfg["base"],
-        base_params=dict(cfg["base_params"]),
+        base=cfg["base"] if base is None else base,
+        base_params=None if params is None else dict(params),
         tol=cfg["tol"],
         max_iter=cfg["max_iter"],
         input="probability",
     )
+
+
+def _fit_em(cfg: dict[str, Any], d: dict[str, np.ndarray]):
+    """CalEM fitted on one simulated data set: clean rows (s, y), biased rows (s, z)."""
+    c = d["clean"]
+    em = _make_em(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # non-convergence is counted, not printed
+        em.fit(d["s"][c], d["y"][c], d["s"][~c], d["z"][~c])
+    return em
 
 
 def sim_replication(
@@ -151,11 +162,7 @@ def sim_replication(
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     d = simulate(cfg["n"], p_y, g, h, share, rng, cfg["concentration"])
-    c = d["clean"]
-    em = _make_em(cfg)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # non-convergence is counted, not printed
-        em.fit(d["s"][c], d["y"][c], d["s"][~c], d["z"][~c])
+    em = _fit_em(cfg, d)
     # em.init_ is the base fitted on the clean rows only: the GAM baseline of Table 1.
     return {
         "l2_gam": l2_error(em.init_.predict(d["s"]), d["oracle"]),
@@ -187,7 +194,7 @@ def run_simulation(cfg: dict[str, Any], seed: int) -> dict[tuple, dict[str, Any]
                     ]
                     gam = np.array([r["l2_gam"] for r in reps])
                     emv = np.array([r["l2_em"] for r in reps])
-                    pval = float(stats.ttest_rel(gam, emv).pvalue) if len(reps) > 1 else float("nan")
+                    pval = paired_pvalue(gam, emv)
                     cells[(h, share, g, p_y)] = {
                         "improvement": float((gam.mean() - emv.mean()) / gam.mean() * 100.0),
                         "p_value": pval,
@@ -255,7 +262,7 @@ def hillstrom_rerun(data, cfg: dict[str, Any], seed: int) -> dict[str, dict[str,
         "BC": C.make("beta", input="probability").fit(p_cal, yc),
     }
     for name, base in (("GAM-EM", "spline"), ("BC-EM", "beta")):
-        em = C.make("calem", base=base, tol=cfg["tol"], max_iter=cfg["max_iter"], input="probability")
+        em = _make_em(cfg, base)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             fitted[name] = em.fit(p_cal, yc, p_biased, zb)
@@ -331,11 +338,7 @@ def example_figure(cfg: dict[str, Any], seed: int) -> Figure:
     fig, axes = small_multiples(2, ncols=2, size=2.8)
     rng = np.random.default_rng(seed)
     d = simulate(cfg["n"], 0.3, "g2", "h1", 0.1, rng, cfg["concentration"])
-    c = d["clean"]
-    em = _make_em(cfg)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        em.fit(d["s"][c], d["y"][c], d["s"][~c], d["z"][~c])
+    em = _fit_em(cfg, d)
     grid = np.quantile(d["s"], np.linspace(0.005, 0.995, 200))
     ax = axes[0]
     ax.plot(grid, grid ** (1 / 3), color="k", lw=1.2, label="oracle g")

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from calibflow import decision as D
-from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
+from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = "Arora, Merugu, Saladi, Rastogi: Leveraging Uncertainty Estimates to Improve Classifier Performance"
 USABLE = ("bank_marketing", "adult")
@@ -158,7 +158,7 @@ def _model_outputs(X, y, tau: float, seed: int, cfg: dict):
 
     from calibflow.models import train_classifier
     from calibflow.splits import split_indices
-    from calibflow.uncertainty import xgb_posterior_entropy
+    from calibflow.uncertainty import leaf_covers, xgb_posterior_entropy
 
     sp = split_indices(y.size, {"train": 0.6, "hold": 0.2, "test": 0.2}, seed, stratify=y)
     rng = np.random.default_rng(seed + 7)
@@ -185,9 +185,10 @@ def _model_outputs(X, y, tau: float, seed: int, cfg: dict):
             z = np.stack([predict_margin(m, X[sp[part]]) for m in models])
             rep_out[part] = (1.0 / (1.0 + np.exp(-z.mean(0))), replica_logit_std(z), y[sp[part]])
     out = {}
+    covers = leaf_covers(booster)
     for part in ("hold", "test"):
         s, u = xgb_posterior_entropy(
-            booster, X[sp[part]], n_train=int(tr.size), prior=float(cfg.get("prior", 2.0))
+            booster, X[sp[part]], n_train=int(tr.size), prior=float(cfg.get("prior", 2.0)), covers=covers
         )
         out[part] = (s, u, y[sp[part]])
     if n_rep >= 2:
@@ -196,19 +197,27 @@ def _model_outputs(X, y, tau: float, seed: int, cfg: dict):
 
 
 def _recalls(
-    data, precision: float, kind: str, k: int, ell: int, algos=ALGOS
+    data, precision: float, kind: str, k: int, ell: int, algos=ALGOS, grids: dict | None = None
 ) -> dict[str, tuple[float, float]]:
-    """Fit each algorithm on the hold-out grid; return its (test recall, test precision)."""
+    """Fit each algorithm on the hold-out grid; return its (test recall, test precision).
+
+    ``grids`` caches the fitted (binning, grid) per (kind, K, L) for one ``data``: the grid does not
+    depend on the precision bound or the algorithm, so pass the same dict for every call on ``data``.
+    """
     sh, uh, yh = data["hold"]
     st_, ut, yt = data["test"]
+    grids = {} if grids is None else grids
     res = {}
     for name in algos:
         if name == "ew_dpmt" and kind != "equi_weight":
             continue
         # ST gets the same bin size as the 2-D grid: one level of K * L score bins.
         kk, ll = (1, k * ell) if name == "st" else (k, ell)
-        b = D.Binning.fit(uh, sh, kk, ll, kind)
-        bd = D.ALGORITHMS[name](*b.grid(uh, sh, yh), precision)
+        if (kind, kk, ll) not in grids:
+            b = D.Binning.fit(uh, sh, kk, ll, kind)
+            grids[kind, kk, ll] = (b, b.grid(uh, sh, yh))
+        b, grid = grids[kind, kk, ll]
+        bd = D.ALGORITHMS[name](*grid, precision)
         pred = D.decide(b, bd, ut, st_)
         tp, pp = float(yt[pred].sum()), float(pred.sum())
         res[name] = (tp / yt.sum(), tp / pp if pp else float("nan"))
@@ -254,15 +263,21 @@ def run(config: dict[str, Any], seed: int) -> Reproduction:
         for tau in taus:
             for sd in seeds:
                 data = _model_outputs(X, y, tau, sd, cfg)
+                grids: dict = {}
                 for p in sorted(set(precisions) | {main_p.get(ds, precisions[-1])}):
                     for kind in kinds:
-                        for name, (r, pr) in _recalls(data, p, kind, k, ell).items():
+                        for name, (r, pr) in _recalls(data, p, kind, k, ell, grids=grids).items():
                             rec.setdefault((ds, tau, p, kind, name), []).append(r)
                             prec.setdefault((ds, tau, p, kind, name), []).append(pr)
                 mp = main_p.get(ds, precisions[-1])
                 for kk in sweep_k:
                     for ll in sweep_l:
-                        r = _recalls(data, mp, "equi_weight", kk, ll, algos=("ew_dpmt",))["ew_dpmt"][0]
+                        if (kk, ll) == (k, ell) and "equi_weight" in kinds:
+                            # The default cell was fitted above, for the same data and precision.
+                            r = rec[(ds, tau, mp, "equi_weight", "ew_dpmt")][-1]
+                        else:
+                            cell = _recalls(data, mp, "equi_weight", kk, ll, algos=("ew_dpmt",), grids=grids)
+                            r = cell["ew_dpmt"][0]
                         sweep.setdefault((ds, tau, kk, ll), []).append(r)
                 if "replicas" in data:
                     for name, (r, _) in _recalls(
@@ -287,9 +302,9 @@ def run(config: dict[str, Any], seed: int) -> Reproduction:
     tables.append(_table_corr(corr))
     figures = [_fig_curves(curves), _fig_sweep(sweep, datasets, taus, sweep_k, sweep_l), _fig_ece(ece)]
     metrics = _headline(rec, datasets, taus, main_p, precisions)
-    for (ds, tau, _, name), v in rec5.items():
+    for (ds, tau, p5, name), v in rec5.items():
         if name == "ew_dpmt":
-            base = float(np.mean(rec5[(ds, tau, _, "st")]))
+            base = float(np.mean(rec5[(ds, tau, p5, "st")]))
             metrics[f"{ds}_tau{tau:g}_replicas_ew_dpmt_gain"] = (
                 float(np.mean(v)) / base - 1 if base > 0 else 0.0
             )
@@ -401,9 +416,13 @@ def _table2(rec, datasets, taus, precisions) -> Table:
     )
 
 
-def _table3(rec, datasets, taus, kinds, main_p, precisions) -> Table:
-    from scipy.stats import ttest_rel
+def _pv(a, b) -> str:
+    """One-sided (H1: a > b) paired p-value over seeds; '-' where undefined (< 2 seeds, constant gap)."""
+    p = paired_pvalue(a, b, alternative="greater")
+    return f"{p:.2f}" if np.isfinite(p) else "-"
 
+
+def _table3(rec, datasets, taus, kinds, main_p, precisions) -> Table:
     rows = []
     for ds in datasets:
         p = main_p.get(ds, precisions[-1])
@@ -415,15 +434,7 @@ def _table3(rec, datasets, taus, kinds, main_p, precisions) -> Table:
                     if key not in rec:
                         cells.append("-")
                         continue
-                    a, b = np.asarray(rec[key]), np.asarray(rec[(ds, tau, p, kind, "st")])
-                    if a.size < 2 or np.allclose(a - b, (a - b)[0]):
-                        cells.append(
-                            "n/a"
-                            if a.size < 2
-                            else ("0.00" if (a - b)[0] > 0 else "1.00" if (a - b)[0] < 0 else "n/a")
-                        )
-                        continue
-                    cells.append(f"{ttest_rel(a, b, alternative='greater').pvalue:.2f}")
+                    cells.append(_pv(rec[key], rec[(ds, tau, p, kind, "st")]))
                 rows.append(
                     [ds, tau, p, f"ST vs. {LABEL[name]}", *cells, " / ".join(PAPER_T3.get(name, ("-", "-")))]
                 )
@@ -431,9 +442,8 @@ def _table3(rec, datasets, taus, kinds, main_p, precisions) -> Table:
         "Table 3 analogue: one-sided paired t-test p-values (H1: algorithm recall > ST recall)",
         ["dataset", "tau", "precision", "comparison", *kinds, "paper Criteo (span / weight)"],
         rows,
-        "Paired over seeds (each seed = a new split, model and hold-out). 'n/a' where fewer than 2 seeds or "
-        "no "
-        "variation in the difference.",
+        "Paired over seeds (each seed = a new split, model and hold-out). '-' where fewer than 2 seeds or "
+        "no variation in the difference (the test is undefined), or where the algorithm does not apply.",
     )
 
 
@@ -460,15 +470,10 @@ def _table_corr(corr) -> Table:
 
 
 def _table5(rec5, n_rep: int) -> Table:
-    from scipy.stats import ttest_rel
-
     rows = []
     for (ds, tau, p, name), v in rec5.items():
         base = rec5[(ds, tau, p, "st")]
-        a, b = np.asarray(v), np.asarray(base)
-        pv = "-"
-        if name != "st" and a.size >= 2 and not np.allclose(a - b, (a - b)[0]):
-            pv = f"{ttest_rel(a, b, alternative='greater').pvalue:.2f}"
+        pv = "-" if name == "st" else _pv(v, base)
         rows.append([ds, tau, p, LABEL[name], _pct(v), _gain(v, base), pv, PAPER_T5[name]])
     return Table(
         f"Table 5 analogue: replica uncertainty (logit std over {n_rep} seed replicas), equi-weight",

@@ -273,8 +273,8 @@ class Split:
 
 
 def make_split(data: Ratings, cal_fraction: float, seed: int) -> Split:
-    """Stratified uniform hold-out of ``cal_fraction`` of all training user-item pairs (choice, see "
-    "module doc)."""
+    """Stratified uniform hold-out of ``cal_fraction`` of all training user-item pairs (choice, see the
+    module doc)."""
     if not 0.0 < cal_fraction < 1.0:
         raise ValueError(f"cal_fraction must be in (0, 1), got {cal_fraction}")
     Y = (data.train >= 4).astype(np.float64)
@@ -445,6 +445,11 @@ def run_seed(data: Ratings, cfg: dict, seed: int) -> dict[str, Any]:
             res["fitted"][(name, loss)] = cal
         for kind, w in props.items():  # Fig. 5 analogue: the propensity estimate behind UERM
             for name in ("platt", "gaussian", "gamma"):
+                if kind == cfg["propensity"] and (name, "uerm") in res["fitted"]:
+                    # Table 1 already fitted UERM with this propensity: the same fit, reused.
+                    res["propensity"][(name, kind)] = dict(res["methods"][(name, "uerm")])
+                    res["fitted_prop"][(name, kind)] = res["fitted"][(name, "uerm")]
+                    continue
                 cal = fit_method(name, "uerm", s_cal, ycal, w)
                 res["propensity"][(name, kind)] = evaluate(cal.predict(s_test), split.test_r, cfg["n_bins"])
                 res["fitted_prop"][(name, kind)] = cal
@@ -595,7 +600,7 @@ def ranking_table(runs, cfg) -> Table:
                 *[_cell([r["models"][m]["ranking"][k] for r in runs]) for k in keys],
             ]
         )
-    rand = _random_ranking(runs[0])
+    rand = runs[0]["random"]
     rows.append(["random scores (ours)", *[f"{rand[k]:.4f}" for k in keys]])
     paper = PAPER_TABLE3_YAHOO if cfg["dataset"] == "yahoo_r3" else PAPER_TABLE3_COAT
     for name, vals in paper.items():
@@ -606,10 +611,6 @@ def ranking_table(runs, cfg) -> Table:
         rows,
         "Per-user ranking of each user's random test items; users without a liked test item are skipped.",
     )
-
-
-def _random_ranking(run) -> dict[str, float]:
-    return run["random"]
 
 
 def propensity_table(runs, cfg) -> Table:

@@ -51,13 +51,12 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
 from scipy.special import expit
 
 from calibflow import metrics as M
 from calibflow.calibrators import available, make
 from calibflow.calibrators.vad import VADWarning, estimate_lambda
-from calibflow.results import Figure, Reproduction, Table, fmt_mean_se
+from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = "Fan, Si & Zhang (2022), Calibration Matters: Tackling Maximization Bias in Large-scale Advertising"
 ALPHAS = [0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10]
@@ -349,7 +348,8 @@ def synthetic_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float
             "equal-width bins on [0, 1] give a few sparse top bins and an MCE that does not fall with alpha.",
         )
     )
-    lam_tables, notes = _lambda_tables(reps, cfg)
+    lam = {k: np.array([r["lambda"][k] for r in reps]) for k in reps[0]["lambda"]}
+    lam_tables, notes = _lambda_tables(lam, len(reps), cfg)
     tables += lam_tables
     tables.append(_extra_table(reps, alphas))
     tables.append(_synthetic_tests(reps, alphas))
@@ -359,15 +359,14 @@ def synthetic_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float
         "synthetic_E_vanilla_10pct": float(_arr(reps, "E", "Vanilla", alphas[-1]).mean()),
         "synthetic_E_vad_10pct": float(_arr(reps, "E", "VAD", alphas[-1]).mean()),
     }
-    lam = {k: np.array([r["lambda"][k] for r in reps]) for k in reps[0]["lambda"]}
     for k, v in lam.items():
         metrics["synthetic_lambda_" + re.sub(r"[^A-Za-z0-9]+", "_", k).strip("_")] = float(v.mean())
     return tables, metrics, notes
 
 
-def _lambda_tables(reps, cfg) -> tuple[list[Table], list[str]]:
-    keys = list(reps[0]["lambda"])
-    lam = {k: np.array([r["lambda"][k] for r in reps]) for k in keys}
+def _lambda_tables(lam: dict[str, NDArray], n_reps: int, cfg) -> tuple[list[Table], list[str]]:
+    """Lambda summary and per-replication tables; ``lam`` maps each estimator to its replications."""
+    keys = list(lam)
     rows = []
     for k in keys:
         d_or = lam[k] - lam["oracle"]
@@ -388,19 +387,19 @@ def _lambda_tables(reps, cfg) -> tuple[list[Table], list[str]]:
         "so single replications agree only on average; the plug-in target replaces the unknown b* by the "
         "expected conditional variance (eq. 7) that Algorithm 1 estimates.",
     )
-    n = min(len(reps), int(cfg.get("per_replication_rows", 100)))
+    n = min(n_reps, int(cfg.get("per_replication_rows", 100)))
     per = Table(
         "Lambda per replication (synthetic)",
         ["replication"] + keys,
         [[i] + [round(float(lam[k][i]), 4) for k in keys] for i in range(n)],
-        f"first {n} of {len(reps)} replications",
+        f"first {n} of {n_reps} replications",
     )
     half = lam["line 6 as printed on bootstrap S=2"] - lam["oracle"]
     notes = [
         f"Line 6 of Algorithm 1 as printed, applied to a full-data fit plus one bootstrap refit, "
         f"estimates half "
-        f"the sampling variance: its lambda exceeds the oracle by {half.mean():.3f} on average (s.e. "
-        f"{half.std(ddof=1) / np.sqrt(half.size):.3f}); the bootstrap formula (deviations from the "
+        f"the sampling variance: its lambda exceeds the oracle by {fmt_mean_se(half, 3)} (mean ± s.e.) "
+        f"on average; the bootstrap formula (deviations from the "
         f"served fit) "
         f"and line 6 on exchangeable retrains both track the oracle on average."
     ]
@@ -419,11 +418,12 @@ def _extra_table(reps, alphas) -> Table:
     )
 
 
-def _paired(orig: NDArray, new: NDArray) -> tuple[float, bool]:
-    if orig.size < 2 or np.allclose(orig, new):
-        return float("nan"), False
-    p = float(stats.ttest_rel(orig, new).pvalue)
-    return p, bool(p < 0.01 and new.mean() < orig.mean())
+def _paired(orig: NDArray, new: NDArray) -> str:
+    """Two-sided paired p-value, '*' where ``new`` is lower at the 1% level; '-' where undefined."""
+    p = paired_pvalue(orig, new)
+    if not np.isfinite(p):
+        return "-"
+    return f"{p:.2g}{' *' if p < 0.01 and new.mean() < orig.mean() else ''}"
 
 
 def _synthetic_tests(reps, alphas) -> Table:
@@ -432,8 +432,7 @@ def _synthetic_tests(reps, alphas) -> Table:
         row = [f"{a:.0%}"]
         for metric in ("E", "ece", "mce"):
             f = np.abs if metric == "E" else (lambda v: v)
-            p, sig = _paired(f(_arr(reps, metric, "Vanilla", a)), f(_arr(reps, metric, "VAD", a)))
-            row.append(f"{p:.2g}{' *' if sig else ''}")
+            row.append(_paired(f(_arr(reps, metric, "Vanilla", a)), f(_arr(reps, metric, "VAD", a))))
         rows.append(row)
     return Table(
         "Synthetic: paired t-tests, Vanilla vs VAD (p-values; * = VAD lower at the 1% level)",
@@ -445,24 +444,11 @@ def _synthetic_tests(reps, alphas) -> Table:
 
 # ================================ real data (Sec. 6.2) ==========================================
 def _train_xgb(X, y, params: dict, seed: int):
-    """XGBoost through ``calibflow.models`` (scikit-learn-style params); xgboost directly if it is absent."""
-    try:
-        from calibflow import models
-    except ImportError:
-        models = None
-    if models is not None:
-        m = models.train_classifier(X, y, params, seed)
-        return lambda Z: models.predict_proba(m, Z)
-    import xgboost as xgb
+    """XGBoost through ``calibflow.models`` (scikit-learn-style params); returns ``Z -> P(y = 1 | Z)``."""
+    from calibflow import models
 
-    p = dict(params)
-    rounds = int(p.pop("n_estimators", 200))
-    p["eta"] = p.pop("learning_rate", 0.1)
-    p.update(
-        {"objective": "binary:logistic", "seed": seed, "nthread": 1, "verbosity": 0, "tree_method": "hist"}
-    )
-    booster = xgb.train(p, xgb.DMatrix(X, label=y), num_boost_round=rounds)
-    return lambda Z: booster.predict(xgb.DMatrix(Z))
+    m = models.train_classifier(X, y, params, seed)
+    return lambda Z: models.predict_proba(m, Z)
 
 
 def _split(n: int, fractions: dict[str, float], rng: np.random.Generator) -> dict[str, NDArray]:
@@ -555,8 +541,7 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
                 for m in methods:
                     o, v = _arr(reps, metric, f"{m}|Original", a), _arr(reps, metric, f"{m}|VAD+", a)
                     f = np.abs if metric == "E" else (lambda x: x)
-                    pv, sig = _paired(f(o), f(v))
-                    row = [f"{a:.0%}", m, _fmt(o, metric), _fmt(v, metric), f"{pv:.2g}{' *' if sig else ''}"]
+                    row = [f"{a:.0%}", m, _fmt(o, metric), _fmt(v, metric), _paired(f(o), f(v))]
                     if metric == "E":
                         row.append(" / ".join(P_CRITEO_E.get(a, {}).get(m, ("-", "-"))))
                     rows.append(row)
