@@ -52,11 +52,15 @@ def _prep(y: ArrayLike, p: ArrayLike, sample_weight: ArrayLike | None):
 
 
 # ---- smooth ECE -------------------------------------------------------------------------------------------
-def _round_to_grid(f: NDArray[np.float64], v: NDArray[np.float64], n_grid: int) -> NDArray[np.float64]:
-    """Spread each value ``v_i`` linearly onto the two grid points around ``f_i`` (grid on [0, 1])."""
+def _grid_weights(f: NDArray[np.float64], n_grid: int) -> tuple[NDArray[np.intp], NDArray[np.float64]]:
+    """Lower grid index and the share of the upper one for each point (grid of ``n_grid`` on [0, 1])."""
     pos = f * (n_grid - 1)
     lo = np.clip(pos.astype(np.intp), 0, n_grid - 2)
-    frac = pos - lo
+    return lo, pos - lo
+
+
+def _round_to_grid(lo, frac, v: NDArray[np.float64], n_grid: int) -> NDArray[np.float64]:
+    """Spread each value ``v_i`` linearly onto the two grid points around its prediction."""
     return np.bincount(lo, (1 - frac) * v, n_grid) + np.bincount(lo + 1, frac * v, n_grid)
 
 
@@ -88,8 +92,9 @@ def _smooth_ece(y, p, w, sigma: float) -> float:
         raise ValueError(f"sigma must be > 0, got {sigma!r}")
     n_grid = max(2000, round(20 / sigma)) // 2 + 1
     t = np.linspace(0.0, 1.0, max(round(10 / sigma), 200))
-    resid = _interpolate(t, _reflected_smooth(_round_to_grid(p, w * (p - y), n_grid), sigma))
-    dens = _interpolate(t, _reflected_smooth(_round_to_grid(p, w, n_grid), sigma)) + _DENSITY_EPS
+    lo, frac = _grid_weights(p, n_grid)
+    resid = _interpolate(t, _reflected_smooth(_round_to_grid(lo, frac, w * (p - y), n_grid), sigma))
+    dens = _interpolate(t, _reflected_smooth(_round_to_grid(lo, frac, w, n_grid), sigma)) + _DENSITY_EPS
     return float(np.sum(np.abs(resid / dens) * dens) / np.sum(dens))
 
 

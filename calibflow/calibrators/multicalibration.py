@@ -85,6 +85,7 @@ class MulticalibrationCalibrator(BaseCalibrator):
         min_child_weight: float = 50.0,
         reg_lambda: float = 1.0,
         seed: int = 0,
+        n_jobs: int = 2,
     ) -> None:
         self.input = input
         self.max_depth = max_depth
@@ -95,6 +96,7 @@ class MulticalibrationCalibrator(BaseCalibrator):
         self.min_child_weight = min_child_weight
         self.reg_lambda = reg_lambda
         self.seed = seed
+        self.n_jobs = n_jobs
 
     # ---- public -------------------------------------------------------------------------------------
     def fit(self, scores, y, sample_weight=None, segments=None) -> MulticalibrationCalibrator:
@@ -115,7 +117,7 @@ class MulticalibrationCalibrator(BaseCalibrator):
             "lambda": float(self.reg_lambda),
             "monotone_constraints": "(" + ",".join(["1"] + ["0"] * len(cols)) + ")",
             "seed": int(self.seed),
-            "nthread": 1,  # deterministic and cheap: the design has a handful of columns
+            "nthread": int(self.n_jobs),  # hist trees are deterministic whatever the thread count
         }
         dtrain = self._dmatrix(X[train], z[train], yy[train], w[train])
         dvalid = self._dmatrix(X[valid], z[valid], yy[valid], w[valid])
@@ -159,7 +161,8 @@ class MulticalibrationCalibrator(BaseCalibrator):
     def _dmatrix(self, X, z, y=None, w=None) -> xgb.DMatrix:
         types = ["q"] + ["c"] * (X.shape[1] - 1)
         return xgb.DMatrix(
-            X, label=y, weight=w, base_margin=z, feature_types=types, enable_categorical=True, nthread=1
+            X, label=y, weight=w, base_margin=z, feature_types=types, enable_categorical=True,
+            nthread=int(self.n_jobs),
         )
 
     def _holdout(self, y: NDArray[np.float64]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:

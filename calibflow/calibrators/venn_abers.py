@@ -16,7 +16,7 @@ diagram back, the points before ``j`` move by ``(-1, -l)`` and the rest stay. Th
 object is the slope of the GCM across the gap between the two groups, i.e. the slope of the lower *bridge*
 between the convex hull of the shifted prefix and that of the unshifted suffix. The prefix hull grows left
 to right (a stack), the suffix hull is built right to left once and replayed forwards by undoing its pops,
-and each bridge is found by walking from the hulls' inner ends: O(k) stack work plus the walks, after an
+and each bridge is found by walking from the previous one: O(k) stack work plus short walks, after an
 O(n log n) sort. A test score strictly between two calibration scores gets the value of the tie with the
 next score up (for ``p1``) or down (for ``p0``), which is the same fit; beyond the ends ``p1 = 1`` above
 the largest score and ``p0 = 0`` below the smallest. Prediction is a binary search: O(log k).
@@ -64,6 +64,7 @@ def _bridge_slopes(xs: NDArray[np.float64], ys: NDArray[np.float64], label: floa
     lx, ly = np.empty(k + 1), np.empty(k + 1)
     ln = 0
     out = np.empty(k)
+    li, ri = 0, rn - 1
     for j in range(1, k + 1):
         # The prefix hull gains the shifted point j - 1 (lx/ly[ln - 1] is its rightmost vertex).
         qx, qy = xs[j - 1] - 1.0, ys[j - 1] - label
@@ -71,16 +72,24 @@ def _bridge_slopes(xs: NDArray[np.float64], ys: NDArray[np.float64], label: floa
             ln -= 1
         lx[ln], ly[ln] = qx, qy
         ln += 1
-        # Lower bridge: walk both contact points outwards until neither neighbour lies below the line.
-        li, ri = ln - 1, rn - 1
+        # Lower bridge, walked from the previous one (any start works on convex chains; the last bridge is
+        # usually a step or two away, which keeps the walks short): move a contact point to a neighbour that
+        # lies below the current line, outwards on ties, until neither hull has one.
+        li, ri = min(li, ln - 1), min(ri, rn - 1)
         moved = True
         while moved:
             moved = False
             while ri > 0 and _cross(lx[li], ly[li], rx[ri], ry[ri], rx[ri - 1], ry[ri - 1]) <= 0:
                 ri -= 1
                 moved = True
+            while ri + 1 < rn and _cross(lx[li], ly[li], rx[ri + 1], ry[ri + 1], rx[ri], ry[ri]) > 0:
+                ri += 1
+                moved = True
             while li > 0 and _cross(lx[li - 1], ly[li - 1], lx[li], ly[li], rx[ri], ry[ri]) <= 0:
                 li -= 1
+                moved = True
+            while li + 1 < ln and _cross(lx[li], ly[li], lx[li + 1], ly[li + 1], rx[ri], ry[ri]) > 0:
+                li += 1
                 moved = True
         out[j - 1] = (ry[ri] - ly[li]) / (rx[ri] - lx[li])
         # The suffix hull loses point j: undo its push and restore what it popped (in reverse order).
