@@ -10,7 +10,9 @@ Speed (best of ``--repeat``, peers measured in the same run, one BLAS thread):
 - ``smooth_ece`` against ``relplot.smECE`` (same value to 1e-6, asserted).
 - ``centered_isotonic`` and ``quadratic`` against scikit-learn's ``IsotonicRegression`` and
   ``LogisticRegression`` on (z, z^2), the nearest peers; ``multicalibration`` against ``platt`` (cost of
-  the boosting; the ``mcgrad`` package needs torch and is not installed by any extra here).
+  the boosting), and on a generated table with known segment biases against the ``mcgrad`` package
+  (MCGrad's defaults; ``pip install -e ".[bench]"`` brings it with torch): fit + predict time, test log loss
+  and the worst calibration-ratio error over segments and their intersections.
 
 Quality (``--quality``): the default pipeline's XGBoost base model on bank_marketing, adult and hillstrom
 (visit), the seeded 60/20/20 split of ``params.yaml``; every method fitted on the calibration split, test
@@ -104,10 +106,69 @@ def _shape_rows(n: int, repeat: int) -> list[str]:
         ours = best_time(lambda: mc.fit(z, y, segments=seg).predict(z, segments=seg), 1)
         platt = best_time(lambda: C.make("platt", input="logit").fit(z, y).predict(z), repeat)
         rows.append(
-            f"| multicalibration | {n:.0e} | {ours:.3f} | {platt:.3f} (our platt; mcgrad needs torch) | "
+            f"| multicalibration | {n:.0e} | {ours:.3f} | {platt:.3f} (our platt) | "
             f"{platt / ours:.2f}x |"
         )
     return rows
+
+
+def _segmented(n: int, seed: int = 0):
+    """Segments with known biases: country FR +0.8, DE -0.8 logit; the intersection US x ios +0.6."""
+    rng = np.random.default_rng(seed)
+    country = rng.choice(["FR", "DE", "US", "XX"], n)
+    device = rng.choice(["ios", "web"], n)
+    z = rng.normal(-2, 1.5, n)
+    bias = np.select([country == "FR", country == "DE"], [0.8, -0.8], 0.0)
+    bias = bias + np.where((country == "US") & (device == "ios"), 0.6, 0.0)
+    y = (rng.random(n) < expit(z + bias)).astype(float)
+    return z, y, country, device
+
+
+def _worst_ratio(y, p, country, device) -> float:
+    """Largest |sum p / sum y - 1| over the countries and the country x device intersections."""
+    worst = 0.0
+    for m in [country == c for c in np.unique(country)] + [
+        (country == c) & (device == d) for c in np.unique(country) for d in np.unique(device)
+    ]:
+        worst = max(worst, abs(p[m].sum() / y[m].sum() - 1))
+    return worst
+
+
+def _multicalibration_vs_mcgrad(n: int) -> list[str]:
+    """Segment-aware calibration against MCGrad (``pip install mcgrad``; it needs torch and lightgbm)."""
+    import pandas as pd
+
+    z, y, country, device = _segmented(2 * n)
+    fit, test = slice(0, n), slice(n, None)
+    seg = {"country": country, "device": device}
+    rows = []
+    t0 = time.perf_counter()
+    platt = C.make("platt", input="logit").fit(z[fit], y[fit]).predict(z[test])
+    rows.append(("platt (global)", time.perf_counter() - t0, platt))
+    t0 = time.perf_counter()
+    mc = C.make("multicalibration").fit(z[fit], y[fit], segments={k: v[fit] for k, v in seg.items()})
+    ours = mc.predict(z[test], segments={k: v[test] for k, v in seg.items()})
+    rows.append(("calibflow multicalibration", time.perf_counter() - t0, ours))
+    try:
+        from mcgrad.methods import MCGrad
+    except ImportError:
+        rows.append(("mcgrad", float("nan"), None))
+    else:
+        frame = pd.DataFrame({"p": expit(z), "y": y, "country": country, "device": device})
+        t0 = time.perf_counter()
+        cats = ["country", "device"]
+        model = MCGrad().fit(frame.iloc[fit], "p", "y", categorical_feature_column_names=cats)
+        theirs = model.predict(frame.iloc[test], "p", categorical_feature_column_names=cats)
+        rows.append(("mcgrad 0.1.5 (MCGrad defaults)", time.perf_counter() - t0, np.asarray(theirs)))
+    out = ["| method | n (fit) | fit + predict (s) | test log loss | worst segment ratio error |",
+           "|---|---|---|---|---|"]
+    for label, secs, p in rows:
+        if p is None:
+            out.append(f"| {label} | {n:.0e} | not installed | - | - |")
+            continue
+        err = _worst_ratio(y[test], p, country[test], device[test])
+        out.append(f"| {label} | {n:.0e} | {secs:.2f} | {M.log_loss(y[test], p):.5f} | {err:.3f} |")
+    return out
 
 
 QUALITY_METHODS = ("platt", "temperature", "beta", "quadratic", "isotonic", "centered_isotonic", "venn_abers")
@@ -147,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--peer-max", type=float, default=3e5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--segment-rows", type=float, default=1e5, help="rows for the mcgrad comparison")
     args = ap.parse_args(argv)
     print("| method | n | ours (s) | peer (s) | ratio |\n|---|---|---|---|---|")
     C.make("venn_abers").fit([0.1, 0.2, 0.3], [0, 1, 1])  # compile once, outside the timings
@@ -158,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
                 + _shape_rows(n, args.repeat)
             ):
                 print(row, flush=True)
+        print()
+        for row in _multicalibration_vs_mcgrad(int(args.segment_rows)):
+            print(row, flush=True)
         if args.quality:
             print()
             for row in _quality():
