@@ -25,7 +25,7 @@ import yaml
 log = logging.getLogger("tasks")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
-SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist"})
+SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration"})
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).
