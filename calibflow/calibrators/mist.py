@@ -27,6 +27,7 @@ class MistCalibrator(BaseCalibrator):
 
     expects = "any"
     monotone = False  # monotone in the score within a level, not across levels
+    needs = ("uncertainty",)
     _state_fields = ("u_edges_", "xs_", "ys_")
 
     def __init__(self, input: str = "score", n_levels: int = 3, min_level_size: int = 20) -> None:

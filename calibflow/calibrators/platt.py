@@ -22,6 +22,7 @@ class PlattCalibrator(LikelihoodCalibrator):
 
     expects = "logit"
     _state_fields = ("coef_", "intercept_")
+    _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input
@@ -48,8 +49,9 @@ class TemperatureCalibrator(LikelihoodCalibrator):
 
     expects = "logit"
     _state_fields = ("temperature_",)
+    _state_spec = {"temperature_": ("f", 0)}
 
-    def __init__(self, input: str = "logit") -> None:
+    def __init__(self, input: str = "score") -> None:
         self.input = input
 
     def _n_params(self) -> int:
@@ -93,6 +95,7 @@ class MinMaxBaseline(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("min_", "max_")
+    _state_spec = {"min_": ("f", 0), "max_": ("f", 0)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input

@@ -164,6 +164,7 @@ class SplineCalibrator(LikelihoodCalibrator):
     expects = "logit"
     negative_terms = False  # the active-set Newton loop needs a convex objective
     _state_fields = ("coef_", "lo_", "hi_")
+    _state_spec = {"coef_": ("f", 1), "lo_": ("f", 0), "hi_": ("f", 0)}
 
     def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = "score") -> None:
         self.n_splines = n_splines
