@@ -30,7 +30,8 @@ def _real_array(x: ArrayLike, name: str) -> NDArray[np.float64]:
         )
     if kind == "c":
         raise ValueError(
-            f"{name} holds complex numbers; pass real values (e.g. .real if the imaginary part is 0)"
+            f"{name} holds complex numbers (Complex data not supported); pass real values "
+            "(e.g. .real if the imaginary part is 0)"
         )
     if kind == "O":
         bad = [v for v in raw.ravel()[:100_000] if not isinstance(v, numbers.Real)]
@@ -81,6 +82,8 @@ def check_labels(
     y: ArrayLike, n: int | None = None, name: str = "y", both_classes: bool = True
 ) -> NDArray[np.float64]:
     """Validate binary labels in {0, 1} (booleans accepted) and, optionally, that both classes occur."""
+    if y is None:
+        raise ValueError(f"this calibrator requires y to be passed, but the target {name} is None")
     arr = as_1d_float(y, name)
     if n is not None and arr.size != n:
         raise ValueError(f"length mismatch: {name} has {arr.size} values, scores have {n}")
@@ -118,7 +121,9 @@ def check_weights(
             "(divide by their maximum) so their total is a finite number"
         )
     if w.sum() <= 0 and not allow_negative:
-        raise ValueError(f"{name} sums to {w.sum():g}; at least one positive weight is needed")
+        raise ValueError(
+            f"{name} sums to {w.sum():g} (all weights zero); at least one positive weight is needed"
+        )
     return w
 
 

@@ -119,6 +119,13 @@ class BaseCalibrator(BaseEstimator):
                     out.update({f"{k}__{kk}": vv for kk, vv in v.get_params(deep=True).items()})
         return out
 
+    @property
+    def n_features_in_(self) -> int:
+        """One score column (scikit-learn's fitted attribute; absent before ``fit``)."""
+        if not self.__sklearn_is_fitted__():
+            raise AttributeError(f"{type(self).__name__} is not fitted: no n_features_in_ yet")
+        return 1
+
     def __sklearn_is_fitted__(self) -> bool:
         return bool(getattr(self, "fitted_", False))
 

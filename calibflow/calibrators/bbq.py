@@ -66,6 +66,11 @@ class BBQCalibrator(BaseCalibrator):
         grid = model_grid(cw[-1], int(np.unique(s[w > 0]).size), float(self.C))
         models = [self._model(ss, cw, cwy, int(b)) for b in grid]
         log_score = np.array([m[2] for m in models])
+        if not np.isfinite(log_score).all():
+            raise ValueError(
+                f"bbq: total weight {cw[-1]:.3g} overflows the marginal likelihood; weights are counts, "
+                "so rescale them to the number of observations they stand for"
+            )
         weights = np.exp(log_score - log_score.max())
         weights /= weights.sum()
         self.bins_grid_, self.model_weights_ = grid, weights

@@ -206,6 +206,7 @@ class SplineCalibrator(LikelihoodCalibrator):
 
     def decision_function(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         """The fitted logit ``sum_j theta_j B_j(s)`` of already converted scores ``s``."""
+        self._check_fitted()
         x = np.clip(s, self.lo_, self.hi_)
         first, vals = cubic_bspline_parts(x, self.lo_, self.hi_, self.coef_.size)
         cols = first[:, None] + np.arange(DEGREE + 1)
