@@ -15,9 +15,11 @@ class PlattCalibrator(LikelihoodCalibrator):
     """Platt (1999): ``p = sigma(A s + B)`` on the logit or raw score ``s``.
 
     Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
-    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what scikit-learn 1.9's
-    ``CalibratedClassifierCV(method="sigmoid")`` and the papers' baselines fit. Monotone when A >= 0;
-    ``monotone`` is declared True because a negative A only arises for anti-correlated scores.
+    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what the papers' baselines
+    and an unpenalised ``LogisticRegression`` on the score fit (scikit-learn 1.9.1's
+    ``CalibratedClassifierCV(method="sigmoid")`` does smooth them; tests/test_sklearn_api.py).
+    Monotone when A >= 0; ``monotone`` is declared True because a negative A only arises for
+    anti-correlated scores.
     """
 
     expects = "logit"
