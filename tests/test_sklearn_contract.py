@@ -140,3 +140,10 @@ def test_one_default_input_and_available_kinds():
     assert all(C.get_class(m).needs for m in C.available("extra"))
     with pytest.raises(ValueError, match="kind must be one of"):
         C.available("some")
+
+
+def test_pipeline_special_methods_are_the_extra_input_methods():
+    """tasks/_common.py keeps its own list of methods the tabular stages cannot fit: it must not drift."""
+    from tasks import _common
+
+    assert set(_common.SPECIAL_METHODS) == set(C.available("extra"))

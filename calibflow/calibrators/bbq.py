@@ -74,7 +74,12 @@ class BBQCalibrator(BaseCalibrator):
         weights = np.exp(log_score - log_score.max())
         weights /= weights.sum()
         self.bins_grid_, self.model_weights_ = grid, weights
-        self.edges_, self.values_ = _fold_models([(m[0], m[1]) for m in models], weights)
+        # Models with posterior weight below 1e-16 of the total change no prediction by more than that
+        # (rates lie in [0, 1]); leaving them out of the fold keeps it cheap when counts are huge and
+        # the posterior sits on a few models.
+        keep = weights >= 1e-16
+        kept = [(m[0], m[1]) for m, k in zip(models, keep, strict=True) if k]
+        self.edges_, self.values_ = _fold_models(kept, weights[keep] / weights[keep].sum())
 
     def _model(self, ss, cw, cwy, n_bins: int):
         """Edges, posterior-mean rates and log BDeu score of the ``n_bins`` equal-frequency model."""
@@ -113,6 +118,7 @@ class BBQCalibrator(BaseCalibrator):
 
 
 MAX_MODELS = 1000
+MAX_TOTAL_BINS = 10_000_000
 
 
 def model_grid(total: float, n_distinct: int, C: float) -> NDArray[np.int64]:
@@ -121,17 +127,20 @@ def model_grid(total: float, n_distinct: int, C: float) -> NDArray[np.int64]:
     Bounded two ways, neither of which changes a fit of up to 1e6 unit-weight rows with distinct
     scores: ``B`` never exceeds the number of distinct scores with positive weight (more
     equal-frequency bins cannot be formed: such models only realise fewer bins), and past
-    ``MAX_MODELS`` models the grid keeps ``MAX_MODELS`` geometrically spaced values (the uniform
+    ``MAX_MODELS`` models (or when the models would hold more than ``MAX_TOTAL_BINS`` bins in all,
+    then at least 100 models) the grid keeps that many geometrically spaced values (the uniform
     model prior then sits on that subset).
-    So 400 rows of weight 1e9 (N = 4e11) fit at most 400 models, not 70,000.
+    So 400 rows of weight 1e9 (N = 4e11) fit one model of 400 bins (not about 66,000 models).
     """
     root = total ** (1.0 / 3.0)
     hi = int(min(np.ceil(total / 5.0), np.ceil(C * root), max(n_distinct, 1)))
     hi = max(hi, 1)
     lo = min(max(1, int(np.floor(root / C))), hi)
-    if hi - lo + 1 <= MAX_MODELS:
+    # Each model costs O(B): past MAX_TOTAL_BINS in all, fewer models (never under 100).
+    n_models = min(MAX_MODELS, max(100, MAX_TOTAL_BINS // hi))
+    if hi - lo + 1 <= n_models:
         return np.arange(lo, hi + 1, dtype=np.int64)
-    return np.unique(np.round(np.geomspace(lo, hi, MAX_MODELS)).astype(np.int64))
+    return np.unique(np.round(np.geomspace(lo, hi, n_models)).astype(np.int64))
 
 
 def _fold_models(models, weights) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
