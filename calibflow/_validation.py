@@ -114,7 +114,8 @@ def check_weights(
         raise ValueError(f"length mismatch: {name} has {w.size} values, scores have {n}")
     if not allow_negative and (w < 0).any():
         raise ValueError(f"{name} has {int((w < 0).sum())} negative value(s); this method needs weights >= 0")
-    total = float(np.sum(np.abs(w)))
+    with np.errstate(over="ignore"):  # an overflowing total is reported just below
+        total = float(np.sum(np.abs(w)))
     if not np.isfinite(total):
         raise ValueError(
             f"{name} sums to infinity (largest {np.abs(w).max():.3g}); weights are counts: rescale them "
