@@ -6,15 +6,51 @@ position of the offending values, so a pipeline log says what to fix.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 INPUT_KINDS = ("probability", "logit", "score")
 
 
+def _real_array(x: ArrayLike, name: str) -> NDArray[np.float64]:
+    """``x`` as float64, refusing what ``np.asarray(x, float)`` would silently coerce.
+
+    Strings such as ``"0"``/``"1"`` parse as numbers and complex values lose their imaginary part
+    under a float cast; both are almost always a bug upstream (a CSV column read as text, an FFT
+    result), so they are rejected with the fix instead of guessed at.
+    """
+    raw = x if isinstance(x, np.ndarray) else np.asarray(x)
+    kind = raw.dtype.kind
+    if kind in "USV":
+        raise ValueError(
+            f"{name} holds strings (e.g. {raw.ravel()[:1].tolist()}), not numbers; convert the column "
+            "to numbers first (e.g. pd.to_numeric or .astype(float))"
+        )
+    if kind == "c":
+        raise ValueError(
+            f"{name} holds complex numbers (Complex data not supported); pass real values "
+            "(e.g. .real if the imaginary part is 0)"
+        )
+    if kind == "O":
+        bad = [v for v in raw.ravel()[:100_000] if not isinstance(v, numbers.Real)]
+        if bad:
+            raise ValueError(
+                f"{name} holds non-numeric values (e.g. {bad[0]!r} of type {type(bad[0]).__name__}); "
+                "convert the column to numbers first"
+            )
+    if kind not in "biufO":
+        raise ValueError(f"{name} must hold real numbers, got dtype {raw.dtype}")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must hold real numbers: {exc}") from None
+
+
 def as_1d_float(x: ArrayLike, name: str) -> NDArray[np.float64]:
     """Return ``x`` as a 1-D float64 array; raise if it is empty, not 1-D, NaN or infinite."""
-    arr = np.asarray(x, dtype=np.float64)
+    arr = _real_array(x, name)
     if arr.ndim != 1:
         arr = arr.reshape(-1) if arr.ndim == 2 and 1 in arr.shape else arr
     if arr.ndim != 1:
@@ -46,6 +82,8 @@ def check_labels(
     y: ArrayLike, n: int | None = None, name: str = "y", both_classes: bool = True
 ) -> NDArray[np.float64]:
     """Validate binary labels in {0, 1} (booleans accepted) and, optionally, that both classes occur."""
+    if y is None:
+        raise ValueError(f"this calibrator requires y to be passed, but the target {name} is None")
     arr = as_1d_float(y, name)
     if n is not None and arr.size != n:
         raise ValueError(f"length mismatch: {name} has {arr.size} values, scores have {n}")
@@ -63,7 +101,12 @@ def check_labels(
 def check_weights(
     sample_weight: ArrayLike | None, n: int, name: str = "sample_weight", allow_negative: bool = False
 ) -> NDArray[np.float64]:
-    """Return weights of length ``n`` (ones when None); reject negative ones unless allowed."""
+    """Return weights of length ``n`` (ones when None); reject negative ones unless allowed.
+
+    A weight is a frequency weight: a row of weight ``w`` stands for ``w`` identical rows (branch
+    issue-17 fits from aggregated buckets whose weights are summed counts). Their sum must be finite
+    (1e308 x 2 overflows and every weighted mean after it would be NaN).
+    """
     if sample_weight is None:
         return np.ones(n)
     w = as_1d_float(sample_weight, name)
@@ -71,8 +114,17 @@ def check_weights(
         raise ValueError(f"length mismatch: {name} has {w.size} values, scores have {n}")
     if not allow_negative and (w < 0).any():
         raise ValueError(f"{name} has {int((w < 0).sum())} negative value(s); this method needs weights >= 0")
+    with np.errstate(over="ignore"):  # an overflowing total is reported just below
+        total = float(np.sum(np.abs(w)))
+    if not np.isfinite(total):
+        raise ValueError(
+            f"{name} sums to infinity (largest {np.abs(w).max():.3g}); weights are counts: rescale them "
+            "(divide by their maximum) so their total is a finite number"
+        )
     if w.sum() <= 0 and not allow_negative:
-        raise ValueError(f"{name} sums to {w.sum():g}; at least one positive weight is needed")
+        raise ValueError(
+            f"{name} sums to {w.sum():g} (all weights zero); at least one positive weight is needed"
+        )
     return w
 
 

@@ -22,7 +22,9 @@ def _prep(y, p, sample_weight=None, both_classes=False):
     pp = check_probabilities(p)
     yy = check_labels(y, n=pp.size, both_classes=both_classes)
     w = check_weights(sample_weight, pp.size)
-    return yy, pp, w
+    # Weights are counts; every metric is a weighted mean, invariant to their scale. Dividing by the
+    # largest keeps w @ x finite for weights near 1e308 (which summed to inf and gave NaN or 0.0).
+    return yy, pp, w / w.max()
 
 
 def bin_index(p: NDArray[np.float64], n_bins: int, strategy: str = "uniform") -> NDArray[np.intp]:
@@ -121,7 +123,13 @@ def auc(y: ArrayLike, score: ArrayLike, sample_weight=None) -> float:
 
     s = as_1d_float(score, "score")
     yy = check_labels(y, n=s.size)
-    return float(roc_auc_score(yy, s, sample_weight=sample_weight))
+    w = check_weights(sample_weight, s.size)  # counts: negative ones are refused
+    for label, what in ((1.0, "positive"), (0.0, "negative")):
+        if not (w[yy == label] > 0).any():
+            raise ValueError(
+                f"auc is undefined: every {what} row has weight 0; give some {what} rows weight > 0"
+            )
+    return float(roc_auc_score(yy, s, sample_weight=w / w.max()))
 
 
 def recall_at_precision(y: ArrayLike, score: ArrayLike, precision: float) -> tuple[float, float]:

@@ -176,8 +176,15 @@ def train_ranker(
 # ------------------------------------------------------------------------------------------- prediction
 
 
-def predict_margin(model: xgb.Booster | RidgeLogistic, X: ArrayLike) -> NDArray[np.float64]:
-    """Raw margin: the logit for classifiers, the ranking score for rankers."""
+def predict_margin(model: xgb.Booster | xgb.XGBModel | RidgeLogistic, X: ArrayLike) -> NDArray[np.float64]:
+    """Raw margin: the logit for classifiers, the ranking score for rankers.
+
+    ``model`` may also be a fitted scikit-learn-API ``xgboost.XGBClassifier`` (binary) or
+    ``XGBRanker``: its margin is ``model.predict(X, output_margin=True)`` (a DataFrame keeps its
+    column names, which XGBoost checks against the training columns).
+    """
+    if isinstance(model, xgb.XGBModel):
+        return _sklearn_xgb_margin(model, X)
     Xa = as_features(X)
     if isinstance(model, RidgeLogistic):
         return model.predict_margin(Xa)
@@ -189,7 +196,22 @@ def predict_margin(model: xgb.Booster | RidgeLogistic, X: ArrayLike) -> NDArray[
     raise ValueError(f"unsupported model type {type(model).__name__}")
 
 
-def predict_proba(model: xgb.Booster | RidgeLogistic, X: ArrayLike) -> NDArray[np.float64]:
+def _sklearn_xgb_margin(model: xgb.XGBModel, X: ArrayLike) -> NDArray[np.float64]:
+    if not model.__sklearn_is_fitted__():
+        raise ValueError(f"{type(model).__name__} is not fitted: call fit before predict_margin")
+    if isinstance(model, xgb.XGBClassifier) and getattr(model, "n_classes_", 2) != 2:
+        raise ValueError(f"predict_margin needs a binary XGBClassifier, got {model.n_classes_} classes")
+    if not isinstance(X, pd.DataFrame):
+        X = as_features(X)
+        if X.shape[1] != model.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was trained on {model.n_features_in_}")
+    margin = np.asarray(model.predict(X, output_margin=True), dtype=np.float64)
+    if margin.ndim != 1:
+        raise ValueError(f"predict_margin expects one margin per row, got shape {margin.shape}")
+    return margin
+
+
+def predict_proba(model: xgb.Booster | xgb.XGBModel | RidgeLogistic, X: ArrayLike) -> NDArray[np.float64]:
     """P(y = 1 | x) = sigmoid(margin)."""
     return expit(predict_margin(model, X))
 

@@ -21,13 +21,28 @@ def equal_mass_edges(v: NDArray[np.float64], n_bins: int, w: NDArray[np.float64]
     if n_bins <= 1:
         return np.empty(0)
     qs = np.arange(1, n_bins) / n_bins
-    unit = bool(np.all(w == w[0]))
-    # Equal weights: numpy's partition-based quantile (no full sort); same result as the weighted rule.
-    edges = np.quantile(v, qs, method="inverted_cdf", weights=None if unit else w)
+    if bool(np.all(w == w[0])):
+        # Equal weights: numpy's partition-based quantile (no full sort); same result as the weighted rule.
+        edges = np.quantile(v, qs, method="inverted_cdf")
+    else:
+        edges = _weighted_inverted_cdf(v, qs, w)
     edges = np.unique(edges)
     if edges.size and edges[0] <= v.min():
         edges = edges[1:]
     return edges
+
+
+def _weighted_inverted_cdf(v, qs, w):
+    """The first sorted value whose cumulative weight reaches ``q W``, up to a relative 1e-12.
+
+    Counts often put a cumulative weight exactly on ``q W``; rescaled counts (all weights times c)
+    land a rounding error either side of it. The tolerance makes both pick the same value, so the
+    edges do not depend on the scale of the weights (np.quantile's exact comparison did).
+    """
+    order = np.argsort(v, kind="stable")
+    cw = np.cumsum(w[order])
+    at = np.searchsorted(cw, qs * cw[-1] * (1.0 - 1e-12), side="left")
+    return v[order][np.minimum(at, v.size - 1)]
 
 
 def bin_stats(

@@ -126,6 +126,54 @@ def fit_logistic(
     if a.shape != (n,) or b.shape != (n,):
         raise ValueError(f"weights must have length {n}, got {a.shape} and {b.shape}")
     theta = np.zeros(k) if theta0 is None else np.asarray(theta0, dtype=np.float64).copy()
+    # Weights are counts; the optimum of an unpenalised fit does not depend on their scale, but the
+    # solver's tolerances do (weights of 1e-10 stopped Newton at the start). Fit on weights of mean 1
+    # with l2 rescaled alike: the same objective up to a constant factor, so the same minimiser.
+    a, b, factor = _unit_weights(a, b)
+    l2 = l2 / factor
+    # Columns far from unit scale (scores of 1e300) overflow X'hX: fit theta' = D theta on X D^-1,
+    # D a power of two (exact in floating point), constraints and penalty carried over.
+    D = _column_scale(X)
+    if D is not None:
+        X = X / D
+        theta = theta * D
+        if constraints is not None:
+            constraints = (np.atleast_2d(np.asarray(constraints[0], float)) / D, constraints[1])
+        if penalty_mask is not None or l2:
+            penalty_mask = (np.ones(k) if penalty_mask is None else penalty_mask) / D**2
+    fit = _fit_scaled(X, a, b, theta, constraints, l2, penalty_mask, max_iter)
+    if D is not None:
+        fit.theta = fit.theta / D
+    fit.loss *= factor
+    return fit
+
+
+def _unit_weights(a, b):
+    """``a, b`` divided by the mean of ``|a| + |b|`` (via the max first, so 1e308 cannot overflow)."""
+    m = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
+    if not (m > 0 and np.isfinite(m)):
+        return a, b, 1.0
+    c = float(np.mean(np.abs(a / m) + np.abs(b / m)))
+    factor = m * c
+    if factor == 1.0:
+        return a, b, 1.0
+    return a / factor, b / factor, factor
+
+
+_SCALE_RANGE = 2.0**10
+
+
+def _column_scale(X):
+    """Powers of two bringing each column's max |x| into [1/1024, 1024]; None when all already are."""
+    mx = np.abs(X).max(axis=0) if X.shape[0] else np.ones(X.shape[1])
+    off = (mx > _SCALE_RANGE) | ((mx < 1.0 / _SCALE_RANGE) & (mx > 0))
+    if not off.any():
+        return None
+    return np.where(off, 2.0 ** np.round(np.log2(np.where(off, mx, 1.0))), 1.0)
+
+
+def _fit_scaled(X, a, b, theta, constraints, l2, penalty_mask, max_iter) -> LogisticFit:
+    n, k = X.shape
     convex = bool((a >= 0).all() and (b >= 0).all())
 
     fit = None

@@ -493,6 +493,7 @@ class AngularCalibrator(BaseCalibrator):
 
     expects = "logit"
     monotone = True  # for a non-decreasing link and cos(theta) >= 0
+    needs = ("X", "X_holdout", "sigma")  # fit_linear: the design matrix, not scores
     _state_fields = (
         "w_",
         "w_norm_",
@@ -514,7 +515,7 @@ class AngularCalibrator(BaseCalibrator):
         link_scale: float = 1.0,
         link_shift: float = 0.0,
         n_nodes: int = 0,
-        input: str = "logit",
+        input: str = "score",
     ) -> None:
         self.lam = lam
         self.link = link

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import inspect
 import json
+import numbers
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from calibflow._validation import as_1d_float, check_labels, check_scores, check_weights
 from calibflow.calibrators._logistic import label_weights
 
 SCHEMA_VERSION = 1
+DEFAULT_INPUT = "score"  # the one default of ``input`` for every fit(scores, y) calibrator
 _EPS = 1e-12
 _REGISTRY: dict[str, type[BaseCalibrator]] = {}
 
@@ -59,14 +63,23 @@ def to_probability(scores: NDArray[np.float64], input: str) -> NDArray[np.float6
     return expit(scores)
 
 
-class BaseCalibrator:
+class BaseCalibrator(BaseEstimator):
     """Base class: public ``fit``/``predict`` validate, subclasses implement ``_fit``/``_predict``.
+
+    A scikit-learn estimator: ``get_params(deep)``, ``set_params``, ``clone`` and ``__sklearn_tags__``
+    come from ``sklearn.base.BaseEstimator``; fitted attributes end in ``_`` and ``predict`` before
+    ``fit`` raises ``sklearn.exceptions.NotFittedError`` (a ``ValueError``). ``X`` may be 1-D or one
+    column ``(n, 1)``: a calibrator maps one score to one probability.
 
     Subclass contract:
     - ``expects``: "logit", "probability" or "any" (see the module docstring).
     - ``monotone``: True when the fitted map never reverses the ranking of two scores.
     - ``negative_weights``: True when ``sample_weight`` may hold negative entries.
     - ``_state_fields``: names of fitted attributes saved by ``to_json`` (arrays become lists).
+    - ``_state_spec``: optional ``{field: (kind, ndim)}`` (kind "f" float64, "i" int64, "b" bool,
+      "s" str; ndim 0 scalar or 1 vector) that ``from_json`` enforces on a payload's state.
+    - ``needs``: the inputs ``fit`` needs besides ``(scores, y, sample_weight)``; empty for the
+      methods that ``fit(scores, y)`` (``available("scores")``).
     - ``__init__`` stores each keyword argument under the same attribute name (scikit-learn style),
       so ``get_params`` and JSON round-trips need no per-class code.
     """
@@ -76,8 +89,10 @@ class BaseCalibrator:
     monotone: ClassVar[bool] = True
     negative_weights: ClassVar[bool] = False
     _state_fields: ClassVar[tuple[str, ...]] = ()
+    _state_spec: ClassVar[dict[str, tuple[str, int]]] = {}
+    needs: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     # ---- public API -------------------------------------------------------------------------
@@ -91,16 +106,41 @@ class BaseCalibrator:
         """Calibrated probabilities in [0, 1] for ``scores`` of the declared input kind."""
         self._check_fitted()
         s = check_scores(scores, self.input)
-        return np.clip(self._predict(self._convert(s)), 0.0, 1.0)
+        return check_finite_output(np.clip(self._predict(self._convert(s)), 0.0, 1.0), self.name)
 
-    def get_params(self) -> dict[str, Any]:
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """scikit-learn's ``get_params``; params not stored (older payloads) are left out, as before."""
         sig = inspect.signature(type(self).__init__)
-        return {k: getattr(self, k) for k in sig.parameters if k != "self" and hasattr(self, k)}
+        names = [k for k in sig.parameters if k != "self" and hasattr(self, k)]
+        out = {k: getattr(self, k) for k in names}
+        if deep:
+            for k, v in list(out.items()):
+                if hasattr(v, "get_params") and not isinstance(v, type):
+                    out.update({f"{k}__{kk}": vv for kk, vv in v.get_params(deep=True).items()})
+        return out
+
+    @property
+    def n_features_in_(self) -> int:
+        """One score column (scikit-learn's fitted attribute; absent before ``fit``)."""
+        if not self.__sklearn_is_fitted__():
+            raise AttributeError(f"{type(self).__name__} is not fitted: no n_features_in_ yet")
+        return 1
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return bool(getattr(self, "fitted_", False))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True  # y in {0, 1}; binary only
+        tags.input_tags.one_d_array = True  # scores may be 1-D, or one column (n, 1)
+        tags.input_tags.allow_nan = False
+        return tags
 
     def to_json(self) -> str:
         self._check_fitted()
         state = {k: _to_jsonable(getattr(self, k)) for k in self._state_fields}
-        payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": self.get_params(), "state": state}
+        params = self.get_params(deep=False)
+        payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": params, "state": state}
         return json.dumps(payload, default=_to_jsonable)
 
     # ---- helpers for subclasses -------------------------------------------------------------
@@ -119,7 +159,9 @@ class BaseCalibrator:
 
     def _check_fitted(self) -> None:
         if not getattr(self, "fitted_", False):
-            raise ValueError(f"{type(self).__name__} ({self.name}) is not fitted: call fit before predict")
+            raise NotFittedError(
+                f"{type(self).__name__} ({self.name}) is not fitted: call fit before predict"
+            )
 
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
         raise NotImplementedError
@@ -224,6 +266,16 @@ class LikelihoodCalibrator(BaseCalibrator):
         raise NotImplementedError
 
 
+def check_finite_output(p: NDArray[np.float64], name: str) -> NDArray[np.float64]:
+    """Refuse to hand out NaN: a fitted map that yields it is broken, and callers would average it away."""
+    if not np.isfinite(p).all():
+        raise ValueError(
+            f"{name} produced {int((~np.isfinite(p)).sum())} non-finite prediction(s); the fitted state is "
+            "degenerate (refit on finite scores and weights with a finite total)"
+        )
+    return p
+
+
 def _to_jsonable(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return {"__ndarray__": v.tolist(), "dtype": str(v.dtype)}
@@ -238,27 +290,156 @@ def _to_jsonable(v: Any) -> Any:
     return v
 
 
-def _from_jsonable(v: Any) -> Any:
+# ---- reading payloads: every check raises ValueError -------------------------------------------
+MAX_DEPTH = 16  # nesting of dicts/lists/calibrators in one payload (CalEM -> base is 3 deep)
+_DTYPES = {"float64": np.float64, "int64": np.int64, "bool": np.bool_}
+_KIND_DTYPE = {"f": "float64", "i": "int64", "b": "bool"}
+
+
+class PayloadError(ValueError):
+    """A calibrator JSON payload that is malformed or not one calibflow wrote."""
+
+
+def _decode_array(v: dict, where: str) -> NDArray:
+    if set(v) != {"__ndarray__", "dtype"}:
+        raise PayloadError(f"{where}: an array must have exactly the keys __ndarray__ and dtype")
+    dtype = v["dtype"]
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        # only plain dtypes: a dtype string such as "(100000000,)f8" would allocate 800 MB per element
+        raise PayloadError(f"{where}: dtype must be one of {sorted(_DTYPES)}, got {str(dtype)[:40]!r}")
+    data = v["__ndarray__"]
+    if not isinstance(data, list):
+        raise PayloadError(f"{where}: __ndarray__ must be a list")
+    flat = data if not any(isinstance(x, list) for x in data) else [y for x in data for y in _row(x, where)]
+    for x in flat:
+        ok = (
+            isinstance(x, bool) if dtype == "bool" else isinstance(x, int | float) and not isinstance(x, bool)
+        )
+        if not ok or (dtype == "int64" and not isinstance(x, int)):
+            raise PayloadError(f"{where}: element {str(x)[:40]!r} does not fit dtype {dtype}")
+    try:
+        arr = np.array(data, dtype=_DTYPES[dtype])
+    except (ValueError, TypeError, OverflowError) as exc:  # ragged rows, ints beyond int64
+        raise PayloadError(f"{where}: not a regular {dtype} array ({exc})") from None
+    if arr.ndim > 2:
+        raise PayloadError(f"{where}: arrays have at most 2 dimensions, got {arr.ndim}")
+    return arr
+
+
+def _row(x: Any, where: str) -> list:
+    if not isinstance(x, list) or any(isinstance(y, list | dict) for y in x):
+        raise PayloadError(f"{where}: arrays have at most 2 dimensions of numbers")
+    return x
+
+
+def _from_jsonable(v: Any, where: str = "payload", depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        raise PayloadError(f"{where}: nested deeper than {MAX_DEPTH} levels")
     if isinstance(v, dict):
         if "__ndarray__" in v:
-            return np.asarray(v["__ndarray__"], dtype=v.get("dtype", "float64"))
+            return _decode_array(v, where)
         if "__calibrator__" in v:
-            return from_payload(v["__calibrator__"])
-        return {k: _from_jsonable(x) for k, x in v.items()}
+            if set(v) != {"__calibrator__"}:
+                raise PayloadError(f"{where}: a nested calibrator must have only the key __calibrator__")
+            return from_payload(v["__calibrator__"], depth + 1)
+        return {str(k): _from_jsonable(x, f"{where}.{k}", depth + 1) for k, x in v.items()}
     if isinstance(v, list):
-        return [_from_jsonable(x) for x in v]
-    return v
+        return [_from_jsonable(x, f"{where}[]", depth + 1) for x in v]
+    if v is None or isinstance(v, str | bool | int | float):
+        return v
+    raise PayloadError(f"{where}: unexpected value of type {type(v).__name__}")
 
 
-def from_payload(payload: dict[str, Any]) -> BaseCalibrator:
+def _check_spec(cls: type[BaseCalibrator], field: str, value: Any) -> None:
+    spec = cls._state_spec.get(field)
+    if spec is None:
+        return
+    kind, ndim = spec
+    where = f"state.{field}"
+    if ndim == 0:
+        ok = {
+            "f": isinstance(value, numbers.Real) and not isinstance(value, bool),
+            "i": isinstance(value, int) and not isinstance(value, bool),
+            "b": isinstance(value, bool),
+            "s": isinstance(value, str),
+        }[kind]
+        if not ok:
+            raise PayloadError(
+                f"{where}: expected a {dict(f='number', i='integer', b='bool', s='string')[kind]}"
+            )
+        return
+    if not (isinstance(value, np.ndarray) and value.ndim == ndim and value.dtype == _KIND_DTYPE[kind]):
+        raise PayloadError(f"{where}: expected a {ndim}-D {_KIND_DTYPE[kind]} array")
+
+
+def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
+    """Rebuild a calibrator from a decoded payload; anything malformed raises ``ValueError``.
+
+    Only the class's declared ``__init__`` params and ``_state_fields`` are set (never private or
+    dunder attributes); arrays are float64/int64/bool only and bounded by the payload's own size; the
+    state must hold every declared field (an empty state is not a fitted calibrator); and a rebuilt
+    1-D calibrator must predict finite probabilities on a probe before it is returned.
+    """
+    if not isinstance(payload, dict):
+        raise PayloadError(f"calibrator payload must be a JSON object, got {type(payload).__name__}")
+    extra = set(payload) - {"schema", "method", "params", "state"}
+    if extra:
+        raise PayloadError(f"calibrator payload has unknown key(s) {sorted(map(str, extra))[:5]}")
     schema = payload.get("schema")
-    if schema != SCHEMA_VERSION:
-        raise ValueError(f"unsupported calibrator schema {schema!r}; this calibflow reads {SCHEMA_VERSION}")
-    cls = _REGISTRY.get(payload.get("method", ""))
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise PayloadError(
+            f"unsupported calibrator schema {str(schema)[:40]!r}; this calibflow reads {SCHEMA_VERSION}"
+        )
+    method = payload.get("method", "")
+    cls = _REGISTRY.get(method) if isinstance(method, str) else None
     if cls is None:
-        raise ValueError(f"unknown calibrator method {payload.get('method')!r} in JSON payload")
-    obj = cls(**_from_jsonable(payload.get("params", {})))
-    for k, v in payload.get("state", {}).items():
-        setattr(obj, k, _from_jsonable(v))
+        raise PayloadError(f"unknown calibrator method {str(method)[:40]!r} in JSON payload")
+    params, state = payload.get("params", {}), payload.get("state", {})
+    if not isinstance(params, dict) or not isinstance(state, dict):
+        raise PayloadError("calibrator payload: params and state must be JSON objects")
+    declared = [k for k in inspect.signature(cls.__init__).parameters if k != "self"]
+    unknown = set(params) - set(declared)
+    if unknown:
+        raise PayloadError(f"{method}: unknown param(s) {sorted(unknown)[:5]}; declared: {declared}")
+    try:
+        obj = cls(**{k: _from_jsonable(v, f"params.{k}", depth + 1) for k, v in params.items()})
+    except PayloadError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{method}: invalid params ({exc})") from None
+    if set(state) != set(cls._state_fields):
+        missing, bad = set(cls._state_fields) - set(state), set(state) - set(cls._state_fields)
+        what = "empty state: not a fitted calibrator" if not state else f"missing {sorted(missing)[:5]}"
+        if bad:
+            what = f"undeclared field(s) {sorted(map(str, bad))[:5]}"
+        raise PayloadError(f"{method}: state must hold exactly {list(cls._state_fields)} ({what})")
+    for k in cls._state_fields:
+        value = _from_jsonable(state[k], f"state.{k}", depth + 1)
+        _check_spec(cls, k, value)
+        setattr(obj, k, value)
     obj.fitted_ = True
+    _probe(obj)
     return obj
+
+
+def _probe(obj: BaseCalibrator) -> None:
+    """Predict on a few scores: a state of the wrong shape fails here, with a ValueError."""
+    if obj.needs:
+        return
+    probe = np.linspace(0.0, 1.0, 7) if obj.input == "probability" else np.linspace(-8.0, 8.0, 7)
+    try:
+        p = obj.predict(probe)
+    except (
+        ValueError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        KeyError,
+        ZeroDivisionError,
+        OverflowError,
+    ) as exc:
+        raise PayloadError(
+            f"{obj.name}: the saved state does not predict ({type(exc).__name__}: {exc})"
+        ) from None
+    if p.shape != probe.shape:
+        raise PayloadError(f"{obj.name}: the saved state predicts {p.shape} values for {probe.shape} scores")

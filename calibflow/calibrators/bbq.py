@@ -32,11 +32,22 @@ class BBQCalibrator(BaseCalibrator):
     fold the models into one (its value changes only at the union of the models' edges) by summing
     each model's weighted jumps, so prediction costs one ``searchsorted`` whatever the model count.
     Bin rates are not forced to increase: ``monotone = False``.
+
+    Weights are counts (a row of weight ``w`` is ``w`` rows), so the fit depends on the total weight
+    on purpose: BBQ is Bayesian, and more data sharpens the scores of finer binnings (weights of
+    ``1/n`` describe *one* observation and give one bin). Only the model grid is bounded whatever
+    the total: see ``model_grid``.
     """
 
     expects = "probability"
     monotone = False
     _state_fields = ("edges_", "values_", "bins_grid_", "model_weights_")
+    _state_spec = {
+        "edges_": ("f", 1),
+        "values_": ("f", 1),
+        "bins_grid_": ("i", 1),
+        "model_weights_": ("f", 1),
+    }
 
     def __init__(self, C: float = 10.0, n_prime: float = 2.0, input: str = "score") -> None:
         self.C = C
@@ -52,17 +63,23 @@ class BBQCalibrator(BaseCalibrator):
         ss = s[order]
         cw = np.cumsum(w[order])
         cwy = np.cumsum((w * y)[order])
-        total = cw[-1]
-        root = total ** (1.0 / 3.0)
-        lo = max(1, int(np.floor(root / self.C)))
-        hi = max(lo, int(min(np.ceil(total / 5.0), np.ceil(self.C * root))))
-        grid = np.arange(lo, hi + 1)
+        grid = model_grid(cw[-1], int(np.unique(s[w > 0]).size), float(self.C))
         models = [self._model(ss, cw, cwy, int(b)) for b in grid]
         log_score = np.array([m[2] for m in models])
+        if not np.isfinite(log_score).all():
+            raise ValueError(
+                f"bbq: total weight {cw[-1]:.3g} overflows the marginal likelihood; weights are counts, "
+                "so rescale them to the number of observations they stand for"
+            )
         weights = np.exp(log_score - log_score.max())
         weights /= weights.sum()
         self.bins_grid_, self.model_weights_ = grid, weights
-        self.edges_, self.values_ = _fold_models([(m[0], m[1]) for m in models], weights)
+        # Models with posterior weight below 1e-16 of the total change no prediction by more than that
+        # (rates lie in [0, 1]); leaving them out of the fold keeps it cheap when counts are huge and
+        # the posterior sits on a few models.
+        keep = weights >= 1e-16
+        kept = [(m[0], m[1]) for m, k in zip(models, keep, strict=True) if k]
+        self.edges_, self.values_ = _fold_models(kept, weights[keep] / weights[keep].sum())
 
     def _model(self, ss, cw, cwy, n_bins: int):
         """Edges, posterior-mean rates and log BDeu score of the ``n_bins`` equal-frequency model."""
@@ -98,6 +115,32 @@ class BBQCalibrator(BaseCalibrator):
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         return self.values_[np.searchsorted(self.edges_, s, side="right")]
+
+
+MAX_MODELS = 1000
+MAX_TOTAL_BINS = 10_000_000
+
+
+def model_grid(total: float, n_distinct: int, C: float) -> NDArray[np.int64]:
+    """Bin counts ``B`` of the models: the paper's ``[N^(1/3)/C, C N^(1/3)]``, capped at ``N/5``.
+
+    Bounded two ways, neither of which changes a fit of up to 1e6 unit-weight rows with distinct
+    scores: ``B`` never exceeds the number of distinct scores with positive weight (more
+    equal-frequency bins cannot be formed: such models only realise fewer bins), and past
+    ``MAX_MODELS`` models (or when the models would hold more than ``MAX_TOTAL_BINS`` bins in all,
+    then at least 100 models) the grid keeps that many geometrically spaced values (the uniform
+    model prior then sits on that subset).
+    So 400 rows of weight 1e9 (N = 4e11) fit one model of 400 bins (not about 66,000 models).
+    """
+    root = total ** (1.0 / 3.0)
+    hi = int(min(np.ceil(total / 5.0), np.ceil(C * root), max(n_distinct, 1)))
+    hi = max(hi, 1)
+    lo = min(max(1, int(np.floor(root / C))), hi)
+    # Each model costs O(B): past MAX_TOTAL_BINS in all, fewer models (never under 100).
+    n_models = min(MAX_MODELS, max(100, MAX_TOTAL_BINS // hi))
+    if hi - lo + 1 <= n_models:
+        return np.arange(lo, hi + 1, dtype=np.int64)
+    return np.unique(np.round(np.geomspace(lo, hi, n_models)).astype(np.int64))
 
 
 def _fold_models(models, weights) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

@@ -33,6 +33,7 @@ class BetaCalibrator(LikelihoodCalibrator):
 
     expects = "probability"
     _state_fields = ("coef_", "intercept_")
+    _state_spec = {"coef_": ("f", 1), "intercept_": ("f", 0)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input

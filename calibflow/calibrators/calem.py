@@ -168,6 +168,7 @@ class CalEMCalibrator(BaseCalibrator):
     """
 
     expects = "any"
+    needs = ("scores_biased", "z_biased")
     _state_fields = ("base_", "init_", "eta_", "trace_", "converged_", "n_iter_", "criterion_", "h_clip_")
 
     def __init__(

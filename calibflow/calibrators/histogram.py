@@ -26,6 +26,7 @@ class HistogramCalibrator(BaseCalibrator):
     expects = "probability"
     monotone = False
     _state_fields = ("edges_", "bin_value_", "bin_weight_")
+    _state_spec = {"edges_": ("f", 1), "bin_value_": ("f", 1), "bin_weight_": ("f", 1)}
 
     def __init__(self, n_bins: int = 10, strategy: str = "uniform", input: str = "score") -> None:
         self.n_bins = n_bins

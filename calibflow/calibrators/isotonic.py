@@ -32,6 +32,7 @@ class IsotonicCalibrator(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("x_", "y_")
+    _state_spec = {"x_": ("f", 1), "y_": ("f", 1)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input
@@ -59,4 +60,3 @@ class IsotonicCalibrator(BaseCalibrator):
 
     def _predict(self, s):
         return np.interp(s, self.x_, self.y_)
-

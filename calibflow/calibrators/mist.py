@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import as_1d_float, check_scores
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, check_finite_output, register
 from calibflow.calibrators.isotonic import IsotonicCalibrator
 
 
@@ -27,6 +27,7 @@ class MistCalibrator(BaseCalibrator):
 
     expects = "any"
     monotone = False  # monotone in the score within a level, not across levels
+    needs = ("uncertainty",)
     _state_fields = ("u_edges_", "xs_", "ys_")
 
     def __init__(self, input: str = "score", n_levels: int = 3, min_level_size: int = 20) -> None:
@@ -72,7 +73,7 @@ class MistCalibrator(BaseCalibrator):
         for i in range(len(self.xs_)):
             m = lv == i
             out[m] = np.interp(s[m], self.xs_[i], self.ys_[i])
-        return np.clip(out, 0.0, 1.0)
+        return check_finite_output(np.clip(out, 0.0, 1.0), self.name)
 
     @staticmethod
     def _check_u(uncertainty, n: int) -> NDArray[np.float64]:

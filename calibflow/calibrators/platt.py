@@ -15,13 +15,16 @@ class PlattCalibrator(LikelihoodCalibrator):
     """Platt (1999): ``p = sigma(A s + B)`` on the logit or raw score ``s``.
 
     Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
-    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what scikit-learn 1.9's
-    ``CalibratedClassifierCV(method="sigmoid")`` and the papers' baselines fit. Monotone when A >= 0;
-    ``monotone`` is declared True because a negative A only arises for anti-correlated scores.
+    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what the papers' baselines
+    and an unpenalised ``LogisticRegression`` on the score fit (scikit-learn 1.9.1's
+    ``CalibratedClassifierCV(method="sigmoid")`` does smooth them; tests/test_sklearn_api.py).
+    Monotone when A >= 0; ``monotone`` is declared True because a negative A only arises for
+    anti-correlated scores.
     """
 
     expects = "logit"
     _state_fields = ("coef_", "intercept_")
+    _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input
@@ -48,8 +51,9 @@ class TemperatureCalibrator(LikelihoodCalibrator):
 
     expects = "logit"
     _state_fields = ("temperature_",)
+    _state_spec = {"temperature_": ("f", 0)}
 
-    def __init__(self, input: str = "logit") -> None:
+    def __init__(self, input: str = "score") -> None:
         self.input = input
 
     def _n_params(self) -> int:
@@ -93,6 +97,7 @@ class MinMaxBaseline(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("min_", "max_")
+    _state_spec = {"min_": ("f", 0), "max_": ("f", 0)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input

@@ -123,6 +123,7 @@ class _ShapeCalibrator(LikelihoodCalibrator):
     monotone = True
     negative_weights = False  # sample weights are weights; UERM's negative terms come from ``propensity``
     _state_fields = ("theta_", "s_min_", "s_max_", "regularised_", "solver_")
+    _state_spec = {"theta_": ("f", 1), "s_min_": ("f", 0), "s_max_": ("f", 0), "regularised_": ("b", 0)}
 
     def __init__(
         self,

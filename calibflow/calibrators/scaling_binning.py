@@ -32,6 +32,7 @@ class ScalingBinningCalibrator(BaseCalibrator):
 
     expects = "logit"
     _state_fields = ("coef_", "intercept_", "edges_", "bin_value_")
+    _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0), "edges_": ("f", 1), "bin_value_": ("f", 1)}
 
     def __init__(self, n_bins: int = 10, input: str = "score") -> None:
         self.n_bins = n_bins

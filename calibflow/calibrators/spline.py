@@ -164,6 +164,7 @@ class SplineCalibrator(LikelihoodCalibrator):
     expects = "logit"
     negative_terms = False  # the active-set Newton loop needs a convex objective
     _state_fields = ("coef_", "lo_", "hi_")
+    _state_spec = {"coef_": ("f", 1), "lo_": ("f", 0), "hi_": ("f", 0)}
 
     def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = "score") -> None:
         self.n_splines = n_splines
@@ -205,6 +206,7 @@ class SplineCalibrator(LikelihoodCalibrator):
 
     def decision_function(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         """The fitted logit ``sum_j theta_j B_j(s)`` of already converted scores ``s``."""
+        self._check_fitted()
         x = np.clip(s, self.lo_, self.hi_)
         first, vals = cubic_bspline_parts(x, self.lo_, self.hi_, self.coef_.size)
         cols = first[:, None] + np.arange(DEGREE + 1)

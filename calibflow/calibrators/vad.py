@@ -284,6 +284,9 @@ class VADCalibrator(BaseCalibrator):
 
     expects = "any"
     monotone = True
+    # fit(replicas): S x n replica predictions. input stays "probability" (predict_proba replicas):
+    # a "score" default would silently read existing callers' probabilities as logits.
+    needs = ("replicas",)
     _state_fields: ClassVar[tuple[str, ...]] = (
         "lambda_",
         "lambda_raw_",
