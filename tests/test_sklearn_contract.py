@@ -136,7 +136,7 @@ def test_one_default_input_and_available_kinds():
     for name in ONE_D + ["angular", "calem", "mist"]:
         assert C.make(name).input == DEFAULT_INPUT == "score", name
     assert C.available() == sorted(C.available("scores") + C.available("extra"))
-    assert set(C.available("extra")) == {"angular", "calem", "mist", "vad"}
+    assert set(C.available("extra")) == {"angular", "calem", "mist", "multicalibration", "vad"}
     assert all(C.get_class(m).needs for m in C.available("extra"))
     with pytest.raises(ValueError, match="kind must be one of"):
         C.available("some")

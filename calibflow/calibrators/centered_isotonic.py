@@ -29,6 +29,7 @@ class CenteredIsotonicCalibrator(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("x_", "y_")
+    _state_spec = {"x_": ("f", 1), "y_": ("f", 1)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input

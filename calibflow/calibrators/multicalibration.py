@@ -73,10 +73,12 @@ class MulticalibrationCalibrator(BaseCalibrator):
     expects = "logit"
     monotone = False  # increasing within each segment, not across segments
     _state_fields = ("model_json_", "segment_names_", "vocab_", "n_rounds_")
+    _state_spec = {"model_json_": ("s", 0), "n_rounds_": ("i", 0)}
+    needs = ("segments",)
 
     def __init__(
         self,
-        input: str = "logit",
+        input: str = "score",
         max_depth: int = 3,
         learning_rate: float = 0.05,
         n_estimators: int = 300,

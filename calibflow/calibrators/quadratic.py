@@ -20,5 +20,5 @@ from calibflow.calibrators.ranking import GaussianCalibrator
 class QuadraticCalibrator(GaussianCalibrator):
     """Monotone quadratic scaling on the logit (naive log loss; no ranking-specific options needed)."""
 
-    def __init__(self, input: str = "logit", ridge: float = 1e-2) -> None:
+    def __init__(self, input: str = "score", ridge: float = 1e-2) -> None:
         super().__init__(input=input, ridge=ridge)

@@ -121,6 +121,7 @@ class VennAbersCalibrator(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("scores_", "p0_", "p1_")
+    _state_spec = {"scores_": ("f", 1), "p0_": ("f", 1), "p1_": ("f", 1)}
 
     def __init__(self, input: str = "score") -> None:
         self.input = input
