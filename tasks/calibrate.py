@@ -20,6 +20,7 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
+from tasks import _sources
 from tasks._common import (
     SPECIAL_METHODS,
     Layout,
@@ -27,7 +28,6 @@ from tasks._common import (
     atomic_dir,
     base_parser,
     cli,
-    dataset_names,
     load_params,
     require,
     section,
@@ -84,7 +84,7 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
     options = dict((cfg.get("options") or {}).get(method) or {})
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
-        for name in dataset_names(params):
+        for name in _sources.names(params):
             path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
             t0 = time.perf_counter()
             text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
