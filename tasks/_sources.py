@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit, logit
 
 from calibflow import sources as src
 from calibflow.sources import SourceSpec
@@ -70,18 +69,9 @@ def labels01(values: pd.Series, positive: Any | None) -> np.ndarray:
     return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64).astype(np.int64)
 
 
-def scores_to_margin(score: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(margin, probability) of the user's score: a probability's logit, or a logit/score as is."""
-    s = np.asarray(score, dtype=np.float64)
-    if kind == "probability":
-        p = np.clip(s, 1e-15, 1.0 - 1e-15)  # a probability of exactly 0 or 1 has an infinite logit
-        return logit(p), s
-    return s, expit(s)  # "score": an uncalibrated real score is shown as sigmoid(score) before calibration
-
-
 def score_predictions(frame: pd.DataFrame, spec: SourceSpec) -> pd.DataFrame:
     """A score source's "predictions" in train's layout: no model, the user's scores as margin/prob."""
-    margin, prob = scores_to_margin(frame["score"].to_numpy(np.float64), spec.score_kind or "probability")
+    margin, prob = src.to_margin(frame["score"].to_numpy(np.float64), spec.score_kind or "probability")
     out = frame[["row", "split", "y", *carried_columns(frame)]].copy()
     out["margin"] = margin
     out["prob"] = prob

@@ -144,7 +144,12 @@ def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[
     frame = frame[frame["split"] != ""].reset_index(drop=True)
     parts = {k: np.flatnonzero(frame["split"].to_numpy() == k) for k in SPLITS}
     yk = frame["y"].to_numpy()
+    where = split_rec.get("kind", "random")
+    if where == "time":
+        cal, tst = split_rec["calib"], split_rec["test"]
+        where = f"time split: calib {cal[0]} to {cal[1]}, test to {tst[1]}"
     record: dict[str, Any] = {
+        "target": f"{spec.label} ({where})",  # shown in the report's split table
         "kind": "source",
         "source_kind": spec.kind,
         "n_rows": int(len(frame)),

@@ -228,6 +228,25 @@ def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool
     return {"fingerprint": fp, "time_range": rec.get("time_range"), "split": split}
 
 
+def _input_record(params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
+    """What ``calibflow apply`` feeds the calibrator: which score, of which kind, converted to which input."""
+    cal_input = str(section(params, "calibrate").get("input", "logit"))
+    if is_source:
+        spec = _sources.specs(params)[name]
+        if spec.kind == "score":
+            return {"score": spec.score, "score_kind": spec.score_kind, "calibrator_input": cal_input}
+        return {
+            "score": f"margin of data/models/{name}.json",
+            "score_kind": "logit",
+            "calibrator_input": cal_input,
+        }
+    return {
+        "score": f"margin of data/models/{name}.json",
+        "score_kind": "logit",
+        "calibrator_input": cal_input,
+    }
+
+
 def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
     path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
     preds = pd.read_parquet(path)
@@ -271,6 +290,7 @@ def select_one(
             m: {"test_log_loss": v, "monotone": bool(get_class(m).monotone)} for m, v in ll.items()
         },
         "baseline": UNCALIBRATED,
+        "input": _input_record(params, name, is_source),
         "data": _data_record(lay, params, name, is_source),
         "calibflow_version": im.version("calibflow"),
     }
