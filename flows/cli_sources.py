@@ -216,7 +216,7 @@ def _print_summary(spec: src.SourceSpec, info: dict[str, Any], params_file: Path
     typer.echo(f"added to {params_file} (split: {spec.split})")
     typer.echo(f"next: calibflow run    (or `make run`; then models/{spec.name}/calibrator.json is yours)")
     if spec.score is None:  # a features source: the calibrator maps the trained model's margin
-        typer.echo(f"then: score new rows with data/models/{spec.name}.json (XGBoost JSON, margin output) and")
+        typer.echo(f"then: score new rows with data/models/{spec.name}.json (XGBoost JSON, margins), and")
     typer.echo(
         f"then: calibflow apply --calibrator models/{spec.name}/calibrator.json --input NEW.parquet "
         f"--score {spec.score or 'MARGIN'} --output scored.parquet"
