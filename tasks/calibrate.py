@@ -50,7 +50,9 @@ def calibrate_one(
     if cal.empty or test.empty:
         raise StageError("predictions need both 'calib' and 'test' rows")
     calibrator = make(method, **{"input": input_kind, **options})
-    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64))
+    # A source's declared `weight` column weighs the fit (built-in datasets carry none).
+    w = cal["weight"].to_numpy(np.float64) if "weight" in cal.columns else None
+    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64), sample_weight=w)
     prob = calibrator.predict(test[col].to_numpy(np.float64))
     text = calibrator.to_json()
     again = from_json(text).predict(test[col].to_numpy(np.float64))
