@@ -118,7 +118,7 @@ def fit_calibrator(work: Path) -> Path:
     return path
 
 
-def bench_apply(work: Path, n: int, peer_limit_gb: float) -> dict:
+def bench_apply(work: Path, n: int, peer_limit_gb: float, peer_max_rows: float = float("inf")) -> dict:
     data = work / f"scores_{n}.parquet"
     t0 = time.perf_counter()
     generate(data, n)
@@ -142,8 +142,17 @@ def bench_apply(work: Path, n: int, peer_limit_gb: float) -> dict:
         "df['calibrated'] = c.predict(calibrator_input(df['p_model'].to_numpy(), 'probability', 'logit')); "
         f"df.to_parquet({str(out)!r}, index=False); print('SECS', time.perf_counter() - t0); " + PEAK
     )
+    if n > peer_max_rows:  # not run: say so rather than extrapolate
+        return _done(
+            data, n, gen, secs, rss, ok, err, size_out, (None, None, None, ["not run (--peer-max-rows)"])
+        )
     psecs, prss, pok, perr = _child(peer, limit_gb=peer_limit_gb)
     out.unlink(missing_ok=True)
+    return _done(data, n, gen, secs, rss, ok, err, size_out, (psecs, prss, pok, perr))
+
+
+def _done(data: Path, n: int, gen, secs, rss, ok, err, size_out, peer) -> dict:
+    psecs, prss, pok, perr = peer
     res = {
         "rows": n,
         "input_mb": data.stat().st_size / 2**20,
@@ -274,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--n-bootstrap", type=int, default=100, help="evaluate.n_bootstrap of the end-to-end run")
     ap.add_argument("--peer-limit-gb", type=float, default=6.0, help="ulimit -v of the pandas peer")
+    ap.add_argument(
+        "--peer-max-rows", type=float, default=float("inf"), help="skip the pandas peer above this"
+    )
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="calibflow-bench-sources-", dir="/tmp"))
     try:
