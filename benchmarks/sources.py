@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="calibflow-bench-sources-", dir="/tmp"))
     try:
         for n in [int(float(x)) for x in args.apply_rows.split(",") if x]:
-            r = bench_apply(work, n, args.peer_limit_gb)
+            r = bench_apply(work, n, args.peer_limit_gb, args.peer_max_rows)
             ratio = f"{r['pandas_s'] / r['apply_s']:.2f}x" if r["pandas_ok"] else "pandas failed"
             print(
                 f"apply {n:.0e} rows ({r['input_mb']:.0f} MB Parquet): {r['apply_s']:.1f} s, "
