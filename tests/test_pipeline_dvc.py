@@ -183,7 +183,7 @@ def _param_change_makes_only_downstream_stale(root: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         stale = set(json.loads(dvc(root, "status", "--json").stdout))
-        assert stale == {"evaluate", "select", "report"}  # the report shows all params; nothing upstream reruns
+        assert stale == {"evaluate", "select", "report"}  # report: all params; nothing upstream reruns
         diff = dvc(root, "params", "diff", "--json").stdout
         change = json.loads(diff)["params.yaml"]["evaluate.n_bootstrap"]
         assert (change["old"], change["new"]) == (20, 30)
