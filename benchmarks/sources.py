@@ -23,6 +23,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -287,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         "--peer-max-rows", type=float, default=float("inf"), help="skip the pandas peer above this"
     )
     args = ap.parse_args(argv)
+    # A `timeout` (SIGTERM) still deletes the generated data: turn it into SystemExit so `finally` runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="calibflow-bench-sources-", dir="/tmp"))
     try:
         for n in [int(float(x)) for x in args.apply_rows.split(",") if x]:
