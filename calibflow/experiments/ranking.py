@@ -593,8 +593,7 @@ def sweep_table(runs, cfg, data) -> Table:
     for k in cfg["num_neg_sweep"]:
         for m in cfg["base_models"]:
             cells = [
-                _nanmean([r["models"][m]["sweep"][(int(k), *key)] for r in runs])
-                for key in SWEEP_METHODS
+                _nanmean([r["models"][m]["sweep"][(int(k), *key)] for r in runs]) for key in SWEEP_METHODS
             ]
             hits = []
             if lo_n <= cells[0] <= hi_n:
