@@ -18,7 +18,10 @@ Choices where the paper is silent (also listed in the returned ``choices``):
   {0.5, 0.4, 0.3, 0.2}; we set the Beta mean to P(Y) with a fixed total alpha + beta = 2
   (``concentration``), so P(Y) = 0.5 is the uniform distribution: alpha = 2 P(Y), beta = 2 (1 - P(Y)).
 - L2 error: root mean squared difference between the fitted and the oracle curve over the scores of
-  all n simulated rows (the L2 norm under the score distribution), not over a uniform grid.
+  all n simulated rows (the L2 norm under the score distribution), not over a uniform grid; the squared
+  L2 (mean squared difference) is reported beside it.
+- h is clipped to [0, 1] in every E-step (the method as we run it; see calibflow.calibrators.calem);
+  ``literal: true`` also runs Algorithm 3 without the clip, and the tables show both.
 - Percent improvement from the mean L2 errors over replications, (mean L2_GAM - mean L2_EM) / mean
   L2_GAM; the star is a two-sided paired t-test (scipy ``ttest_rel``) at 5%.
 - The "log-likelihood" column of Table 2 is positive and ~0.33 for a ~10% base rate, so it is the

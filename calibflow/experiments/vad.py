@@ -36,6 +36,13 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
   row/column subsampling (``scheme="seeds"``, as the paper recommends for non-convex models).
   Baselines are fitted on validation-train; VAD+ uses lambda_val-test / lambda_val-train; the
   Vanilla row's VAD+ is plain VAD (lambda_val-test), as in the paper's Table 2.
+- Real covariate shift (issue 16; ``shift: segment``, the default in params.yaml): rows go at random to a
+  source half (train 70%, validation-train 30%) and a target half (validation-test 40%, test 60%); the source
+  keeps a segment's rows with probability ``minority`` (0.2), the target keeps the other rows with that
+  probability. Segments: bank_marketing ``late_period`` (rows from November 2008 on; bank-full.csv is in time
+  order, so this is a period shift with drift), hillstrom ``newbie`` (new customers). Replicas
+  ``replica_scheme: bootstrap``: row 0 the model on all training rows, rows 1..S-1 bootstrap refits, which
+  carry the GBDT's sampling variance (seed retrains on the same rows barely differ: lambda 0.97-0.99).
 - Extra rows, not in the paper: "Vanilla, bootstrap replica" (row 1 a bootstrap refit, scheme
   "bootstrap") and, for hillstrom, "Vanilla, group-wise VAD" (lambda per treatment arm, Sec. 7).
 - Paired tests: two-sided paired t-test over replications of |E|, ECE and MCE, original vs VAD+,
