@@ -24,7 +24,7 @@ from calibflow.results import Reproduction
 from tasks._common import Layout, StageError, base_parser, cli, load_params, section, seed
 
 log = logging.getLogger("tasks.reproduce")
-PROFILES = ("quick", "full")
+PROFILES = ("quick", "standard", "full")  # standard: a paper's middle size where it defines one, else quick
 
 
 def experiment_config(
@@ -41,6 +41,8 @@ def experiment_config(
             f"params: reproduce.{key} is missing; known: {sorted(k for k in rp if k != 'profile')}"
         )
     config = block.get(profile)
+    if config is None and profile == "standard":  # papers without a standard block run their quick one
+        config = block.get("quick")
     if config is None:
         config = {}
     if not isinstance(config, dict):

@@ -249,3 +249,39 @@ def test_squarem_reaches_the_em_fixed_point_in_fewer_m_steps(base):
     assert sq.trace_[-1]["delta"] < 1e-7
     assert sq.n_iter_ < 0.5 * em.n_iter_, (sq.n_iter_, em.n_iter_)
     np.testing.assert_allclose(sq.predict(d["s"]), em.predict(d["s"]), atol=2e-6)
+
+
+# ---- the clip made explicit (issue 16)
+def test_unclipped_treatment_effect_is_the_raw_eq_15():
+    g_eta = np.array([0.5, 0.2, 0.1])
+    g_theta = np.array([0.25, 0.3, 0.0])
+    h, low, high = treatment_effect(g_eta, g_theta, clip=False)
+    np.testing.assert_allclose(h, [0.5, -0.5, 1.0])
+    assert (low, high) == (1, 0)
+
+
+@pytest.mark.parametrize("base", ["platt", "spline"])
+def test_literal_algorithm_3_runs_without_the_clip_and_differs(base):
+    sc, yc, sb, zb, d = _data(3, n=6000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        clipped = C.make("calem", base=base, input="probability", max_iter=40).fit(sc, yc, sb, zb)
+        literal = C.make("calem", base=base, input="probability", max_iter=40, clip_h=False).fit(
+            sc, yc, sb, zb
+        )
+    # the literal run keeps negative h (it is counted, not moved) and lands elsewhere
+    assert literal.h_clip_["clipped_low"] > 0
+    assert literal.treatment_effect(d["s"]).min() < 0 <= clipped.treatment_effect(d["s"]).min()
+    assert np.abs(literal.predict(d["s"]) - clipped.predict(d["s"])).max() > 1e-3
+    # both start from the same clean-only fit
+    np.testing.assert_allclose(literal.init_.predict(d["s"]), clipped.init_.predict(d["s"]))
+    again = C.from_json(literal.to_json())
+    assert again.clip_h is False
+    np.testing.assert_allclose(again.predict(d["s"]), literal.predict(d["s"]), atol=1e-12)
+
+
+def test_clip_h_params_are_checked():
+    with pytest.raises(ValueError, match="clip_h"):
+        C.make("calem", clip_h="no")
+    with pytest.raises(ValueError, match="accelerate"):
+        C.make("calem", clip_h=False, accelerate="squarem")

@@ -42,7 +42,9 @@ def test_run_tiny_profile():
         "profile": "test",
     }
     rep = E.run(config, seed=3)
-    t1, t2 = rep.tables
+    t1, t2 = rep.tables[0], rep.tables[-1]
+    # clipped and literal Algorithm 3, RMS and squared L2: four Table-1 variants, then Table 2
+    assert len(rep.tables) == 5 and "literal" in rep.tables[2].title and "squared" in rep.tables[1].title
     assert t1.rows[0][:2] == ["h1", "10%"]
     cell = t1.rows[0][t1.columns.index("g2, P(Y)=0.3")]
     assert cell.endswith("(paper +46.96%*)") and cell != "not run (paper +46.96%*)"
@@ -53,3 +55,36 @@ def test_run_tiny_profile():
     assert rep.metrics["sim_cells"] == 1 and len(rep.figures) == 1 and rep.figures[0].svg.startswith("<svg")
     json.dumps(rep.to_dict())  # strict JSON
     assert rep.to_dict()["tables"] == E.run(config, seed=3).to_dict()["tables"]  # deterministic
+
+
+def test_concentration_sweep_and_squared_l2():
+    config = {
+        "simulation": {
+            "n": 2000,
+            "replications": 2,
+            "shares": [0.1],
+            "p_y": [0.3],
+            "g": ["g2"],
+            "h": ["h1"],
+            "max_iter": 15,
+            "literal": False,
+            "concentration_sweep": {
+                "concentrations": [2, 10],
+                "replications": 2,
+                "cells": [["g2", "h1", 0.3, 0.1]],
+            },
+        },
+        "hillstrom": None,
+        "figure": False,
+    }
+    rep = E.run(config, seed=5)
+    assert len(rep.tables) == 3  # clipped RMS, clipped squared, sweep (literal off)
+    sweep = rep.tables[-1]
+    assert [r[0] for r in sweep.rows] == ["2", "10"] and "paper +46.96%" in sweep.columns[1]
+    assert rep.metrics["sweep_best_concentration"] in (2.0, 10.0)
+    assert any("Concentration sweep" in n for n in rep.notes)
+    # squared-L2 improvement from the same replications: (G^2 - E^2) / G^2 for one replication
+    cell = E.summarise_cell(
+        [{"l2_gam": 2.0, "l2_em": 1.0, "n_iter": 1, "converged": True, "clipped_frac": 0.0}]
+    )
+    assert cell["improvement"] == pytest.approx(50.0) and cell["improvement_sq"] == pytest.approx(75.0)

@@ -459,3 +459,16 @@ def test_train_replicas_are_saved_and_differ(tmp_path):
         X = frame[[c for c in frame.columns if c.startswith("f:")]].to_numpy()
         np.testing.assert_allclose(models.predict_margin(rep, X), preds[f"margin_replica{r}"], atol=1e-6)
         assert np.abs(preds[f"margin_replica{r}"] - preds["margin"]).max() > 1e-3
+
+
+def test_reproduce_standard_profile_falls_back_to_quick(project, tmp_path, monkeypatch):
+    """Issue 16: a paper with a ``standard`` block runs it; a paper without one runs its quick block."""
+    _, params = project
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", calls))
+    p = {**params, "reproduce": {"profile": "standard", "fake": {"quick": {"n": 3}, "standard": {"n": 30}}}}
+    reproduce.run("fake", p, tmp_path)
+    assert calls[-1] == ({"n": 30}, 7)
+    p = {**params, "reproduce": {"profile": "standard", "fake": {"quick": {"n": 3}, "full": {"n": 100}}}}
+    reproduce.run("fake", p, tmp_path)
+    assert calls[-1] == ({"n": 3}, 7)

@@ -68,8 +68,11 @@ def test_calibrated_maps_keep_the_ranking(one_seed):
     for res in out["models"].values():
         s = np.sort(res["scores"]["test"])
         for (name, _), cal in res["fitted"].items():
-            if name in ("gaussian", "gamma", "platt", "isotonic"):
+            if name in ("gaussian", "gamma", "isotonic"):  # monotone by construction
                 assert np.diff(cal.predict(s)).min() >= 0
+            elif name == "platt":  # a free slope: monotone, in either direction (small rankers can invert)
+                d = np.diff(cal.predict(s))
+                assert d.min() >= 0 or d.max() <= 0
 
 
 def test_run_returns_a_saveable_reproduction(tmp_path, monkeypatch):
@@ -114,3 +117,91 @@ def test_bad_config():
         R.run({"base_models": ["ncf"]}, seed=0)
     with pytest.raises(ValueError, match="cal_fraction"):
         R.make_split(R.Ratings("x", np.ones((2, 2)), np.ones((2, 2))), 1.5, 0)
+
+
+# ---- the authors' released protocol (issue 16)
+def test_held_out_positives_follow_the_release():
+    Y = np.zeros((4, 40))
+    Y[0, :4] = 1  # 4 positives: not more than 4, nothing held out
+    Y[1, :5] = 1  # 5 positives: max(round(0.5), 1) = 1 held out, the last one
+    Y[2, ::2] = 1  # 20 positives: round(2.0) = 2, the last two
+    Y[3, :35] = 1  # 35 positives: round(3.5) = 4 (Python rounds half to even)
+    cal = R.held_out_positives(Y)
+    assert cal[0].sum() == 0
+    assert np.flatnonzero(cal[1]).tolist() == [4]
+    assert np.flatnonzero(cal[2]).tolist() == [36, 38]
+    assert np.flatnonzero(cal[3]).tolist() == [31, 32, 33, 34]
+    assert not (cal & (Y == 0)).any()
+
+
+def test_sampled_negatives_are_never_positives():
+    rng = np.random.default_rng(0)
+    Y = (rng.random((30, 50)) < 0.3).astype(float)
+    users = np.repeat(np.arange(30), 3)
+    neg = R.sample_negatives(Y, users, 7, rng)
+    assert neg.size == users.size * 7
+    assert (Y[np.repeat(users, 7), neg] == 0).all()
+
+
+def test_released_split_on_coat(coat):
+    split = R.released_split(coat, num_neg=12, seed=1)
+    u, i, y = split.cal_pairs()
+    n_pos = int(split.cal.sum())
+    assert y.sum() == n_pos and y.size == 13 * n_pos  # positives + 12 negatives each
+    assert (split.Y[u[y == 0], i[y == 0]] == 0).all()
+    # omega from the training part only: removing the held-out positives changes the counts
+    train_counts = (split.Y * ~split.cal).sum(axis=0)
+    np.testing.assert_allclose(split.omega(), np.maximum(np.sqrt(train_counts / train_counts.max()), 0.1))
+    assert not np.allclose(split.omega(), R.popularity_propensity(split.Y))
+    # the split does not depend on the seed, the negatives do
+    other = R.released_split(coat, num_neg=12, seed=2)
+    assert (other.cal == split.cal).all() and not np.array_equal(other.cal_i, split.cal_i)
+
+
+def test_uerm_weight_schemes():
+    from calibflow.calibrators.ranking import uerm_weights
+
+    y, w = np.array([1.0, 1.0, 0.0]), np.array([0.5, 0.05, 0.2])
+    a17, b17 = uerm_weights(y, w, scheme="eq17")
+    ar, br = uerm_weights(y, w, scheme="released")
+    np.testing.assert_allclose(a17, [2.0, 10.0, 0.0])  # clipped at 0.1
+    np.testing.assert_allclose(ar, a17)
+    np.testing.assert_allclose(b17, [-1.0, -9.0, 1.0])  # eq. 17's (1 - 1/w) term on positives
+    np.testing.assert_allclose(br, [0.0, 0.0, 1.0])  # released: negatives weight 1, positives no 0-term
+    with pytest.raises(ValueError, match="scheme"):
+        uerm_weights(y, w, scheme="paper")
+    with pytest.raises(ValueError, match="split"):
+        R.run({"split": "random"}, seed=0)
+
+
+def test_yahoo_r3_path_runs_the_released_protocol(tmp_path):
+    """User-provided Yahoo!R3 files (generated here with a known preference structure) go through the same
+    released split, rankers and num_neg sweep."""
+    rng = np.random.default_rng(5)
+    n_u, n_i = 60, 40
+    taste = rng.normal(size=(n_u, 2)) @ rng.normal(size=(2, n_i))
+    rating = np.clip(np.round(3 + 1.5 * taste + rng.normal(0, 0.5, taste.shape)), 1, 5)
+    lines_tr, lines_te = [], []
+    for u in range(n_u):
+        seen = rng.choice(n_i, 25, replace=False)
+        for i in sorted(seen[:18]):
+            lines_tr.append(f"{u + 1}\t{i + 1}\t{int(rating[u, i])}")
+        for i in sorted(seen[18:]):
+            lines_te.append(f"{u + 1}\t{i + 1}\t{int(rating[u, i])}")
+    (tmp_path / "train.txt").write_text("\n".join(lines_tr) + "\n")
+    (tmp_path / "test.txt").write_text("\n".join(lines_te) + "\n")
+    cfg = {
+        "dataset": "yahoo_r3",
+        "yahoo_path": str(tmp_path),
+        "base_models": ["bpr_mf"],
+        "bpr": {"epochs": 5, "dim": 4},
+        "num_neg": 4,
+        "num_neg_sweep": [2, 4],
+        "obd": False,
+    }
+    rep = R.run(cfg, seed=3)
+    sweep = next(t for t in rep.tables if "num_neg sweep" in t.title)
+    assert [r[0] for r in sweep.rows] == [2, 4]
+    assert "yahoo_r3" in sweep.title
+    ece = next(t for t in rep.tables if "Table 1" in t.title)
+    assert ece.rows[-1][-5:] == R.PAPER_YAHOO["ece"][("gamma", "uerm")]

@@ -10,7 +10,10 @@ Algorithm 3 with the weights of Appendix A.2 (eq. 15-17):
 1. g_theta0 <- LogReg(D_S) and g_eta <- LogReg(D_B), both fitted by the chosen base calibrator.
 2. h_t = (g_eta(s) - g_theta_t(s)) / g_eta(s) on the biased rows (eq. 15), clipped to [0, 1]; how
    many values the clip moved is counted and reported (eq. 9 says h is in [0, 1] in the population;
-   two finite-sample fits need not agree with it).
+   two finite-sample fits need not agree with it). The clip is ours, not Algorithm 3's: h <= 1 holds
+   anyway (g_theta >= 0), and h >= 0 acts as the constraint g_theta <= g_eta on the biased positives
+   (their label-1 weight 1 - h is then at most 1). ``clip_h=False`` runs Algorithm 3 literally: h < 0
+   gives those rows a negative label-0 weight.
 3. Refit the base calibrator on D* = D_S u D_B u {(s_k, 0)}_{k in B} with the weights
    w = (1_S, 1 - h_t, h_t) (eq. 17), update h, and stop when ||theta_t+1 - theta_t|| < tol or at
    ``max_iter``.
@@ -73,12 +76,13 @@ _NOT_A_BASE = frozenset({"calem", "vad", "angular", "mist"})
 
 
 def treatment_effect(
-    g_eta: NDArray[np.float64], g_theta: NDArray[np.float64]
+    g_eta: NDArray[np.float64], g_theta: NDArray[np.float64], clip: bool = True
 ) -> tuple[NDArray[np.float64], int, int]:
-    """h = (g_eta - g_theta) / g_eta (eq. 15), clipped to [0, 1]; returns (h, n_below_0, n_above_1)."""
+    """h = (g_eta - g_theta) / g_eta (eq. 15), clipped to [0, 1] unless ``clip=False`` (the literal
+    Algorithm 3); returns (h, n_below_0, n_above_1), the counts of values outside [0, 1] either way."""
     raw = (g_eta - g_theta) / np.maximum(g_eta, _EPS)
     low, high = int((raw < 0.0).sum()), int((raw > 1.0).sum())
-    return np.clip(raw, 0.0, 1.0), low, high
+    return (np.clip(raw, 0.0, 1.0) if clip else raw), low, high
 
 
 def em_weights(
@@ -180,6 +184,7 @@ class CalEMCalibrator(BaseCalibrator):
         input: str = "score",
         warm_start: bool = True,
         accelerate: str | None = None,
+        clip_h: bool = True,
     ) -> None:
         self.base = base
         self.tol = tol
@@ -188,6 +193,9 @@ class CalEMCalibrator(BaseCalibrator):
         self.input = input
         self.warm_start = warm_start
         self.accelerate = accelerate
+        # clip_h=False: the literal Algorithm 3 (h unclipped; h < 0 makes the biased positive's
+        # negative-term weight h negative, which needs a likelihood base with negative terms).
+        self.clip_h = clip_h
         self._check_params()
 
     # ---- parameters -----------------------------------------------------------------------
@@ -211,6 +219,10 @@ class CalEMCalibrator(BaseCalibrator):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
         if self.accelerate not in (None, "squarem"):
             raise ValueError(f"accelerate must be None or 'squarem', got {self.accelerate!r}")
+        if not isinstance(self.clip_h, bool):
+            raise ValueError(f"clip_h must be True or False, got {self.clip_h!r}")
+        if not self.clip_h and self.accelerate is not None:
+            raise ValueError("clip_h=False (literal Algorithm 3) runs plain EM only; set accelerate=None")
         if not isinstance(self.warm_start, bool):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         if self.base_params is not None and not isinstance(self.base_params, dict):
@@ -243,7 +255,7 @@ class CalEMCalibrator(BaseCalibrator):
 
         current = self.init_
         theta = self._theta(current, grid)
-        h, low, high = treatment_effect(g_eta, current.predict(s_b))
+        h, low, high = treatment_effect(g_eta, current.predict(s_b), self.clip_h)
         self.trace_: list[dict[str, Any]] = [
             {
                 "iter": 0,
@@ -267,7 +279,7 @@ class CalEMCalibrator(BaseCalibrator):
             delta = float(np.linalg.norm(theta_new - theta)) if theta_new.shape == theta.shape else np.inf
             p_b = nxt.predict(s_b)
             q = _q_value(nxt.predict(s_c), y_c, p_b, z_b, h)  # Q(theta_t+1 | theta_t), eq. 17
-            h, low, high = treatment_effect(g_eta, p_b)  # E-step for the next round
+            h, low, high = treatment_effect(g_eta, p_b, self.clip_h)  # E-step for the next round
             self.trace_.append(
                 {
                     "iter": t,
@@ -304,7 +316,15 @@ class CalEMCalibrator(BaseCalibrator):
         base = self._make_base()
         if isinstance(base, LikelihoodCalibrator):
             a, b = em_term_weights(y_c, z_b, h)
+            if not self.clip_h and (b < 0).any():
+                # Literal Algorithm 3: a biased positive with h < 0 has a = 1 - h > 1, b = h < 0. Every row
+                # keeps a + b = 1 >= 0, so its loss -(a log g + b log(1 - g)) has curvature (a + b) g (1 - g)
+                # >= 0 in the logit: the objective stays convex and a base that refuses negative terms in
+                # general (spline: its Newton loop needs convexity) can take these. Instance-level only.
+                base.negative_terms = True
             return base.fit_two_weight(s_all, a, b, theta0=theta0, design_cache=cache)
+        if not self.clip_h and (h < 0).any():
+            raise ValueError(f"clip_h=False needs a likelihood base (spline, beta, platt), not {self.base!r}")
         s, y, w = _compact_stack(s_c, y_c, s_b, z_b, h)
         return base.fit(s, y, sample_weight=w)
 
@@ -322,9 +342,11 @@ class CalEMCalibrator(BaseCalibrator):
         return self.base_.predict(scores)
 
     def treatment_effect(self, scores: ArrayLike) -> NDArray[np.float64]:
-        """The fitted h(s) = P(Y = 0 | Z = 1, s) of eq. 15 (clipped to [0, 1]) at ``scores``."""
+        """The fitted h(s) = P(Y = 0 | Z = 1, s) of eq. 15 at ``scores`` (clipped to [0, 1] unless
+        ``clip_h=False``)."""
         self._check_fitted()
-        return treatment_effect(self.eta_.predict(scores), self.base_.predict(scores))[0]
+        clip = getattr(self, "clip_h", True)
+        return treatment_effect(self.eta_.predict(scores), self.base_.predict(scores), clip)[0]
 
     def summary(self) -> dict[str, Any]:
         """Convergence report: iterations, whether ``tol`` was met, last change, h clipping."""

@@ -99,19 +99,36 @@ def check_propensity(propensity: ArrayLike, n: int, floor: float = 0.0) -> NDArr
     return np.maximum(w, floor)
 
 
+UERM_SCHEMES = ("eq17", "released")
+
+
 def uerm_weights(
-    y: ArrayLike, propensity: ArrayLike, sample_weight: ArrayLike | None = None, floor: float = 0.1
+    y: ArrayLike,
+    propensity: ArrayLike,
+    sample_weight: ArrayLike | None = None,
+    floor: float = 0.1,
+    scheme: str = "eq17",
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Positive- and negative-term weights of the UERM log-loss, eq. (17): ``(v Y/w, v (1 - Y/w))``.
+    """Positive- and negative-term weights of the UERM log-loss.
+
+    ``scheme="eq17"`` (default): eq. (17) as printed, ``(v Y/w, v (1 - Y/w))``: every positive also gets a
+    ``(1 - 1/w) log(1 - g)`` term. ``scheme="released"``: the authors' released code (Utils/cal_method.py,
+    ``Gaussian.fit_params``, lines 55-63 of WonbinKweon/CalibratedRankingModels_AAAI2022), a weighted
+    log-loss with weight ``1/w`` on positives and ``1`` on negatives, i.e. ``(v Y/w, v (1 - Y))``.
 
     ``w`` is the propensity clipped below at ``floor`` (the paper's 0.1), ``v`` an optional non-negative
-    sample weight. Uniform propensities (all 1) give the naive loss, eq. (14). Feed the result to
-    ``fit_logistic(X, a, b)``; the second weight is negative for observed pairs with ``w < 1``.
+    sample weight. Uniform propensities (all 1) give the naive loss, eq. (14), under both schemes. Feed the
+    result to ``fit_logistic(X, a, b)``; under eq17 the second weight is negative for observed pairs with
+    ``w < 1``.
     """
+    if scheme not in UERM_SCHEMES:
+        raise ValueError(f"UERM scheme must be one of {UERM_SCHEMES}, got {scheme!r}")
     yy = check_labels(y, both_classes=False)
     w = check_propensity(propensity, yy.size, floor)
     v = check_weights(sample_weight, yy.size)
     r = yy / w
+    if scheme == "released":
+        return v * r, v * (1.0 - yy)
     return v * r, v * (1.0 - r)
 
 
@@ -342,12 +359,14 @@ def fit_uerm(
     propensity: ArrayLike,
     sample_weight: ArrayLike | None = None,
     floor: float = 0.1,
+    scheme: str = "eq17",
 ) -> BaseCalibrator:
     """Fit a registered likelihood calibrator (platt, temperature, beta, gaussian, gamma) with UERM, eq. (17).
 
     Each pair enters the calibrator's two-weight fit (``fit_two_weight``) once, with positive-term weight
     ``v Y/w`` and negative-term weight ``v (1 - Y/w)``: exactly eq. (17). The negative-term weights may be
-    negative; ``fit_logistic`` handles them. Returns the fitted calibrator.
+    negative; ``fit_logistic`` handles them. ``scheme="released"`` uses the authors' released weights
+    instead (see ``uerm_weights``). Returns the fitted calibrator.
     """
     if not (isinstance(calibrator, LikelihoodCalibrator) and calibrator.negative_terms):
         raise ValueError(
@@ -355,7 +374,8 @@ def fit_uerm(
             f"(platt, temperature, beta, gaussian, gamma); {calibrator.name!r} is not one"
         )
     yy = check_labels(y)
-    return calibrator.fit_two_weight(scores, *uerm_weights(yy, propensity, sample_weight, floor=floor))
+    ab = uerm_weights(yy, propensity, sample_weight, floor=floor, scheme=scheme)
+    return calibrator.fit_two_weight(scores, *ab)
 
 
 __all__ = [
@@ -366,4 +386,5 @@ __all__ = [
     "fit_uerm",
     "popularity_propensity",
     "uerm_weights",
+    "UERM_SCHEMES",
 ]

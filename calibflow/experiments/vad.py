@@ -36,6 +36,13 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
   row/column subsampling (``scheme="seeds"``, as the paper recommends for non-convex models).
   Baselines are fitted on validation-train; VAD+ uses lambda_val-test / lambda_val-train; the
   Vanilla row's VAD+ is plain VAD (lambda_val-test), as in the paper's Table 2.
+- Real covariate shift (issue 16; ``shift: segment``, the default in params.yaml): rows go at random to a
+  source half (train 70%, validation-train 30%) and a target half (validation-test 40%, test 60%); the source
+  keeps a segment's rows with probability ``minority`` (0.2), the target keeps the other rows with that
+  probability. Segments: bank_marketing ``late_period`` (rows from November 2008 on; bank-full.csv is in time
+  order, so this is a period shift with drift), hillstrom ``newbie`` (new customers). Replicas
+  ``replica_scheme: bootstrap``: row 0 the model on all training rows, rows 1..S-1 bootstrap refits, which
+  carry the GBDT's sampling variance (seed retrains on the same rows barely differ: lambda 0.97-0.99).
 - Extra rows, not in the paper: "Vanilla, bootstrap replica" (row 1 a bootstrap refit, scheme
   "bootstrap") and, for hillstrom, "Vanilla, group-wise VAD" (lambda per treatment arm, Sec. 7).
 - Paired tests: two-sided paired t-test over replications of |E|, ECE and MCE, original vs VAD+,
@@ -100,6 +107,17 @@ REAL_DEFAULTS: dict[str, Any] = {
     "bootstrap_check": True,
     "groupwise": True,
     "baselines": BASELINES,
+    # issue 16: "resample" = the Sec. 6.2 resampling (a shift model's p(x)); "segment" = a real covariate
+    # shift: the train side under-represents a segment of the data, the selection side over-represents it
+    "shift": "resample",
+    "segments": {"bank_marketing": "late_period", "hillstrom": "newbie"},
+    "minority": 0.2,  # share of the other side's rows each side keeps (segment shift)
+    # "seeds": S retrains; "bootstrap": row 0 the full fit, rows 1.. bootstrap refits
+    "replica_scheme": "seeds",
+}
+SEGMENTS = {  # name -> (dataset, description); the mask is computed in ``segment_mask``
+    "late_period": "rows from November 2008 on (the last 40% of bank-full.csv, which is in time order)",
+    "newbie": "new customers (newbie == 1)",
 }
 
 # ---- the paper's numbers (Appendix B.1, Tables 4-7; Table 1 repeats alpha = 2% and 10%) -----------
@@ -418,12 +436,40 @@ def _extra_table(reps, alphas) -> Table:
     )
 
 
+def _setting(cfg: dict, name: str) -> str:
+    shift = (
+        f"segment shift on {cfg['segments'][name]}" if cfg["shift"] == "segment" else "Sec. 6.2 resampling"
+    )
+    return f"{shift}, {cfg['n_replicas']} {cfg['replica_scheme']} replicas"
+
+
+def _verdict(name: str, reps, methods, cfg) -> str:
+    """Counts of (alpha, method) cells where VAD+ is significantly better / worse on |E| and ECE."""
+    out = []
+    for metric in ("E", "ece"):
+        better = worse = 0
+        for a in cfg["alphas"]:
+            for m in methods:
+                o, v = _arr(reps, metric, f"{m}|Original", a), _arr(reps, metric, f"{m}|VAD+", a)
+                if metric == "E":
+                    o, v = np.abs(o), np.abs(v)
+                p = paired_pvalue(o, v)
+                if np.isfinite(p) and p < 0.01:
+                    better += int(v.mean() < o.mean())
+                    worse += int(v.mean() > o.mean())
+        n = len(cfg["alphas"]) * len(methods)
+        label = "|E|" if metric == "E" else "ECE"
+        out.append(f"{label}: VAD+ significantly better in {better} and worse in {worse} of {n} cells")
+    return f"{name}: " + "; ".join(out) + " (paired t-test over replications, p < 1%)."
+
+
 def _paired(orig: NDArray, new: NDArray) -> str:
     """Two-sided paired p-value, '*' where ``new`` is lower at the 1% level; '-' where undefined."""
     p = paired_pvalue(orig, new)
     if not np.isfinite(p):
         return "-"
-    return f"{p:.2g}{' *' if p < 0.01 and new.mean() < orig.mean() else ''}"
+    flag = (" *" if new.mean() < orig.mean() else " worse") if p < 0.01 else ""
+    return f"{p:.2g}{flag}"
 
 
 def _synthetic_tests(reps, alphas) -> Table:
@@ -457,24 +503,68 @@ def _split(n: int, fractions: dict[str, float], rng: np.random.Generator) -> dic
     return dict(zip(fractions, np.split(perm, cuts[:-1]), strict=True))
 
 
+def segment_mask(name: str, segment: str, n: int) -> NDArray[np.bool_]:
+    """Rows of dataset ``name`` in ``segment`` (see ``SEGMENTS``), in the loader's row order."""
+    from calibflow import datasets
+
+    if segment == "late_period":
+        if name != "bank_marketing":
+            raise ValueError("segment late_period needs bank_marketing (its rows are in time order)")
+        return np.arange(n) >= int(0.6 * n)
+    if segment == "newbie":
+        if name != "hillstrom":
+            raise ValueError("segment newbie needs hillstrom")
+        return datasets.load("hillstrom")["newbie"].to_numpy() == 1
+    raise ValueError(f"unknown segment {segment!r}; choose from {sorted(SEGMENTS)}")
+
+
+def segment_parts(seg: NDArray[np.bool_], cfg: dict, rng: np.random.Generator) -> dict[str, NDArray]:
+    """Segment shift: rows go at random to a source half (train 70%, val-train 30%) or a target half
+    (val-test 40%, test 60%); the source keeps segment rows with probability ``minority``, the target keeps
+    the other rows with that probability. P(y | x) is whatever the data has; only the mix of X changes."""
+    perm = rng.permutation(seg.size)
+    src, tgt = perm[: seg.size // 2], perm[seg.size // 2 :]
+    m = float(cfg["minority"])
+    src = np.sort(src[~seg[src] | (rng.random(src.size) < m)])
+    tgt = np.sort(tgt[seg[tgt] | (rng.random(tgt.size) < m)])
+    src, tgt = rng.permutation(src), rng.permutation(tgt)
+    a, b = int(0.7 * src.size), int(0.4 * tgt.size)
+    return {"train": src[:a], "val_train": src[a:], "val_test": tgt[:b], "test": tgt[b:]}
+
+
+def _replica_models(X, y, tr, cfg: dict, base_seed: int, rng: np.random.Generator) -> list:
+    """S replicas: retrains (``seeds``) or the full fit plus bootstrap refits (``bootstrap``)."""
+    xgb_params = dict(cfg["xgb"])
+    models = []
+    for j in range(cfg["n_replicas"]):
+        if cfg["replica_scheme"] == "bootstrap" and j > 0:  # a bootstrap refit carries the sampling variance
+            rows = rng.choice(tr, tr.size, replace=True)
+        else:  # retrains: new seed, new row order, row/column subsampling
+            rows = rng.permutation(tr)
+        models.append(_train_xgb(X[rows], y[rows], xgb_params, base_seed + 10 * j + 1))
+    return models
+
+
 def real_replication(
-    X, y, cfg: dict, seed: int, rep: int, baselines: list[str], groups=None
+    X, y, cfg: dict, seed: int, rep: int, baselines: list[str], groups=None, seg=None
 ) -> dict[str, Any]:
-    """One replication of the Sec. 6.2 protocol (see the module docstring)."""
+    """One replication of the Sec. 6.2 protocol or of the segment shift (see the module docstring)."""
     rng = np.random.default_rng([seed, 7, rep])
-    parts = _split(len(y), cfg["fractions"], rng)
     xgb_params = dict(cfg["xgb"])
     base_seed = seed + 1000 * rep
-    shift = _train_xgb(X[parts["shift"]], y[parts["shift"]], {**xgb_params, "subsample": 1.0}, base_seed)
-    kept = {}
-    for k in ("val_test", "test"):  # keep each row with probability 1 - p(x): covariate shift only
-        idx = parts[k]
-        kept[k] = idx[rng.random(idx.size) < 1.0 - shift(X[idx])]
+    if cfg["shift"] == "segment":
+        parts = segment_parts(seg, cfg, rng)
+        kept = {"val_test": parts["val_test"], "test": parts["test"]}
+    else:
+        parts = _split(len(y), cfg["fractions"], rng)
+        shift = _train_xgb(X[parts["shift"]], y[parts["shift"]], {**xgb_params, "subsample": 1.0}, base_seed)
+        kept = {}
+        for k in ("val_test", "test"):  # keep each row with probability 1 - p(x): covariate shift only
+            idx = parts[k]
+            kept[k] = idx[rng.random(idx.size) < 1.0 - shift(X[idx])]
     tr = parts["train"]
-    models = []
-    for j in range(cfg["n_replicas"]):  # retrains: new seed, new row order, row/column subsampling
-        order = rng.permutation(tr)
-        models.append(_train_xgb(X[order], y[order], xgb_params, base_seed + 10 * j + 1))
+    models = _replica_models(X, y, tr, cfg, base_seed, rng)
+    scheme = cfg["replica_scheme"]
     vt, vtr, te = kept["val_test"], parts["val_train"], kept["test"]
     Rvt = np.stack([m(X[vt]) for m in models]).astype(float)
     Rvtr = np.stack([m(X[vtr]) for m in models]).astype(float)
@@ -484,13 +574,15 @@ def real_replication(
     preds: dict[str, NDArray] = {"Vanilla|Original": p}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", VADWarning)
-        vad = make("vad", scheme="seeds").fit(Rvt)
+        vad = make("vad", scheme=scheme).fit(Rvt)
         preds["Vanilla|VAD+"] = vad.predict(p)
-        lam = {"val_test": vad.lambda_, "val_train": estimate_lambda(Rvtr, scheme="seeds")[0]}
+        lam = {"val_test": vad.lambda_, "val_train": estimate_lambda(Rvtr, scheme=scheme)[0]}
         for b in baselines:
             preds[f"{b}|Original"] = make(b, input="probability").fit(Rvtr[0], ytr_v).predict(p)
-            preds[f"{b}|VAD+"] = make("vad", base=b, scheme="seeds").fit(Rvt, Rvtr, ytr_v).predict(p)
-        if cfg.get("bootstrap_check"):  # not in the paper: one bootstrap refit instead of a retrain
+            preds[f"{b}|VAD+"] = make("vad", base=b, scheme=scheme).fit(Rvt, Rvtr, ytr_v).predict(p)
+        if (
+            cfg.get("bootstrap_check") and scheme == "seeds"
+        ):  # not in the paper: one bootstrap refit instead of a retrain
             boot = rng.choice(tr, tr.size, replace=True)
             mb = _train_xgb(X[boot], y[boot], xgb_params, base_seed + 1)
             Rb = np.stack([Rvt[0], mb(X[vt]).astype(float)])
@@ -499,13 +591,15 @@ def real_replication(
             preds["Vanilla, bootstrap replica|VAD+"] = vb.predict(p)
             lam["val_test_bootstrap"] = vb.lambda_
         if groups is not None:  # group-wise VAD (Sec. 7) by the given segment column
-            vg = make("vad", scheme="seeds").fit(Rvt, groups=groups[vt])
+            vg = make("vad", scheme=scheme).fit(Rvt, groups=groups[vt])
             preds["Vanilla, group-wise VAD|Original"] = p
             preds["Vanilla, group-wise VAD|VAD+"] = vg.predict(p, groups=groups[te])
             lam["group"] = dict(zip(vg.group_keys_, vg.group_lambda_, strict=True))
     out = _selection_table(yte, preds, p, cfg["alphas"], cfg["n_bins"], cfg["binning"])
     info = {"n_test": int(p.size), "n_val_test": int(Rvt.shape[1]), "test_rate": float(yte.mean())}
     info["train_rate"] = float(y[tr].mean())
+    if seg is not None:
+        info["segment_share_train"], info["segment_share_test"] = float(seg[tr].mean()), float(seg[te].mean())
     return {"metrics": out, "lambda": lam, "info": info, "clipped": [str(w.message) for w in caught]}
 
 
@@ -522,11 +616,13 @@ def run_real(cfg: dict, seed: int) -> tuple[dict[str, Any], list[str]]:
         X, y = np.asarray(task.X, float), np.asarray(task.y, float)
         g = getattr(task, "treatment", None) if cfg.get("groupwise") else None
         g = None if g is None else np.asarray(g).astype(str)
+        seg = segment_mask(name, cfg["segments"][name], len(y)) if cfg["shift"] == "segment" else None
         if cfg.get("max_rows") and len(y) > cfg["max_rows"]:
             keep = np.sort(np.random.default_rng([seed, 3]).choice(len(y), cfg["max_rows"], replace=False))
             X, y, g = X[keep], y[keep], (None if g is None else g[keep])
+            seg = None if seg is None else seg[keep]
         reps = cfg["replications"]
-        out[name] = [real_replication(X, y, cfg, seed, r, baselines, g) for r in range(reps)]
+        out[name] = [real_replication(X, y, cfg, seed, r, baselines, g, seg) for r in range(reps)]
     return out, missing
 
 
@@ -550,11 +646,12 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
                 cols.append("paper, Criteo (Orig / VAD+)")
             tables.append(
                 Table(
-                    f"Real data ({name}, XGBoost): {label} on the selected set, original vs VAD+",
+                    f"Real data ({name}, XGBoost, {_setting(cfg, name)}): {label} on the selected set, "
+                    "original vs VAD+",
                     cols,
                     rows,
                     f"mean ± s.e. over {R} replications, {cfg['n_bins']} {cfg['binning']} bins; "
-                    "* = VAD+ lower, paired t-test p < 1%.",
+                    "* = VAD+ lower, paired t-test p < 1%; 'worse' = VAD+ higher with p < 1%.",
                 )
             )
         lt = np.array([r["lambda"]["val_test"] for r in reps])
@@ -567,11 +664,18 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
             per = {k: fmt_mean_se([r["lambda"]["group"][k] for r in reps], 3) for k in keys}
             notes.append(f"{name}: group-wise lambda_val-test {per}.")
         info = reps[0]["info"]
+        shares = ""
+        if "segment_share_train" in info:
+            shares = (
+                f"; segment '{cfg['segments'][name]}' ({SEGMENTS[cfg['segments'][name]]}) is "
+                f"{info['segment_share_train']:.0%} of train and {info['segment_share_test']:.0%} of test"
+            )
         notes.append(
-            f"{name}: lambda_val-test {fmt_mean_se(lt, 3)}, lambda_val-train {fmt_mean_se(lv, 3)}; test set "
-            f"~{info['n_test']} rows after the shift (positive rate {info['test_rate']:.1%} vs "
-            f"{info['train_rate']:.1%} in train); {R} replications."
+            f"{name} ({_setting(cfg, name)}): lambda_val-test {fmt_mean_se(lt, 3)}, lambda_val-train "
+            f"{fmt_mean_se(lv, 3)}; test set ~{info['n_test']} rows after the shift (positive rate "
+            f"{info['test_rate']:.1%} vs {info['train_rate']:.1%} in train){shares}; {R} replications."
         )
+        notes.append(_verdict(name, reps, methods, cfg))
         for m in methods:
             for a in (cfg["alphas"][0], cfg["alphas"][-1]):
                 key = re.sub(r"[^A-Za-z0-9]+", "_", f"{name}_E_{m}").strip("_")
@@ -626,6 +730,12 @@ def run(config: dict, seed: int) -> Reproduction:
     profile = str(config.pop("profile", "custom"))
     syn_cfg = {**SYN_DEFAULTS, **config.get("synthetic", {})}
     real_cfg = {**REAL_DEFAULTS, **config.get("real", {})}
+    if real_cfg["shift"] not in ("resample", "segment"):
+        raise ValueError(f"real.shift must be resample or segment, got {real_cfg['shift']!r}")
+    if real_cfg["replica_scheme"] not in ("seeds", "bootstrap"):
+        raise ValueError(
+            f"real.replica_scheme must be seeds or bootstrap, got {real_cfg['replica_scheme']!r}"
+        )
     rep = Reproduction(key="vad", paper=PAPER, profile=profile, choices=_choices())
     if syn_cfg["replications"] > 0:
         res = run_synthetic(syn_cfg, seed)
