@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -116,3 +118,18 @@ def test_generative_population_follows_the_model(rng):
     assert pop["uncertainty"][low].mean() > pop["uncertainty"][~low].mean()
     with pytest.raises(ValueError, match="deployment"):
         G.deploy(pop, 10, "uniform", rng)
+
+
+def test_the_large_profile_is_a_named_profile_of_params():
+    """`python -m tasks.reproduce decision --profile large` finds its block; a typo is named."""
+    from tasks._common import StageError, load_params
+    from tasks.reproduce import experiment_config
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    name, cfg = experiment_config(params, "decision", "large")
+    assert name == "large" and cfg["generative"]["n_hold"] >= 1_000_000
+    assert experiment_config(params, "decision", None)[0] == params["reproduce"]["profile"]
+    with pytest.raises(StageError, match="profile"):
+        experiment_config(params, "decision", "lareg")
+    with pytest.raises(StageError, match="profile"):
+        experiment_config(params, "vad", "large")  # only decision defines it
