@@ -105,9 +105,24 @@ def test_generative_model_gain_where_deployment_is_thin_not_where_it_follows_tra
     head_eq = np.mean([o["oracle", "st"]["gain"] for o in eq])
     head_ev = np.mean([o["oracle", "st"]["gain"] for o in ev])
     assert head_eq > 3 * head_ev > 0  # the head-room lives in thinly trained regions
+    bayes_eq = np.mean([o["bayes", "st"]["gain"] for o in eq])
+    bayes_ev = np.mean([o["bayes", "st"]["gain"] for o in ev])
+    assert head_eq > bayes_eq > bayes_ev  # knowing (N, N1) is less than knowing S, more than nothing
     for o in eq + ev:
         assert o["*", "st"]["gain"] == pytest.approx(0.0)
         assert o["posterior entropy", "vw_dpmt"]["hold_recall"] >= o["*", "st"]["hold_recall"] - 1e-12
+
+
+def test_bayes_positivity_matches_theorem_31():
+    from calibflow.experiments.decision import theorem31_mean, theorem31_tau1
+
+    n, k = np.array([20, 20, 5]), np.array([5, 15, 5])
+    got = G.bayes_positivity(n, k, 1.0, 3.0, 3.0, grid=4001)
+    want = [theorem31_mean(kk / nn, nn, 1.0, 3.0, 3.0) for nn, kk in zip(n, k, strict=True)]
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    np.testing.assert_allclose(
+        G.bayes_positivity(n, k, 1.0, 3.0, 1.0), theorem31_tau1(k / n, n, 1.0, 3.0), rtol=1e-3
+    )
 
 
 def test_generative_population_follows_the_model(rng):

@@ -435,6 +435,7 @@ def _table_generative(g) -> Table:
     rows = []
     for dep, tau, p in dict.fromkeys(k[:3] for k in g):
         oracle = _col(g[(dep, tau, p, "oracle", "st")], "gain")
+        bayes = _col(g[(dep, tau, p, "bayes", "st")], "gain")
         for r in _rows_for(
             g,
             (dep, tau, p),
@@ -442,7 +443,8 @@ def _table_generative(g) -> Table:
             ["posterior entropy", RANDOM],
         ):
             key = (dep, tau, p, "*" if r[4] == "ST" else r[3], _method_of(r[4]))
-            rows.append([*r[:7], _pct(_col(g[key], "hold_recall")), *r[7:], _pct(oracle)])
+            if key in g:
+                rows.append([*r[:7], _pct(_col(g[key], "hold_recall")), *r[7:], _pct(bayes), _pct(oracle)])
     return Table(
         "Generative model (Sec. 3, App. E): where a 2-D boundary can help",
         [
@@ -458,14 +460,16 @@ def _table_generative(g) -> Table:
             "p (gain > 0)",
             "p (gain > random control)",
             "verdict",
+            "Bayes head-room (%)",
             "oracle head-room (%)",
         ],
         rows,
         "Regions with Beta(1, 3) true positivity, log-uniform training evidence, negatives undersampled by "
         "tau, PostNet-style Beta posterior (score = its mean, uncertainty = its entropy). 'equal': every "
         "region gets the same deployment mass (many rows from thinly trained regions); 'evidence': "
-        "deployment proportional to training evidence. Oracle head-room = TP gain of the top-n rows by the "
-        "true positivity at ST's selection size: the most any boundary could gain.",
+        "deployment proportional to training evidence. Head-room = TP gain of the top-n rows at ST's "
+        "selection size when ranked by E[S_true | training evidence] (Bayes: the best any function of "
+        "score and uncertainty can do) or by the true positivity itself (oracle: unknowable).",
     )
 
 
@@ -478,7 +482,7 @@ def _fig_generative(g) -> Figure:
 
     cells = list(dict.fromkeys(k[:3] for k in g))
     fig, axes = small_multiples(len(cells), ncols=4, size=2.6)
-    names = ("mist_samples", "ew_dpmt", "vw_dpmt")
+    names = [m for m in ("mist_samples", "ew_dpmt", "vw_dpmt", "ew_dpmt_eqw") if any(k[4] == m for k in g)]
     for ax, (dep, tau, p) in zip(axes, cells, strict=True):
         x = np.arange(len(names))
         for off, src in ((-0.15, "posterior entropy"), (0.15, RANDOM)):
@@ -486,22 +490,20 @@ def _fig_generative(g) -> Figure:
             mu = [100 * np.nanmean(v) for v in vals]
             se = [100 * np.nanstd(v, ddof=1) / np.sqrt(max(v.size, 1)) if v.size > 1 else 0 for v in vals]
             ax.errorbar(x + off, mu, yerr=se, fmt="o", ms=3, label=src)
-        ax.axhline(
-            100 * np.nanmean(_col(g[(dep, tau, p, "oracle", "st")], "gain")),
-            color="0.5",
-            ls=":",
-            lw=1,
-            label="oracle head-room",
-        )
+        for src, ls in (("bayes", "--"), ("oracle", ":")):
+            gain = 100 * np.nanmean(_col(g[(dep, tau, p, src, "st")], "gain"))
+            ax.axhline(gain, color="0.5", ls=ls, lw=1, label=f"{src} head-room")
         ax.axhline(0, color="0.7", lw=0.8)
-        ax.set_xticks(x, [V.LABEL[m].split(" ")[0] for m in names], fontsize=6)
+        ax.set_xticks(
+            x, [{"ew_dpmt_eqw": "EW-eqw"}.get(m, V.LABEL[m].split(" ")[0]) for m in names], fontsize=6
+        )
         ax.set_title(f"{dep}, tau={tau:g}, @{p:g}")
         ax.set_ylabel("TP gain at equal size (%)")
     axes[0].legend(fontsize=5)
     return Figure(
         "Generative model: TP gain at equal selection size, real vs random uncertainty",
         to_svg(fig),
-        "Mean ± s.e. over replications; dotted line: the oracle's head-room.",
+        "Mean ± s.e. over replications; dashed: Bayes head-room, dotted: oracle head-room.",
     )
 
 
@@ -527,8 +529,13 @@ def _metrics(res, mains: dict, taus) -> dict[str, float]:
 def _gen_metrics(g) -> dict[str, float]:
     out = {}
     for (dep, tau, p, src, m), runs in g.items():
-        if src in ("posterior entropy", "oracle") and m in ("st", "vw_dpmt", "ew_dpmt", "mist_samples"):
-            tag = "oracle" if src == "oracle" else m
+        if src in ("posterior entropy", "oracle", "bayes") and m in (
+            "st",
+            "vw_dpmt",
+            "ew_dpmt",
+            "mist_samples",
+        ):
+            tag = src if src in ("oracle", "bayes") else m
             out[f"generative_{dep}_tau{tau:g}_p{p:g}_{tag}_gain"] = float(np.nanmean(_col(runs, "gain")))
     return out
 

@@ -17,8 +17,9 @@ evidence are shrunk towards omega and, with tau > 1, over-estimated differently,
 depends on the uncertainty at fixed score. Whether a 2-D boundary can use that depends on how many
 deployment rows fall in low-evidence regions: that is what the two deployments contrast.
 
-An oracle column (top-n rows by the true ``S_true`` at ST's selection size) gives the head-room any
-boundary could reach.
+Two head-room columns at ST's selection size: the oracle (top-n rows by the true ``S_true``, which no
+model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``, the best any
+function of (score, uncertainty) can do, since the PostNet pair determines (N_train, N1)).
 """
 
 from __future__ import annotations
@@ -49,17 +50,38 @@ def population(cfg: dict, tau: float, rng: np.random.Generator) -> dict[str, np.
         "evidence": n_train.astype(float),
         "score": a1 / (a1 + a0),
         "uncertainty": beta_entropy(a1, a0),
+        "bayes": bayes_positivity(n_train, n1, b1t, b0t, tau),
     }
 
 
+def bayes_positivity(n, n1, beta1: float, beta0: float, tau: float, grid: int = 512) -> np.ndarray:
+    """E[S_true | N_train, N1] under the true prior and undersampling (Theorem 3.1(a), numerically).
+
+    The posterior is Beta(beta1, beta0)(r) * q(r)^N1 (1 - q(r))^(N - N1), q(r) = tau r / (1 + (tau - 1) r):
+    the best any function of a region's (score, uncertainty) can know about its positivity, since the
+    PostNet (score, entropy) pair determines (N, N1). Computed once per distinct (N, N1) pair.
+    """
+    pairs, inv = np.unique(np.stack([n, n1], axis=1), axis=0, return_inverse=True)
+    r = (np.arange(grid) + 0.5) / grid
+    q = tau * r / (1.0 + (tau - 1.0) * r)
+    base = (beta1 - 1.0) * np.log(r) + (beta0 - 1.0) * np.log1p(-r)
+    out = np.empty(pairs.shape[0])
+    for lo in range(0, pairs.shape[0], 4096):  # chunks keep the pairs x grid table small
+        nn, kk = pairs[lo : lo + 4096, 0:1], pairs[lo : lo + 4096, 1:2]
+        logp = base + kk * np.log(q) + (nn - kk) * np.log1p(-q)
+        w = np.exp(logp - logp.max(axis=1, keepdims=True))
+        out[lo : lo + 4096] = (w * r).sum(1) / w.sum(1)
+    return out[inv.ravel()]
+
+
 def deploy(pop: dict, n_rows: int, weighting: str, rng: np.random.Generator):
-    """(score, uncertainty, y, s_true) of ``n_rows`` deployment rows drawn by ``weighting``."""
+    """(score, uncertainty, y, region id) of ``n_rows`` deployment rows drawn by ``weighting``."""
     if weighting not in DEPLOYMENTS:
         raise ValueError(f"deployment must be one of {DEPLOYMENTS}, got {weighting!r}")
     w = np.ones_like(pop["evidence"]) if weighting == "equal" else pop["evidence"]
     rid = rng.choice(w.size, size=int(n_rows), p=w / w.sum())
     y = (rng.random(rid.size) < pop["s_true"][rid]).astype(np.int8)
-    return pop["score"][rid], pop["uncertainty"][rid], y, pop["s_true"][rid]
+    return pop["score"][rid], pop["uncertainty"][rid], y, rid
 
 
 def run_cell(cfg: dict, tau: float, weighting: str, precision: float, seed: int) -> dict[str, dict]:
@@ -73,7 +95,7 @@ def run_cell(cfg: dict, tau: float, weighting: str, precision: float, seed: int)
     pop = population(cfg, tau, rng)
     n_hold, n_test = int(cfg.get("n_hold", 100_000)), int(cfg.get("n_test", 100_000))
     sh, uh, yh, _ = deploy(pop, n_hold, weighting, rng)
-    st_, ut, yt, true_t = deploy(pop, n_test, weighting, rng)
+    st_, ut, yt, rid_t = deploy(pop, n_test, weighting, rng)
     k, ell = int(cfg.get("K", 3)), int(cfg.get("L", 100))
     methods = list(cfg.get("methods", ["st", "mist_samples", "ew_dpmt", "vw_dpmt", "ew_dpmt_eqw"]))
     ts = V.TestSet(st_, yt)
@@ -89,8 +111,9 @@ def run_cell(cfg: dict, tau: float, weighting: str, precision: float, seed: int)
             res["hold_recall"] = htp / yh.sum()
             out["*" if m == "st" else src, m] = res
     n_st = int(out["*", "st"]["n"])
-    top_true = np.argsort(-true_t, kind="mergesort")[:n_st]
-    oracle_tp = float(yt[top_true].sum())
     base_tp = float(ts.cum_tp[n_st])
-    out["oracle", "st"] = {"gain": oracle_tp / base_tp - 1.0 if base_tp > 0 else float("nan")}
+    for name, key in (("oracle", "s_true"), ("bayes", "bayes")):
+        top = np.argsort(-pop[key][rid_t], kind="mergesort")[:n_st]
+        tp = float(yt[top].sum())
+        out[name, "st"] = {"gain": tp / base_tp - 1.0 if base_tp > 0 else float("nan")}
     return out
