@@ -404,6 +404,7 @@ def _table_appendix(res) -> Table:
                 _pct(_col(runs, "precision")),
                 _pct(_col(runs, "recall_zeroed")),
                 _pct(_col(runs, "st_matched")),
+                _pct(_col(runs, "gain")),
                 _pct(_col(runs, "hold_recall")),
             ]
         )
@@ -419,6 +420,7 @@ def _table_appendix(res) -> Table:
             "test precision (%)",
             "recall, 0 if test precision < bound (%)",
             "ST test recall at the method's test precision (%)",
+            "TP gain at equal size vs score top-n (%)",
             "hold-out recall (%)",
         ],
         rows,
