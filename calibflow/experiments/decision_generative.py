@@ -17,7 +17,7 @@ evidence are shrunk towards omega and, with tau > 1, over-estimated differently,
 depends on the uncertainty at fixed score. Whether a 2-D boundary can use that depends on how many
 deployment rows fall in low-evidence regions: that is what the two deployments contrast.
 
-Two head-room columns at ST's selection size: the oracle (top-n rows by the true ``S_true``, which no
+Two head-room columns at each method's own selection size: the oracle (top-n rows by the true ``S_true``, which no
 model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``, the best any
 function of (score, uncertainty) can do, since the PostNet pair determines (N_train, N1)).
 """
@@ -110,10 +110,16 @@ def run_cell(cfg: dict, tau: float, weighting: str, precision: float, seed: int)
             res = V.outcome(mask, ts, precision)
             res["hold_recall"] = htp / yh.sum()
             out["*" if m == "st" else src, m] = res
-    n_st = int(out["*", "st"]["n"])
-    base_tp = float(ts.cum_tp[n_st])
-    for name, key in (("oracle", "s_true"), ("bayes", "bayes")):
-        top = np.argsort(-pop[key][rid_t], kind="mergesort")[:n_st]
-        tp = float(yt[top].sum())
-        out[name, "st"] = {"gain": tp / base_tp - 1.0 if base_tp > 0 else float("nan")}
+    # Head-room at each method's own selection size n: TP of the top-n rows ranked by the Bayes
+    # positivity / the true positivity, over TP of the score's top-n.
+    cums = {
+        name: np.r_[0.0, np.cumsum(yt[np.argsort(-pop[key][rid_t], kind="mergesort")])]
+        for name, key in (("oracle", "s_true"), ("bayes", "bayes"))
+    }
+    for res in out.values():
+        n, base = int(res["n"]), float(ts.cum_tp[int(res["n"])])
+        for name, cum in cums.items():
+            res[f"{name}_gain"] = cum[n] / base - 1.0 if base > 0 else float("nan")
+    for name in cums:
+        out[name, "st"] = {"gain": out["*", "st"][f"{name}_gain"]}
     return out
