@@ -17,8 +17,8 @@ evidence are shrunk towards omega and, with tau > 1, over-estimated differently,
 depends on the uncertainty at fixed score. Whether a 2-D boundary can use that depends on how many
 deployment rows fall in low-evidence regions: that is what the two deployments contrast.
 
-Two head-room columns at each method's own selection size: the oracle (top-n rows by the true ``S_true``, which no
-model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``, the best any
+Two head-room columns at each method's own selection size: the oracle (top-n rows by the true
+``S_true``, which no model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``, the best any
 function of (score, uncertainty) can do, since the PostNet pair determines (N_train, N1)).
 """
 
