@@ -18,8 +18,8 @@ depends on the uncertainty at fixed score. Whether a 2-D boundary can use that d
 deployment rows fall in low-evidence regions: that is what the two deployments contrast.
 
 Two head-room columns at each method's own selection size: the oracle (top-n rows by the true
-``S_true``, which no model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``, the best any
-function of (score, uncertainty) can do, since the PostNet pair determines (N_train, N1)).
+``S_true``, which no model can know) and the Bayes ranking (top-n rows by ``E[S_true | N_train, N1]``,
+the best any function of (score, uncertainty) can do, since the PostNet pair determines (N_train, N1)).
 """
 
 from __future__ import annotations
