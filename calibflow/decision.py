@@ -19,9 +19,13 @@ Algorithms (all ``f(positives, totals, precision) -> Boundary``):
 - ``vw_dpmt``: Variable-Weight DP Multi-Thresholds (Algorithm 4) with a sparse set of feasible states
   (a Pareto frontier), optimal on any grid.
 
-Binning (``Binning``): equi-span (K equal-width uncertainty intervals x L equal-width score intervals)
-or equi-weight (K uncertainty quantiles, then L score quantiles within each level), fitted on the
-hold-out set and applied unchanged to new data. ``decide(binning, boundary, u, s)`` labels new data.
+Binning (``Binning``): equi-span (K equal-width uncertainty intervals x L equal-width score intervals),
+equi-weight (K uncertainty quantiles, then L score quantiles within each level) or shared-score (K
+uncertainty quantiles x L *global* score quantiles, the same score edges in every level), fitted on the
+hold-out set and applied unchanged to new data. On grids whose score columns are shared (equi-span,
+shared-score) ST is a feasible boundary of every 2-D algorithm, so the exact ones (VW-DPMT, and EW-DPMT
+with its uniform candidates) can never fall below ST on the grid they are fitted on.
+``decide(binning, boundary, u, s)`` labels new data.
 
 Feasibility is tested as ``tp >= precision * pp - 1e-9`` everywhere (one tolerance for every method and
 for the exhaustive search in the tests); the empty selection (pp = 0) is always feasible, with recall 0.
@@ -37,7 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 from calibflow._validation import as_1d_float, check_labels
 
 _TOL = 1e-9
-BINNINGS = ("equi_weight", "equi_span")
+BINNINGS = ("equi_weight", "equi_span", "shared_score")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +160,8 @@ def st(positives: ArrayLike, totals: ArrayLike, precision: float) -> Boundary:
     """Single Threshold (ST): the same number of top score bins in every level, best feasible recall.
 
     The uncertainty levels are pooled (column sums), so this is the score-only baseline when the score
-    columns mean the same score range in every level (equi-span grids, or K = 1). ST is GMT with K = 1.
+    columns mean the same score range in every level (equi-span and shared-score grids, or K = 1). ST is
+    GMT with K = 1.
     """
     p, n = _check_grid(positives, totals)
     sigma = _check_precision(precision)
@@ -269,7 +274,10 @@ def ew_dpmt(positives: ArrayLike, totals: ArrayLike, precision: float, chunk: in
     m are recovered at once by a vectorised backtrack. Algorithm 1 picks m* assuming every bin holds
     N/(KL) items; we instead compute each candidate boundary's actual predicted positives from the
     grid and take the best feasible one, which is identical on exactly equi-weight grids and never
-    violates the bound on approximately equal ones. O(K^2 L^2) work, O(K^2 L) memory.
+    violates the bound on approximately equal ones. The uniform boundaries (ST's candidates) are added
+    to the candidate set, so on grids with shared score edges the result is never below ST (on unequal
+    bins EW-DPMT is otherwise a heuristic; VW-DPMT is the exact algorithm there).
+    O(K^2 L^2) work, O(K^2 L) memory.
     """
     p, n = _check_grid(positives, totals)
     sigma = _check_precision(precision)
@@ -294,13 +302,17 @@ def ew_dpmt(positives: ArrayLike, totals: ArrayLike, precision: float, chunk: in
             choice[i, lo:hi] = ell - t_star
         r_prev = r_new
     thr = _backtrack_all(choice, k, ell)  # (KL+1) x K boundaries, one per m
+    # The L + 1 uniform boundaries (c, ..., c) are ST's candidates. On exactly equi-weight grids the DP
+    # candidates already dominate them; on unequal bins (e.g. shared score edges) they make ST a
+    # feasible special case, so EW-DPMT's grid optimum is never below ST's.
+    thr = np.concatenate([thr, np.repeat(np.arange(ell + 1)[:, None], k, axis=1)])
     rows = np.arange(k)
     tp = pi[rows, thr].sum(1)
     pp = nu[rows, thr].sum(1)
-    valid = np.isfinite(r_prev)
+    valid = np.r_[np.isfinite(r_prev), np.ones(ell + 1, bool)]
     score = np.where(valid & _feasible(tp, pp, sigma), tp, -1.0)
     m_star = int(np.argmax(score))
-    return _make(thr[m_star], p, n, "ew_dpmt", m=m_star, recall_curve=(r_prev, pp))
+    return _make(thr[m_star], p, n, "ew_dpmt", m=m_star)
 
 
 def _backtrack_all(choice: NDArray[np.int32], k: int, ell: int) -> NDArray[np.intp]:
@@ -365,6 +377,26 @@ def _pareto(m, r):
     return m[idx], r[idx]
 
 
+def sample_threshold(values: ArrayLike, y: ArrayLike, precision: float) -> float:
+    """Best-recall cut on sample values: select ``values >= cut`` with precision >= sigma (ties together).
+
+    Used for MIST on samples (Algorithm 3 as the paper ran it: the cut on per-level isotonic
+    probabilities of the hold-out samples) and for ST at a matched precision. ``inf`` when no
+    non-empty selection meets the bound.
+    """
+    v = as_1d_float(values, "values")
+    yy = check_labels(y, n=v.size, both_classes=False)
+    sigma = _check_precision(precision)
+    order = np.argsort(-v, kind="mergesort")
+    vs = v[order]
+    last = np.r_[vs[1:] != vs[:-1], True]
+    ctp = np.cumsum(yy[order])[last]
+    cpp = np.arange(1, v.size + 1, dtype=np.float64)[last]
+    score = np.where(_feasible(ctp, cpp, sigma), ctp, -1.0)
+    a = int(np.argmax(score))
+    return float(vs[last][a]) if score[a] > 0 else float("inf")
+
+
 ALGORITHMS = {"st": st, "hr": hr, "gmt": gmt, "mist": mist, "ew_dpmt": ew_dpmt, "vw_dpmt": vw_dpmt}
 
 
@@ -379,6 +411,8 @@ class Binning:
     (Sec. 5.2), so every hold-out bin holds about N/(KL) items (exactly, when there are no ties).
     ``kind="equi_span"``: K equal-width uncertainty intervals and L equal-width score intervals over
     the hold-out ranges (Sec. 6.1); the score columns are shared by all levels.
+    ``kind="shared_score"`` (ours): K uncertainty quantiles x L global score quantiles; the score
+    columns are shared by all levels, so a single score threshold (ST) is a boundary on this grid.
     Values outside the fitted range go to the first/last bin; the edges are never refitted.
     """
 
@@ -410,6 +444,8 @@ class Binning:
             u_edges = np.linspace(u.min(), u.max(), k + 1)[1:-1]
             s_row = np.linspace(s.min(), s.max(), ell + 1)[1:-1]
             return cls(kind, u_edges, np.tile(s_row, (k, 1)))
+        if kind == "shared_score":
+            return cls(kind, _quantile_edges(u, k), np.tile(_quantile_edges(s, ell), (k, 1)))
         u_edges = _quantile_edges(u, k)
         lv = np.searchsorted(u_edges, u, side="right")
         s_edges = np.empty((k, ell - 1))
@@ -423,7 +459,7 @@ class Binning:
         u, s = _check_us(uncertainty, scores)
         lv = np.searchsorted(self.u_edges, u, side="right").astype(np.intp)
         k, ell = self.shape
-        if self.kind == "equi_span":
+        if self.kind in ("equi_span", "shared_score"):
             return lv, np.searchsorted(self.s_edges[0], s, side="right").astype(np.intp)
         sb = np.empty(s.size, dtype=np.intp)
         for i in range(k):

@@ -9,7 +9,10 @@ uncertainty. This module offers three sources:
 1. ``replica_logit_std``: the standard deviation of the logit across S replicas (seeds or bootstraps),
    shared with the VAD work; an epistemic spread, like the paper's MC-Dropout variant (App. C.5).
 2. ``xgb_evidence`` + ``beta_entropy``: a Posterior-Network analogue for gradient-boosted trees (below).
-3. ``user_uncertainty``: any column the user already has, validated.
+   Its Beta is centred on the score, so the entropy is largely a function of the score (issue 15).
+3. ``leaf_row_counts`` + ``leaf_row_uncertainty``: ``-log`` of the (unweighted) number of training rows
+   sharing the item's leaves: evidence that is not pinned to the score.
+4. ``user_uncertainty``: any column the user already has, validated.
 
 Posterior-Network analogue for XGBoost (derivation)
 ---------------------------------------------------
@@ -105,6 +108,38 @@ def xgb_evidence(
     if not np.isfinite(share).all():
         raise ValueError("leaf index without a cover in the model dump (booster and covers disagree)")
     return n_train * np.exp(np.mean(np.log(np.maximum(share, 1e-300)), axis=1))
+
+
+def leaf_row_counts(booster, X_train: ArrayLike) -> NDArray[np.float64]:
+    """``T x max_node`` table: how many *training rows* (unweighted) reach each leaf of each tree.
+
+    Unlike the hessian cover, a row count does not shrink where the model is confident (q(1 - q) -> 0
+    at scores near 0 or 1), so it measures how much data supports a region without restating the score.
+    """
+    import xgboost as xgb
+
+    dm = X_train if isinstance(X_train, xgb.DMatrix) else xgb.DMatrix(np.asarray(X_train, dtype=np.float32))
+    leaves = np.asarray(booster.predict(dm, pred_leaf=True), dtype=np.intp).reshape(dm.num_row(), -1)
+    width = int(leaves.max()) + 1
+    t = np.arange(leaves.shape[1])
+    flat = (t[None, :] * width + leaves).ravel()
+    return np.bincount(flat, minlength=t.size * width).reshape(t.size, width).astype(np.float64)
+
+
+def leaf_row_uncertainty(booster, X: ArrayLike, counts: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Uncertainty ``-log n(x)``, n(x) the geometric mean over trees of the training rows in x's leaf.
+
+    ``counts`` is ``leaf_row_counts(booster, X_train)``. A pseudo-count of 1 keeps empty leaves finite.
+    Higher = fewer training rows share x's leaves = less evidence.
+    """
+    import xgboost as xgb
+
+    dm = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(np.asarray(X, dtype=np.float32))
+    leaves = np.asarray(booster.predict(dm, pred_leaf=True), dtype=np.intp).reshape(dm.num_row(), -1)
+    if leaves.shape[1] != counts.shape[0] or leaves.max() >= counts.shape[1]:
+        raise ValueError("leaf counts do not match the booster (compute them with leaf_row_counts)")
+    t = np.arange(leaves.shape[1])
+    return -np.mean(np.log(counts[t[None, :], leaves] + 1.0), axis=1)
 
 
 def posterior_beta(

@@ -4,7 +4,9 @@ The paper's MIST fits isotonic regression *on the samples* of each uncertainty l
 places one global threshold on the calibrated probabilities. This calibrator is the first half: it
 takes the uncertainty as a second input, cuts it into ``n_levels`` quantile levels on the fitting set
 (edges kept and reused unchanged), and fits ``IsotonicCalibrator`` within each level. Compared with a
-single isotonic map (IST) by ECE@j and cumulative ECE@j in ``calibflow.experiments.decision``.
+single isotonic map (IST) by ECE@j and cumulative ECE@j in ``calibflow.experiments.decision``; the
+second half (one global cut on the calibrated hold-out probabilities, ``calibflow.decision.sample_threshold``)
+is "MIST (samples)" in that experiment's decision tables.
 
 The uncertainty must be passed to ``fit`` and ``predict`` (keyword ``uncertainty``); omitting it is a
 ``ValueError``. Levels with fewer than ``min_level_size`` items or a single class fall back to the
