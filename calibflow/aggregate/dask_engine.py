@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibflow.aggregate.table import BucketGrid, aggregate_sql, expand
+from calibflow.aggregate.table import DEFAULT_GRID, BucketGrid, aggregate_sql, expand
 
 
 def _partition(path: str, index: int, read_columns: list[str], sql_args: dict) -> pd.DataFrame:
@@ -39,7 +39,7 @@ def aggregate_dask(
     kind: str = "probability",
     segments: Sequence[str] = (),
     weight: str | None = None,
-    grid: BucketGrid = BucketGrid(),
+    grid: BucketGrid = DEFAULT_GRID,
     replicates: int = 0,
     seed: int = 0,
     client=None,

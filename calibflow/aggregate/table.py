@@ -53,6 +53,9 @@ class BucketGrid:
         return 2.0 * self.z_max / self.n_buckets
 
 
+DEFAULT_GRID = BucketGrid()
+
+
 def _poisson_thresholds() -> list[int]:
     """Integer thresholds T_k = floor(P(K <= k) P_MOD) of Poisson(1), k = 0.._POISSON_MAX - 1."""
     cdf, term, out = 0.0, math.exp(-1.0), []
@@ -89,7 +92,7 @@ def aggregate_sql(
     kind: str = "probability",
     segments: Sequence[str] = (),
     weight: str | None = None,
-    grid: BucketGrid = BucketGrid(),
+    grid: BucketGrid = DEFAULT_GRID,
     replicates: int = 0,
     seed: int = 0,
     key: str = "k",
@@ -143,7 +146,7 @@ def aggregate_duckdb(
     kind: str = "probability",
     segments: Sequence[str] = (),
     weight: str | None = None,
-    grid: BucketGrid = BucketGrid(),
+    grid: BucketGrid = DEFAULT_GRID,
     replicates: int = 0,
     seed: int = 0,
     con: duckdb.DuckDBPyConnection | None = None,
