@@ -115,7 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--peer-rows", type=int, default=2_000_000)
     ap.add_argument("--dask-rows", type=int, default=0, help="0: skip the Dask comparison")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--accuracy-rows", type=int, default=0, help="only max |p_agg - p_exact| at this size")
     a = ap.parse_args(argv)
+    if a.accuracy_rows:
+        print(json.dumps(accuracy(a.accuracy_rows), indent=1))
+        return
     import duckdb
     import numpy as np
 
@@ -207,6 +211,34 @@ def dask_compare(files, a, table_rows: int, con) -> dict:
             max(np.max(np.abs(dk[c] / ref[c] - 1)) for c in ("sum_z", "sum_q", "sum_ll", "sum_q2"))
         ),
     }
+
+
+def accuracy(rows: int) -> dict:
+    """max |p_agg - p_exact| per method at ``rows`` rows: on a 2001-point grid and on the rows themselves."""
+    import duckdb
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from calibflow.aggregate import aggregate_duckdb, fit_from_table
+    from calibflow.calibrators import make
+
+    folder = tempfile.mkdtemp(prefix="calibflow_acc_", dir="/tmp")
+    try:
+        files = generate(folder, rows, 2, duckdb.connect())
+        table = aggregate_duckdb(files, "score", "label", segments=["seg"])
+        cols = [pq.read_table(f, columns=["score", "label"]) for f in files]
+        s = np.concatenate([c["score"].to_numpy() for c in cols]).astype(np.float64)
+        y = np.concatenate([c["label"].to_numpy() for c in cols]).astype(np.float64)
+        grid = np.linspace(s.min(), s.max(), 2001)
+        out = {"rows": rows, "table_rows": len(table)}
+        for m in METHODS:
+            agg, ex = fit_from_table(table, m), make(m, input="probability").fit(s, y)
+            out[m] = {"grid": float(np.abs(agg.predict(grid) - ex.predict(grid)).max()),
+                      "rows": float(np.abs(agg.predict(s) - ex.predict(s)).max()),
+                      "rows_p99": float(np.quantile(np.abs(agg.predict(s) - ex.predict(s)), 0.99))}
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
