@@ -68,10 +68,10 @@ def peer(kind: str, folder: str, rows: int) -> dict:
         .execute(
             "SELECT score, label FROM read_parquet($p) LIMIT $n", {"p": f"{folder}/*.parquet", "n": rows}
         )
-        .arrow()
+        .fetchnumpy()
     )
-    s = tab["score"].to_numpy().astype(np.float64)
-    y = tab["label"].to_numpy().astype(np.float64)
+    s = tab["score"].astype(np.float64)
+    y = tab["label"].astype(np.float64)
     t1 = time.perf_counter()
     if kind == "sklearn_isotonic":
         from sklearn.isotonic import IsotonicRegression
