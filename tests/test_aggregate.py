@@ -58,7 +58,8 @@ def test_counts_and_exact_metrics(table, rows):
     assert o["ece"] == pytest.approx(M.ece(y, s), abs=2e-4)
     assert o["mce"] == pytest.approx(M.mce(y, s), abs=2e-3)
     for b in (5, 30):  # any number of bins after the pass
-        assert metrics_from_table(table, n_bins=b)["overall"]["ece"] == pytest.approx(M.ece(y, s, b), abs=2e-4)
+        got = metrics_from_table(table, n_bins=b)["overall"]["ece"]
+        assert got == pytest.approx(M.ece(y, s, b), abs=2e-4)
 
 
 def test_segments_and_intervals(table, rows):
@@ -123,3 +124,15 @@ def test_seed_changes_draws_not_counts(files, table):
     with pytest.raises(ValueError, match="no Parquet files"):
         aggregate_duckdb(str(files[0]) + ".missing*", "score", "label")
     assert duckdb.__version__
+
+
+def test_scale_params_and_switch():
+    from calibflow.aggregate.switch import choose_path, parse_scale
+
+    cfg = parse_scale({"row_threshold": 1000, "buckets": 1024})
+    assert choose_path(1000, cfg) == "rows" and choose_path(1001, cfg) == "aggregate"
+    assert cfg.grid.width == pytest.approx(32 / 1024)
+    for bad, msg in (({"row_treshold": 5}, "unknown key"), ({"buckets": 1}, "buckets"),
+                     ({"replicates": -1}, "replicates"), ({"z_max": 0}, "z_max")):
+        with pytest.raises(ValueError, match=msg):
+            parse_scale(bad)
