@@ -1,0 +1,21 @@
+"""Fit and evaluate from sufficient statistics: one streaming pass builds a bucket table (issue 17).
+
+``table.aggregate_duckdb`` (one machine) and ``dask_engine.aggregate_dask`` (a Dask cluster) build the
+same table: one row per (segments..., score bucket, label) holding summed frequency weights, the
+weighted sums of the logit and the probability, the exact per-row log loss and squared probability,
+and Poisson-bootstrap replicate weights. ``fit.fit_from_table`` fits any score+label calibrator on it;
+``metrics.metrics_from_table`` computes every metric (and its interval) from it.
+"""
+
+from calibflow.aggregate.fit import fit_from_table, representatives
+from calibflow.aggregate.metrics import metrics_from_table
+from calibflow.aggregate.table import BucketGrid, aggregate_duckdb, aggregate_sql
+
+__all__ = [
+    "BucketGrid",
+    "aggregate_duckdb",
+    "aggregate_sql",
+    "fit_from_table",
+    "metrics_from_table",
+    "representatives",
+]

@@ -1,0 +1,49 @@
+"""The ``scale:`` params section and the choice between the row path and the aggregate path.
+
+    scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0}
+
+Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
+instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from calibflow.aggregate.table import BucketGrid
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    row_threshold: int = 5_000_000
+    buckets: int = 65_536
+    z_max: float = 16.0
+    replicates: int = 32
+    seed: int = 0
+
+    @property
+    def grid(self) -> BucketGrid:
+        return BucketGrid(self.buckets, self.z_max)
+
+
+def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
+    """``ScaleConfig`` from params' ``scale:`` mapping; ValueError (one line) on a typo or a bad value."""
+    decl = dict(decl or {})
+    known = {f.name for f in fields(ScaleConfig)}
+    unknown = sorted(set(decl) - known)
+    if unknown:
+        raise ValueError(f"scale: unknown key(s) {unknown}; allowed: {sorted(known)}")
+    for k in ("row_threshold", "buckets", "replicates", "seed"):
+        v = decl.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")
+    cfg = ScaleConfig(**decl)
+    cfg.grid  # noqa: B018 - validates buckets and z_max
+    return cfg
+
+
+def choose_path(n_rows: int, cfg: ScaleConfig) -> str:
+    """"aggregate" when ``n_rows`` exceeds the threshold, else "rows" (the exact in-memory path)."""
+    return "aggregate" if n_rows > cfg.row_threshold else "rows"
