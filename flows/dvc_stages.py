@@ -181,7 +181,10 @@ def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
     argv = shlex.split(cmd)
     if argv and argv[0] == "python":  # what the stage commands say; DVC would find it on PATH
         argv[0] = sys.executable
-    proc = subprocess.run(argv, cwd=root, env=stage_env(), capture_output=True, text=True)
+    try:
+        proc = subprocess.run(argv, cwd=root, env=stage_env(), capture_output=True, text=True)
+    except OSError as exc:  # no such program: a broken (or hostile) command, never a shell fallback
+        raise StageFailed(f"stage {name!r} could not start: {exc}") from None
     output = (proc.stdout or "") + (proc.stderr or "")
     if proc.returncode != 0:
         raise StageFailed(

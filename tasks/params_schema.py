@@ -230,9 +230,10 @@ def _message(err: dict[str, Any]) -> str:
     if err["type"] == "missing":
         return f"params: {key}: missing"
     got = err.get("input")
-    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
     msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"params: {key}: {msg} (got {shown})"
+    if isinstance(got, dict | list):  # the validator's message already names the bad element
+        return f"params: {key}: {msg}"
+    return f"params: {key}: {msg} (got {got!r})"
 
 
 def validate_params(params: Any) -> Params:
