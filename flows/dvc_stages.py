@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class StageInfo:
     cmd: str
     upstream: list[str]
     stale: bool
+    outs: list[str] = field(default_factory=list)  # declared outputs, relative to the root
 
 
 @dataclass
@@ -74,7 +75,8 @@ def plan(root: Path, targets: list[str] | None = None) -> list[StageInfo]:
             if is_stale:
                 stale.add(st.addressing)
             cmd = st.cmd if isinstance(st.cmd, str) else " && ".join(st.cmd or [])
-            out.append(StageInfo(st.addressing, cmd, ups, is_stale))
+            outs = [str(Path(o.fs_path).relative_to(Path(repo.root_dir))) for o in st.outs]
+            out.append(StageInfo(st.addressing, cmd, ups, is_stale, outs))
         return out
 
 
@@ -156,12 +158,25 @@ def stop_running(grace: float = 5.0) -> None:
         stop_group(proc, grace)
 
 
-def reproduce_stage(root: Path, name: str, on_line: Callable[[str], None] | None = None) -> StageRun:
+def clean_stale_temps(root: Path, outs: list[str]) -> list[Path]:
+    """Remove what a killed earlier run left beside the declared outputs (see remove_stale_temps)."""
+    from tasks._common import remove_stale_temps
+
+    return [p for o in outs for p in remove_stale_temps(root / o)]
+
+
+def reproduce_stage(
+    root: Path, name: str, on_line: Callable[[str], None] | None = None, outs: list[str] | None = None
+) -> StageRun:
     """``dvc repro --single-item <name>``; raises ``StageFailed`` with the stage's output on error.
 
-    ``on_line`` receives the stage's output as it comes (the flow sends it to the run's logs).
+    ``on_line`` receives the stage's output as it comes (the flow sends it to the run's logs). Stale
+    temporary folders beside ``outs`` (a killed earlier run's) are removed first.
     """
     t0 = time.perf_counter()
+    for stale in clean_stale_temps(root, outs or []):
+        if on_line is not None:
+            on_line(f"removed a killed run's leftover {stale.relative_to(root)}")
     with _DVC_LOCK:
         code, output = _stream([sys.executable, "-m", "dvc", "repro", "--single-item", name], root, on_line)
     secs = time.perf_counter() - t0

@@ -45,11 +45,13 @@ def plan_stages(root: str, targets: list[str] | None) -> list[dvc_stages.StageIn
 
 
 @task(cache_policy=NO_CACHE, task_run_name="{name}")
-def reproduce(root: str, name: str) -> dict[str, Any]:
+def reproduce(root: str, name: str, outs: list[str] | None = None) -> dict[str, Any]:
     """One DVC stage. Network stages (fetch) retry via ``with_options`` in the flow."""
     logger = get_run_logger()
     # Each line of the stage's output goes to the run's logs as it comes (UI and API, not only console).
-    run = dvc_stages.reproduce_stage(Path(root), name, on_line=lambda line: logger.info("%s", line))
+    run = dvc_stages.reproduce_stage(
+        Path(root), name, on_line=lambda line: logger.info("%s", line), outs=outs
+    )
     logger.info("%s: %s in %.1f s", name, "ran" if run.ran else "up to date", run.seconds)
     return run.to_dict()
 
@@ -206,7 +208,7 @@ def _run_serial(base: Path, stale: list[dvc_stages.StageInfo]) -> list[dict[str,
             if st.name.startswith("fetch")
             else reproduce
         )
-        runs.append(t(str(base), st.name))
+        runs.append(t(str(base), st.name, st.outs))
     return runs
 
 
