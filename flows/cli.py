@@ -129,8 +129,10 @@ def _guard_run(url: str) -> threading.Event:
     from flows import server as srv
 
     def gone(message: str) -> None:
-        typer.echo(f"error: {message}", err=True)
         dvc_stages.stop_running(grace=3.0)
+        sys.stderr.flush()
+        typer.echo(f"error: {message}", err=True)  # last: the line the user reads
+        sys.stderr.flush()
         os._exit(1)
 
     def interrupted(signum: int, frame: object) -> None:
