@@ -48,8 +48,12 @@ def healthy(port: int = DEFAULT_PORT, timeout: float = 2.0, url: str | None = No
         return False
 
 
-def _prefect(*args: str, ui: bool = True) -> subprocess.CompletedProcess:
+def _prefect(*args: str, ui: bool = True, port: int | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_UI_ENABLED": "true" if ui else "false"}
+    # The UI asks this URL for the API; Prefect defaults it to port 4200 whatever --port says.
+    if port is not None:
+        env["PREFECT_UI_API_URL"] = api_url(port)
+        env["PREFECT_SERVER_API_PORT"] = str(port)
     return subprocess.run([sys.executable, "-m", "prefect", *args], capture_output=True, text=True, env=env)
 
 
@@ -58,7 +62,7 @@ def start(port: int = DEFAULT_PORT, wait: float = 60.0, ui: bool = True) -> str:
     if healthy(port):
         return api_url(port)
     args = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
-    proc = _prefect(*args, *([] if ui else ["--no-ui"]), ui=ui)
+    proc = _prefect(*args, *([] if ui else ["--no-ui"]), ui=ui, port=port)
     if proc.returncode != 0 and "already running" not in (proc.stdout + proc.stderr):
         raise RuntimeError(f"prefect server failed to start:\n{proc.stdout}{proc.stderr}")
     deadline = time.monotonic() + wait
