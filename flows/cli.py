@@ -28,7 +28,12 @@ from flows.dvc_stages import stage_env
 from flows.gitops import DEFAULT_BRANCH
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="calibflow: calibrated probabilities, with the evidence."
+    add_completion=False,
+    no_args_is_help=True,
+    help="calibflow: calibrated probabilities, with the evidence.",
+    epilog="Scheduled runs: `calibflow server start` (UI at http://127.0.0.1:4200), `calibflow serve`, then "
+    "`calibflow trigger` to run now (same as `PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment "
+    "run calibflow-pipeline/nightly`).",
 )
 server_app = typer.Typer(no_args_is_help=True, help="The local Prefect server that runs schedules.")
 datasets_app = typer.Typer(no_args_is_help=True, help="The real datasets calibflow knows.")
