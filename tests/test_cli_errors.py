@@ -121,3 +121,29 @@ def test_stage_commands_run_without_a_shell(tmp_path):
     with pytest.raises(StageFailed):
         run_stage_command(tmp_path, "probe", f"false; touch {marker}")  # 'false;' is no program
     assert not marker.exists()
+
+
+def test_busy_checkout_is_one_line_naming_the_holder(tmp_path):
+    hold = (
+        "import sys, time\nfrom flows.checkout_lock import checkout_lock\n"
+        "with checkout_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(ROOT)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc, _ = calibflow(tmp_path, "run")
+        (line,) = one_or_two_lines(proc)
+        assert f"another calibflow run (pid {holder.pid}" in line and "--wait" in line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_trigger_without_a_server_says_what_to_start(tmp_path):
+    from flow_fixtures import free_port
+
+    proc, _ = calibflow(tmp_path, "trigger", "--port", str(free_port()))
+    (line,) = one_or_two_lines(proc)
+    assert "no Prefect server at" in line and "calibflow serve" in line
