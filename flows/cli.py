@@ -143,7 +143,9 @@ def _guard_run(url: str) -> threading.Event:
     def interrupted(signum: int, frame: object) -> None:
         typer.echo("calibflow: interrupted; stopping the running stage (last good outputs kept)", err=True)
         # Let Prefect record the crash if it can; never wait for it for more than a few seconds.
-        threading.Timer(8.0, lambda: os._exit(130)).start()
+        deadline = threading.Timer(8.0, lambda: os._exit(130))
+        deadline.daemon = True  # a clean exit before then is not delayed
+        deadline.start()
         dvc_stages.stop_running(grace=3.0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         raise KeyboardInterrupt
