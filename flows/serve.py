@@ -27,8 +27,10 @@ def serve(
     port: int = server.DEFAULT_PORT,
 ) -> None:
     """Register the deployment with ``cron`` and run its scheduled flow runs until interrupted."""
-    validate_cron(cron)
+    # The one local server: set before prefect is imported (validate_cron imports it), so Prefect never
+    # starts an ephemeral second server nor warns that it cannot schedule.
     os.environ["PREFECT_API_URL"] = server.api_url(port)
+    validate_cron(cron)
     if not server.healthy(port):
         raise RuntimeError(f"no Prefect server at {server.api_url(port)}: run `calibflow server start` first")
     from flows.pipeline import pipeline
