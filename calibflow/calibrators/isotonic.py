@@ -59,4 +59,3 @@ class IsotonicCalibrator(BaseCalibrator):
 
     def _predict(self, s):
         return np.interp(s, self.x_, self.y_)
-
