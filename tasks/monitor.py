@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig
     return mon.MonitorConfig.from_params(sec)
 
 
-def source_loader(params: dict[str, Any], name: str) -> tuple[Loader, tuple[str, ...]]:
+def source_loader(params: dict[str, Any], name: str, root: Path) -> tuple[Loader, tuple[str, ...]]:
     """A loader of the source's time/score/label/segment rows (through calibflow.sources) and its segments."""
     from calibflow import sources  # issue 12's reader: the one way to read user data
 
@@ -98,6 +98,8 @@ def source_loader(params: dict[str, Any], name: str) -> tuple[Loader, tuple[str,
     if name not in decls:
         raise StageError(f"monitor: source {name!r} is not declared under `sources:` in params.yaml")
     spec = sources.parse_source(name, decls[name])
+    if not Path(spec.path).is_absolute():  # a relative path is relative to the project, not the cwd
+        spec = replace(spec, path=str(root / spec.path))
     if not spec.time:
         raise StageError(f"monitor: source {name!r} has no `time` column; the monitor needs one")
     if not spec.score:
@@ -211,7 +213,7 @@ def run(
     cfg = config(params, params.get("seed"))
     paths = Paths(Path(root), source)
     if loader is None:
-        loader, segs = source_loader(params, source)
+        loader, segs = source_loader(params, source, paths.root)
     else:
         segs = tuple(segments or ())
     now = pd.Timestamp.now(tz="UTC").tz_convert(None) if now is None else pd.Timestamp(now)
