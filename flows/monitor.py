@@ -162,3 +162,40 @@ def _flow():
 
 
 monitor = _flow()
+
+
+def serve(
+    cron: str = "0 6 * * *",
+    name: str = "daily",
+    parameters: dict[str, Any] | None = None,
+    port: int | None = None,
+) -> None:
+    """Serve the monitor flow on ``cron`` against the local Prefect server (blocks; each run a subprocess)."""
+    import os
+
+    from flows import server
+    from flows.serve import validate_cron
+
+    validate_cron(cron)
+    port = port or server.DEFAULT_PORT
+    os.environ["PREFECT_API_URL"] = server.api_url(port)
+    if not server.healthy(port):
+        raise RuntimeError(f"no Prefect server at {server.api_url(port)}: run `calibflow server start` first")
+    monitor.serve(name=name, cron=cron, parameters=parameters or {}, print_starting_message=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Serve the calibflow monitor flow on a schedule.")
+    ap.add_argument("--cron", default="0 6 * * *")
+    ap.add_argument("--name", default="daily")
+    ap.add_argument("--parameters", default="{}", help="JSON object of flow parameters")
+    ap.add_argument("--port", type=int, default=None)
+    a = ap.parse_args(argv)
+    serve(a.cron, a.name, json.loads(a.parameters), a.port)
+
+
+if __name__ == "__main__":
+    main()
