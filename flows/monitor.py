@@ -76,6 +76,26 @@ def artifact_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def drift_automation(name: str = "calibflow-drift", actions: list | None = None, source: str = "*"):
+    """Create (on the configured server) an automation that fires on every ``calibflow.calibration.drift``.
+
+    ``actions`` default to ``DoNothing`` (the trigger is still recorded as ``prefect.automation.triggered``);
+    a team passes e.g. ``[SendNotification(block_document_id=..., subject=..., body=...)]`` or
+    ``[RunDeployment(source="selected", deployment_id=..., parameters={...})]`` (``prefect.events.actions``).
+    """
+    from prefect.automations import Automation
+    from prefect.events.actions import DoNothing
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    trigger = EventTrigger(
+        expect={EVENT},
+        match={"prefect.resource.id": f"calibflow.source.{source}"},
+        posture=Posture.Reactive,
+        threshold=1,
+    )
+    return Automation(name=name, trigger=trigger, actions=actions or [DoNothing()]).create()
+
+
 def _is_git(root: Path) -> bool:
     return (root / ".git").exists()
 
