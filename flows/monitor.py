@@ -131,10 +131,14 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
     )
     sha = commit_files(Path(root), res["files"], msg, branch=branch)
     if sha and registry_on:
+        import subprocess
+
         have = registry.registered(root, res["source"])
-        if 1 not in have:  # the initial champion: registered at its first commit
-            registry.promote(root, res["source"], 1, sha, "initial champion (select stage)")
-        for v in res["promotions"]:
+        if 1 not in have:  # the select stage's calibrator: at the checked-out commit that holds it
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+            registry.promote(root, res["source"], 1, head.stdout.strip(), "initial champion (select stage)")
+        if res["promotions"]:  # GTO: one version per commit, so the newest promotion of this run
+            v = res["promotions"][-1]
             registry.promote(root, res["source"], v["version"], sha, f"promoted after {v['promoted_after']}")
     return sha
 

@@ -1,10 +1,15 @@
 """The calibrator registry: GTO (DVC's artifact registry), versions and the ``prod`` stage as git tags.
 
 Monitor version k of source ``ads`` is GTO artifact ``ads-calibrator`` version ``vk.0.0`` (tag
-``ads-calibrator@vk.0.0`` on the commit that holds ``models/ads/champion.json`` for it); the version in
-office carries the ``prod`` stage (tag ``ads-calibrator#prod#N``). Query with ``gto show`` and
-``gto history ads-calibrator``; roll back with ``calibflow monitor rollback --source ads --to-version 1``
-(= ``gto assign ads-calibrator --version v1.0.0 --stage prod --force``): the next monitor run reads the
+``ads-calibrator@vk.0.0`` on a commit that holds ``models/ads/versions/vk.json``); the version in office
+carries the ``prod`` stage (tag ``ads-calibrator#prod#N``). Query with ``gto show`` and
+``gto history ads-calibrator``. GTO allows one version per commit: version 1 (the select stage's
+calibrator) is registered at the checked-out commit that holds it, and each run registers its newest
+promotion at the run's commit; a version promoted and superseded within one run (a backfill) stays in
+the monitor state and ``models/<source>/versions/`` but not in GTO.
+
+Roll back with ``calibflow monitor rollback --source ads --to-version 1`` (that is
+``gto assign ads-calibrator --version v1.0.0 --stage prod --force``): the next monitor run reads the
 ``prod`` stage and puts that version back in office. Tags are local until ``git push --tags``.
 """
 
@@ -34,25 +39,27 @@ def _number(semver_text: str) -> int:
 def prod_version(repo: str | Path, source: str) -> int | None:
     """The monitor version the registry's ``prod`` stage points at (None when nothing is registered)."""
     import gto.api
+    from gto.exceptions import ArtifactNotFound
 
     try:
-        found = gto.api.find_versions_in_stage(str(repo), artifact_name(source), STAGE)
-    except Exception as exc:  # gto raises its own NoRepo/UnknownArtifact types; unregistered is None
-        if "not found" in str(exc).lower() or "unknown" in str(exc).lower():
-            return None
-        raise
+        found = gto.api.find_versions_in_stage(str(repo), artifact_name(source), STAGE, versions_per_stage=-1)
+    except ArtifactNotFound:  # nothing registered yet: the monitor keeps its own champion
+        return None
     if not found:
         return None
-    first = found[0] if isinstance(found, list) else found
-    return _number(first.version)
+    found = found if isinstance(found, list) else [found]
+    # Several versions can hold `prod` (GTO never unassigns); the one assigned last is in office, which is
+    # what `gto show` prints (its default order is by timestamp; find_versions_in_stage's is by SemVer).
+    return _number(max(found, key=lambda vs: vs.activated_at).version)
 
 
 def registered(repo: str | Path, source: str) -> set[int]:
     import gto.api
+    from gto.exceptions import ArtifactNotFound
 
     try:
         shown = gto.api.show(str(repo), artifact_name(source))
-    except Exception:
+    except ArtifactNotFound:
         return set()
     return {_number(row["version"]) for row in shown if row.get("version")}
 

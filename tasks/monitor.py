@@ -78,9 +78,13 @@ class Paths:
     def page(self) -> Path:
         return self.root / "reports" / "pages" / f"monitoring-{self.source}.html"
 
-    def tracked(self) -> list[Path]:
-        """Files a scheduled run commits (history and metrics; the champion and its card)."""
-        return [self.state, self.history, self.metrics, self.champion, self.card]
+    def version(self, k: int) -> Path:
+        return self.root / "models" / self.source / "versions" / f"v{k}.json"
+
+    def tracked(self, n_versions: int = 0) -> list[Path]:
+        """Files a scheduled run commits (history and metrics; the champion, its card, every version)."""
+        versions = [self.version(k) for k in range(1, n_versions + 1)]
+        return [self.state, self.history, self.metrics, self.champion, self.card, *versions]
 
 
 def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig:
@@ -168,7 +172,10 @@ def apply_prod_version(state: mon.MonitorState, version: int | None) -> mon.Moni
 
 
 def save(paths: Paths, state: mon.MonitorState) -> None:
-    """Champion first (immutable per version), then the state: a kill between them loses nothing."""
+    """Versions and champion first (immutable per version), then the state: a kill between loses nothing."""
+    for v in state.versions:
+        if not paths.version(v["version"]).exists():
+            write_text(paths.version(v["version"]), v["calibrator"] + "\n")
     v = state.versions[state.champion - 1]
     write_text(paths.champion, v["calibrator"] + "\n")
     write_json(paths.card, card(state))
@@ -217,8 +224,9 @@ def run(
     else:
         segs = tuple(segments or ())
     now = pd.Timestamp.now(tz="UTC").tz_convert(None) if now is None else pd.Timestamp(now)
-    state = apply_prod_version(initial_state(paths, champion_path), prod_version)
+    state = initial_state(paths, champion_path)
     before = (len(state.alerts), len(state.versions), len(state.notes))
+    state = apply_prod_version(state, prod_version)
     times = normalise_time(loader(None, True)["time"])
     todo = mon.pending_windows(times, now, cfg, state)[: max_windows or None]
     if todo:
@@ -246,7 +254,11 @@ def run(
         "promotions": state.versions[before[1] :],
         "notes": state.notes[before[2] :],
         "champion": state.champion,
-        "files": [str(p.relative_to(paths.root)) for p in [*paths.tracked(), paths.page] if p.exists()],
+        "files": [
+            str(p.relative_to(paths.root))
+            for p in [*paths.tracked(len(state.versions)), paths.page]
+            if p.exists()
+        ],
     }
 
 
