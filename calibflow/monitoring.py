@@ -336,13 +336,27 @@ class MonitorState:
         return cls(**d)
 
 
-def bands(state: MonitorState, segment: str, cfg: MonitorConfig) -> dict[str, list[float | None]]:
-    """Alert band per metric for ``segment`` under the current champion (module doc, step 2)."""
-    ref = [
+def _reference(state: MonitorState, segment: str, version: int, n: int) -> list[dict[str, Any]]:
+    rows = [
         r
         for r in state.history
-        if r["version"] == state.champion and r["segment"] == segment and not r.get("skipped")
-    ][: cfg.reference_windows]
+        if r["version"] == version and r["segment"] == segment and not r.get("skipped")
+    ]
+    return rows[:n]
+
+
+def bands(state: MonitorState, segment: str, cfg: MonitorConfig) -> dict[str, list[float | None]]:
+    """Alert band per metric for ``segment`` under the current champion (module doc, step 2).
+
+    While a newly promoted champion's own reference is incomplete, the band of the latest earlier version
+    with a complete reference is kept (a calibrated champion's ratio sits near 1 either way): without it
+    a promotion just before a shift left the shift unseen (docs/monitoring.md, first study run).
+    """
+    ref: list[dict[str, Any]] = []
+    for version in range(state.champion, 0, -1):
+        ref = _reference(state, segment, version, cfg.reference_windows)
+        if len(ref) >= cfg.reference_windows:
+            break
     out: dict[str, list[float | None]] = {}
     lo_f, hi_f = cfg.floor_ratio if cfg.floor_ratio is not None else (None, None)
     if len(ref) >= cfg.reference_windows:

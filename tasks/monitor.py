@@ -10,7 +10,7 @@ matured, and runs ``calibflow.monitoring.process_window`` on each, oldest first.
 - ``monitoring/<source>/state.json``: the whole state (versions, history, gates, alerts, notes); written
   atomically after EVERY window, so a run killed at any point loses at most the window in flight, and the
   next run resumes after the last saved one (windows are keyed; none is scored twice);
-- ``monitoring/<source>/history.csv``: one row per (window, segment) (DVC plots);
+- ``plots/monitoring/<source>.csv``: one row per (window, segment) (DVC plots);
 - ``metrics/monitoring/<source>.json``: the newest window's overall scores and counts (DVC metrics);
 - ``models/<source>/champion.json`` + ``champion.card.json``: the calibrator in office and its card
   (method, the windows it was fitted and judged on, the gate's numbers);
@@ -56,7 +56,7 @@ class Paths:
 
     @property
     def history(self) -> Path:
-        return self.root / "monitoring" / self.source / "history.csv"
+        return self.root / "plots" / "monitoring" / f"{self.source}.csv"
 
     @property
     def metrics(self) -> Path:

@@ -116,7 +116,7 @@ def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
     )
     card = json.loads((tmp_path / "models/ads/champion.card.json").read_text())
     assert card["version"] == res["champion"] > 1 and card["fitted_on"] and card["judged_on"]
-    hist = pd.read_csv(tmp_path / "monitoring/ads/history.csv")
+    hist = pd.read_csv(tmp_path / "plots/monitoring/ads.csv")
     assert len(hist) == 16 * 3 and not hist.duplicated(["window", "segment"]).any()
     page = (tmp_path / "reports/pages/monitoring-ads.html").read_text()
     assert page.count("<svg") >= 7 and "promoted v2" in page
