@@ -94,6 +94,20 @@ def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig
     return mon.MonitorConfig.from_params(sec)
 
 
+def validate_section(section: dict[str, Any] | None) -> None:
+    """Check ``params.monitor`` (for the params schema): a ``ValueError`` naming the key and the fix."""
+    sec = dict(section or {})
+    srcs = sec.get("sources") or []
+    if not isinstance(srcs, list) or not all(isinstance(x, str) for x in srcs):
+        raise ValueError(f"monitor.sources must be a list of source names, got {srcs!r}")
+    for key in ("commit", "registry"):
+        if key in sec and not isinstance(sec[key], bool):
+            raise ValueError(f"monitor.{key} must be true or false, got {sec[key]!r}")
+    if "branch" in sec and (not isinstance(sec["branch"], str) or not sec["branch"].strip()):
+        raise ValueError(f"monitor.branch must be a branch name (e.g. calibflow/runs), got {sec['branch']!r}")
+    config({"monitor": sec})
+
+
 def source_loader(params: dict[str, Any], name: str, root: Path) -> tuple[Loader, tuple[str, ...]]:
     """A loader of the source's time/score/label/segment rows (through calibflow.sources) and its segments."""
     from calibflow import sources  # issue 12's reader: the one way to read user data

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -228,3 +229,14 @@ def test_page_banner_lists_open_alerts():
         state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg)
     assert state.alerts and state.alerts[-1]["window"] == _window(9).key
     assert "Calibration drift on 2026-01-10" in render_page(state)
+
+
+def test_params_section_is_validated():
+    import yaml
+
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    tm.validate_section(params["monitor"])
+    with pytest.raises(ValueError, match="monitor.commit must be true or false"):
+        tm.validate_section({**params["monitor"], "commit": "yes"})
+    with pytest.raises(ValueError, match="unknown key"):
+        tm.validate_section({**params["monitor"], "perod": "1D"})
