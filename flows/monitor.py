@@ -14,6 +14,9 @@ promotion is registered in GTO (``flows/registry.py``) at that commit with the `
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +126,13 @@ def publish(res: dict[str, Any]) -> int:
 
 def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on: bool) -> str | None:
     """Commit the run's files to ``branch`` (never the checked-out one); register promotions in GTO."""
-    from flows.gitops import commit_files
+    from flows.gitops import commit_paths
 
     msg = (
         f"calibflow monitor {res['source']}: {len(res['windows'])} window(s), "
         f"{len(res['alerts'])} alert(s), {len(res['promotions'])} promotion(s)"
     )
-    sha = commit_files(Path(root), res["files"], msg, branch=branch)
+    sha = commit_paths(root, res["files"], msg, branch=branch)
     if sha and registry_on:
         import subprocess
 
@@ -141,6 +144,19 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
             v = res["promotions"][-1]
             registry.promote(root, res["source"], v["version"], sha, f"promoted after {v['promoted_after']}")
     return sha
+
+
+@contextlib.contextmanager
+def one_run_per_checkout(root: str) -> Iterator[None]:
+    """Queue behind any other calibflow run of this checkout (orch's file lock + Prefect limit of one)."""
+    from flows.checkout_lock import checkout_lock, prefect_slot
+
+    with checkout_lock(root, wait=True):
+        if os.environ.get("PREFECT_API_URL"):  # a real server: the wait is visible there as a slot
+            with prefect_slot(root):
+                yield
+        else:
+            yield
 
 
 def _flow():
@@ -170,16 +186,17 @@ def _flow():
         branch = branch or sec.get("branch") or DEFAULT_BRANCH
         reg = bool(sec.get("registry", True)) if registry_on is None else registry_on
         out = []
-        for name in sources or sources_to_monitor({"monitor": sec}, None):
-            res = run_task(root_path, name, now, max_windows, reg)
-            res["events"] = publish_task(res)
-            if commit:
-                res["revision"] = commit_task(root_path, res, branch, reg)
-            print(
-                f"monitor {name}: {len(res['windows'])} window(s), {len(res['alerts'])} alert(s), "
-                f"{len(res['promotions'])} promotion(s), champion v{res['champion']}"
-            )
-            out.append(res)
+        with one_run_per_checkout(root_path):  # overlapping triggers queue here, never race
+            for name in sources or sources_to_monitor({"monitor": sec}, None):
+                res = run_task(root_path, name, now, max_windows, reg)
+                res["events"] = publish_task(res)
+                if commit:
+                    res["revision"] = commit_task(root_path, res, branch, reg)
+                print(
+                    f"monitor {name}: {len(res['windows'])} window(s), {len(res['alerts'])} alert(s), "
+                    f"{len(res['promotions'])} promotion(s), champion v{res['champion']}"
+                )
+                out.append(res)
         return {"sources": out}
 
     return monitor
@@ -195,8 +212,6 @@ def serve(
     port: int | None = None,
 ) -> None:
     """Serve the monitor flow on ``cron`` against the local Prefect server (blocks; each run a subprocess)."""
-    import os
-
     from flows import server
     from flows.serve import validate_cron
 

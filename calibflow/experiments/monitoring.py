@@ -43,6 +43,7 @@ from calibflow import monitoring as mon
 
 SCENARIOS = ("stable", "base_rate", "slope")
 DAY0 = pd.Timestamp("2026-01-01")
+DETECT_WITHIN = 7  # windows after the shift in which a first alert counts as a detection (docs table)
 
 
 def simulate_stream(
@@ -193,6 +194,52 @@ def run(
     return out
 
 
+def _f(v: float, d: int = 4) -> str:
+    return "–" if v is None else f"{v:.{d}f}"
+
+
+def markdown_table(res: dict[str, Any]) -> str:
+    """The docs table (docs/monitoring.md) from a study JSON: one row per scenario."""
+    head = (
+        "| stream | false alarms / window [95% CI] | streams with a false alarm | detected | delay median "
+        "(min-max) | promotions before / after shift |\n|---|---|---|---|---|---|"
+    )
+    rows = [head]
+    for sc, r in res["scenarios"].items():
+        lo, hi = r["false_alarm_rate_per_window_ci"]
+        delays = [
+            min((w for w in run["alerts"] if w >= res["design"]["shift_day"]), default=None)
+            for run in r["runs"]
+        ]
+        # Detected = an alert within DETECT_WITHIN windows of the shift; a later first alert is noise.
+        found = [d - res["design"]["shift_day"] for d in delays if d is not None]
+        found = [d for d in found if d < DETECT_WITHIN]
+        det = "–" if sc == "stable" else f"{len(found)}/{r['seeds']}"
+        dl = "–" if sc == "stable" or not found else f"{np.median(found):g} ({min(found)}-{max(found)})"
+        rows.append(
+            f"| {sc} | {_f(r['false_alarm_rate_per_window'], 3)} [{_f(lo, 3)}, {_f(hi, 3)}] | "
+            f"{r['streams_with_false_alarm']:.2f} | {det} | {dl} | "
+            f"{r['promotions_before_shift']:.2f} / {r['promotions_after_shift']:.2f} |"
+        )
+    rows += [
+        "",
+        "| stream | excess log loss: gated | never | daily (no gate) | gated - never [95% CI], p | "
+        "gated - daily [95% CI], p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sc, r in res["scenarios"].items():
+        ex = r["served_excess_log_loss"]
+        cells = [
+            f"{_f(ex[k][0], 5)} [{_f(ex[k][1], 5)}, {_f(ex[k][2], 5)}]" for k in ("gated", "never", "daily")
+        ]
+        diffs = [
+            f"{_f(d[0], 5)} [{_f(d[1], 5)}, {_f(d[2], 5)}], p={d[3]:.2g}"
+            for d in (r["gated_minus_never"], r["gated_minus_daily"])
+        ]
+        rows.append(f"| {sc} | " + " | ".join(cells + diffs) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20)
@@ -202,7 +249,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--patience", type=int, default=1)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     ap.add_argument("--out", default="reports/monitoring-study.json")
+    ap.add_argument("--table", help="print the docs table of an existing study JSON and exit")
     a = ap.parse_args(argv)
+    if a.table:
+        print(markdown_table(json.loads(Path(a.table).read_text())))
+        return
     cfg = mon.MonitorConfig(n_bootstrap=100, band_k=a.band_k, patience=a.patience)
     res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
