@@ -48,6 +48,56 @@ print(json.dumps({
 """
 
 
+CHECK = r"""
+import asyncio, json
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+async def dep():
+    async with get_client() as c:
+        for _ in range(240):
+            try:
+                d = await c.read_deployment_by_name("calibflow-monitor/test"); break
+            except Exception:
+                await asyncio.sleep(0.5)
+        return [s.schedule.cron for s in d.schedules]
+crons = asyncio.run(dep())
+fr = run_deployment("calibflow-monitor/test", timeout=240, poll_interval=1)
+print(json.dumps({"crons": crons, "state": fr.state.type.value}))
+"""
+
+
+def _serve_and_trigger(root, port, env) -> dict:
+    """``python -m flows.monitor --cron ...`` against the server; trigger the deployment once."""
+    params = json.dumps({"root": str(root), "commit": False, "registry_on": False, "now": "2026-01-15"})
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.monitor",
+            "--cron",
+            "0 6 * * *",
+            "--name",
+            "test",
+            "--port",
+            str(port),
+            "--parameters",
+            params,
+        ],
+        env={**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+
+
 def test_drift_event_reaches_the_server_and_the_automation_fires(tmp_path):
     make_project(tmp_path, "base_rate", days=12, shift_day=7, monitor={"methods": ["platt"]})
     port = free_port()
@@ -68,6 +118,7 @@ def test_drift_event_reaches_the_server_and_the_automation_fires(tmp_path):
         )
         assert out.returncode == 0, out.stderr[-3000:]
         res = json.loads(out.stdout.strip().splitlines()[-1])
+        sched = _serve_and_trigger(tmp_path, port, env)
     finally:
         subprocess.run(
             [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=60
@@ -81,3 +132,5 @@ def test_drift_event_reaches_the_server_and_the_automation_fires(tmp_path):
     assert res["triggered"], "the automation did not fire"
     assert all(res["automation_id"] in r for r in res["triggered"])  # our automation, no other
     assert "monitor-ads" in res["artifacts"]
+    # Served on a cron: the deployment carries it and a triggered run completes (nothing new to score).
+    assert sched == {"crons": ["0 6 * * *"], "state": "COMPLETED"}

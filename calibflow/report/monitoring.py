@@ -17,7 +17,7 @@ from calibflow.monitoring import ALL, MonitorState
 from calibflow.report._format import fmt_num
 from calibflow.report.html import _CSS, _table
 
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 220, 56, 16, 14, 34
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 230, 56, 16, 24, 34
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 _EXTRA_CSS = (
     ".banner{background:#fdecea;border:1px solid #b3261e;color:#7a1b14;padding:8px 12px;margin:12px 0;"
@@ -66,7 +66,7 @@ def _frame(ax: _Axes, labels: list[str], ylabel: str) -> list[str]:
         out.append(
             f'<text x="{ax.x(i):.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{_e(labels[i][:10])}</text>'
         )
-    out.append(f'<text x="12" y="{PAD_T + 8}" fill="#444">{_e(ylabel)}</text>')
+    out.append(f'<text x="{PAD_L}" y="{PAD_T - 8}" fill="#444">{_e(ylabel)}</text>')
     return out
 
 
