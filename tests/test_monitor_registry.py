@@ -66,3 +66,16 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path):
         assert "no registered version v99.0.0" in str(exc)
     else:
         raise AssertionError("rollback to an unknown version must fail")
+
+
+def test_cli_rollback_without_registry_is_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _git(tmp_path, "init", "-q")
+    monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))
+    out = CliRunner().invoke(app, ["monitor", "rollback", "--source", "ads", "--to-version", "1"])
+    assert out.exit_code == 1
+    assert "ads-calibrator has no registered version v1.0.0" in out.output
+    assert "Traceback" not in out.output
