@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+from scipy.special import expit, logit
 
 SCORE_KINDS = ("probability", "logit", "score")
 SPLIT_KINDS = ("random", "time")
@@ -435,3 +437,30 @@ def fingerprint(
             rec["mtime"] = int(st.st_mtime_ns)
         out.append(rec)
     return {"files": out, "method": method, "bytes": int(total)}
+
+
+# ------------------------------------------------------------------------------------- scores as inputs
+
+
+def to_margin(score: np.ndarray, score_kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(margin, probability) of a user's score: a probability's logit, or a logit/score as is.
+
+    A probability of exactly 0 or 1 is clipped to [1e-15, 1 - 1e-15] first (its logit is infinite). A
+    ``score`` (any real) is shown as ``sigmoid(score)`` before calibration, the only probability it implies.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    if score_kind == "probability":
+        return logit(np.clip(s, 1e-15, 1.0 - 1e-15)), s
+    if score_kind in ("logit", "score"):
+        return s, expit(s)
+    raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
+
+
+def calibrator_input(score: np.ndarray, score_kind: str, input_kind: str) -> np.ndarray:
+    """The user's score as the calibrator's declared ``input`` (what it was fitted on)."""
+    margin, prob = to_margin(score, score_kind)
+    if input_kind == "probability":
+        return prob
+    if input_kind == "logit":
+        return margin
+    return np.asarray(score, dtype=np.float64) if score_kind != "probability" else margin
