@@ -1,23 +1,32 @@
-"""The ``calibflow`` command line: run, repro, serve, server, report, datasets, validate.
+"""The ``calibflow`` command line: run, repro, serve, trigger, server, report, datasets, validate.
 
 Prefect is imported lazily inside the commands that need it, after ``--quiet`` has chosen the log
-level, so ``calibflow datasets list`` stays fast and server noise never reaches the terminal.
+level and the API URL is decided, so ``calibflow datasets list`` stays fast and server noise never
+reaches the terminal. Mistakes a user makes (a typo'd stage, a missing or invalid params file, a bad
+cron) are checked before any server or stage starts and reported in one or two lines; a traceback
+only with ``--debug`` (or ``CALIBFLOW_DEBUG=1``). See docs/reliability.md.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import webbrowser
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from flows import project_root
 from flows.cli_monitor import monitor_app
 from flows.dvc_stages import stage_env
+from flows.gitops import DEFAULT_BRANCH
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="calibflow: calibrated probabilities, with the evidence."
@@ -29,6 +38,115 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(monitor_app, name="monitor")
 
 REPORT = Path("reports/index.html")
+DEPLOYMENT_FLOW = "calibflow-pipeline"
+TRIGGER_HELP = (
+    "Trigger a run: `calibflow trigger` (same as `PREFECT_API_URL=http://127.0.0.1:4200/api "
+    "prefect deployment run calibflow-pipeline/nightly`)."
+)
+
+
+class UserError(Exception):
+    """A mistake the user can fix: printed as its message (one or two lines), exit code 2."""
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("CALIBFLOW_DEBUG"))
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks (same as CALIBFLOW_DEBUG=1)."),
+) -> None:
+    if debug:
+        os.environ["CALIBFLOW_DEBUG"] = "1"
+
+
+def _friendly(fn: Callable[[], Any]) -> Any:
+    """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
+    from flows.checkout_lock import CheckoutBusy
+    from flows.dvc_stages import StageFailed
+    from tasks.params_schema import ParamsError
+
+    try:
+        return fn()
+    except (UserError, ParamsError, CheckoutBusy) as exc:
+        if _debug():
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except StageFailed as exc:
+        if _debug():
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def check_targets(root: Path, targets: list[str]) -> None:
+    """Every target names a stage (or a group such as ``calibrate``) of dvc.yaml; else did-you-mean."""
+    from flows.dvc_stages import stage_names
+
+    names = stage_names(root)
+    groups = {n.split("@", 1)[0] for n in names}
+    for t in targets:
+        if t in names or t in groups or ":" in t or t.endswith(".yaml"):
+            continue
+        close = difflib.get_close_matches(t, names + sorted(groups), n=1)
+        hint = f"did you mean {close[0]}?" if close else "`dvc stage list` shows them"
+        raise UserError(f"unknown stage {t!r} in dvc.yaml ({hint})")
+
+
+def check_cron(cron: str) -> None:
+    """A bad cron string is a one-line error before anything is registered or started."""
+    from flows.serve import validate_cron
+
+    try:
+        validate_cron(cron)
+    except ValueError:
+        raise UserError(
+            f"invalid cron expression {cron!r}: use five fields (minute hour day-of-month month "
+            "day-of-week), e.g. '0 2 * * *' for 02:00 every day"
+        ) from None
+
+
+def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
+    """The API this run reports to: $PREFECT_API_URL, else the local server if up, else a temporary one."""
+    from flows import server as srv
+
+    url = os.environ.get("PREFECT_API_URL")
+    if url:
+        if not srv.healthy(url=url):
+            raise UserError(
+                f"no Prefect API answers at PREFECT_API_URL={url} (unset it, or start that server)"
+            )
+        return None, url
+    if srv.healthy(port):
+        os.environ["PREFECT_API_URL"] = srv.api_url(port)
+        return None, srv.api_url(port)
+    return srv.start_temporary()
+
+
+def _guard_run(url: str) -> threading.Event:
+    """Fail fast when the API dies mid-run, and make Ctrl-C exit in seconds, stages stopped."""
+    from flows import dvc_stages
+    from flows import server as srv
+
+    def gone(message: str) -> None:
+        dvc_stages.stop_running(grace=3.0)
+        sys.stderr.flush()
+        typer.echo(f"error: {message}", err=True)  # last: the line the user reads
+        sys.stderr.flush()
+        os._exit(1)
+
+    def interrupted(signum: int, frame: object) -> None:
+        typer.echo("calibflow: interrupted; stopping the running stage (last good outputs kept)", err=True)
+        # Let Prefect record the crash if it can; never wait for it for more than a few seconds.
+        threading.Timer(8.0, lambda: os._exit(130)).start()
+        dvc_stages.stop_running(grace=3.0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    return srv.watch_api(url, gone)
 
 
 def _set_verbosity(quiet: bool) -> None:
@@ -53,33 +171,113 @@ def _task_runner(kind: str, address: str | None, workers: int):
 @app.command()
 def run(
     targets: list[str] = typer.Argument(None, help="DVC stages to reproduce (default: all)."),
-    params_file: str = typer.Option(None, help="A params YAML to use for this run instead of params.yaml."),
+    params_file: str = typer.Option(
+        None,
+        help="Run with this params YAML instead of params.yaml, as a DVC experiment "
+        "(`dvc exp run --temp`): params.yaml and the workspace stay untouched; "
+        "`dvc exp show` lists the result, `dvc exp apply NAME` brings it in.",
+    ),
+    name: str = typer.Option(None, "--name", help="Experiment name for --params-file runs."),
     pull: bool = typer.Option(False, help="dvc pull before running."),
     push: bool = typer.Option(False, help="dvc push after running."),
-    commit: bool = typer.Option(False, help="git commit dvc.lock, metrics and the summary."),
+    commit: bool = typer.Option(
+        False,
+        help="Commit dvc.lock and the git-tracked outputs to --commit-branch (the checkout is not moved).",
+    ),
+    commit_branch: str = typer.Option(DEFAULT_BRANCH, help="Branch that --commit records runs on."),
+    wait: bool = typer.Option(False, "--wait", help="Queue behind a run that holds this checkout."),
     task_runner: str = typer.Option("sequential", help="sequential | dask"),
     dask_address: str = typer.Option(None, help="Scheduler address of an existing Dask cluster."),
     dask_workers: int = typer.Option(2, help="Workers of the local Dask cluster."),
+    port: int = typer.Option(4200, help="Report to the local server on this port when it is up."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and the final line."),
 ) -> None:
-    """Run the pipeline flow locally (the main job): every stale stage, then the report."""
-    _set_verbosity(quiet)
-    from flows.pipeline import pipeline
+    """Run the pipeline flow locally (the main job): every stale stage, then the report.
 
-    runner = _task_runner(task_runner, dask_address, dask_workers)
-    flow = pipeline.with_options(task_runner=runner) if runner else pipeline
-    result = flow(
-        targets=targets or None,
-        params_file=params_file,
-        pull_first=pull,
-        push_after=push,
-        commit=commit,
-        parallel=runner is not None,
-        root=str(project_root()),
+    One run per checkout: a second `calibflow run` says which run holds it (or queues with --wait).
+    """
+    _set_verbosity(quiet)
+    root = project_root()
+    _friendly(
+        lambda: _run(
+            root,
+            targets or [],
+            params_file,
+            name,
+            pull,
+            push,
+            commit,
+            commit_branch,
+            wait,
+            task_runner,
+            dask_address,
+            dask_workers,
+            port,
+        )
     )
+
+
+def _run(
+    root: Path,
+    targets: list[str],
+    params_file: str | None,
+    name: str | None,
+    pull: bool,
+    push: bool,
+    commit: bool,
+    commit_branch: str,
+    wait: bool,
+    task_runner: str,
+    dask_address: str | None,
+    dask_workers: int,
+    port: int,
+) -> None:
+    from flows.checkout_lock import checkout_lock
+    from tasks.params_schema import load_and_validate
+
+    # Everything a user can get wrong is checked here, before any server or stage starts.
+    if params_file:
+        pf = Path(params_file)
+        params_file = str(pf if pf.is_absolute() else Path.cwd() / pf)
+    load_and_validate(params_file or root / "params.yaml")
+    if targets:
+        check_targets(root, targets)
+    if task_runner not in ("sequential", "dask"):
+        raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
+    with checkout_lock(root, wait=wait):
+        proc, url = _use_server(port)
+        watch = _guard_run(url)
+        try:
+            from flows.pipeline import pipeline
+
+            runner = _task_runner(task_runner, dask_address, dask_workers)
+            flow = pipeline.with_options(task_runner=runner) if runner else pipeline
+            result = flow(
+                targets=targets or None,
+                params_file=params_file,
+                pull_first=pull,
+                push_after=push,
+                commit=commit,
+                commit_branch=commit_branch,
+                experiment_name=name,
+                parallel=runner is not None,
+                root=str(root),
+                check_params=False,  # done above
+            )
+        finally:
+            watch.set()
+    if result.get("experiment"):
+        exp = result["experiment"]
+        typer.echo(
+            f"calibflow run: experiment {exp['name']} in {result['seconds']:.1f} s "
+            f"(params.yaml untouched; `dvc exp show`, `dvc exp apply {exp['name']}`)"
+        )
+        return
     ran = [s["name"] for s in result["stages"] if s.get("ran")]
-    secs = result["seconds"]
-    typer.echo(f"calibflow run: {len(ran)} stage(s) ran in {secs:.1f} s; report: {project_root() / REPORT}")
+    rev = f"; recorded on {commit_branch} as {result['revision'][:10]}" if result.get("revision") else ""
+    typer.echo(
+        f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {root / REPORT}{rev}"
+    )
 
 
 @app.command()
@@ -88,31 +286,108 @@ def repro(args: list[str] = typer.Argument(None, help="Extra arguments for dvc r
     raise typer.Exit(_dvc_repro(*(args or [])))
 
 
-@app.command()
+@app.command(epilog=TRIGGER_HELP)
 def serve(
     cron: str = typer.Option("0 2 * * *", help="Cron schedule of the deployment."),
     name: str = typer.Option("nightly", help="Deployment name."),
     parameters: str = typer.Option("{}", help="JSON object of flow parameters (targets, params_file, ...)."),
     port: int = typer.Option(4200, help="Local Prefect server port."),
 ) -> None:
-    """Serve the pipeline on a schedule against the local server (starts it if needed)."""
-    from flows import server as srv
-    from flows.serve import serve as do_serve
-    from flows.serve import validate_cron
+    """Serve the pipeline on a schedule against the local server (starts it if needed).
 
-    validate_cron(cron)
+    Trigger a run at any time with `calibflow trigger` (or
+    `PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment run calibflow-pipeline/nightly`).
+    """
+    from flows import server as srv
+
+    # The one local server: set before prefect is imported, so no ephemeral second server starts.
+    os.environ["PREFECT_API_URL"] = srv.api_url(port)
+
+    def body() -> dict[str, Any]:
+        check_cron(cron)
+        try:
+            params = json.loads(parameters)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(params, dict):
+            raise UserError("--parameters must be a JSON object, e.g. '{\"commit\": true}'")
+        if params.get("check_params", True):
+            from tasks.params_schema import load_and_validate
+
+            root = Path(params.get("root") or project_root())
+            load_and_validate(root / (params.get("params_file") or "params.yaml"))
+        return params
+
+    params = _friendly(body)
+    from flows.serve import serve as do_serve
+
     srv.start(port)
     typer.echo(
-        f"serving deployment calibflow-pipeline/{name} on {cron!r} at {srv.api_url(port)} (Ctrl-C to stop)"
+        f"serving deployment {DEPLOYMENT_FLOW}/{name} on {cron!r} at {srv.api_url(port)}, "
+        f"UI {srv.ui_url(port)} (Ctrl-C to stop)"
     )
-    do_serve(cron=cron, name=name, parameters=json.loads(parameters), port=port)
+    typer.echo(f"trigger a run now: calibflow trigger --name {name}")
+    do_serve(cron=cron, name=name, parameters=params, port=port)
+
+
+@app.command()
+def trigger(
+    name: str = typer.Option("nightly", help="Deployment name (as given to `calibflow serve --name`)."),
+    parameters: str = typer.Option("{}", help="JSON object of flow parameters overriding the deployment's."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the run to finish and exit with its state."),
+    port: int = typer.Option(4200, help="Local Prefect server port."),
+) -> None:
+    """Trigger a run of a served deployment now (it queues behind a run already going).
+
+    Same as `PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment run calibflow-pipeline/NAME`.
+    """
+    from flows import server as srv
+
+    os.environ["PREFECT_API_URL"] = srv.api_url(port)
+
+    def body() -> None:
+        try:
+            params = json.loads(parameters)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
+        if not srv.healthy(port):
+            raise UserError(
+                f"no Prefect server at {srv.api_url(port)}: run `calibflow serve` (it starts one)"
+            )
+        from prefect.deployments import run_deployment
+        from prefect.exceptions import ObjectNotFound
+
+        try:
+            fr = run_deployment(
+                f"{DEPLOYMENT_FLOW}/{name}",
+                parameters=params or None,
+                timeout=None if wait else 0,
+                poll_interval=2,
+            )
+        except ObjectNotFound:
+            raise UserError(
+                f"no deployment {DEPLOYMENT_FLOW}/{name}: start it with `calibflow serve --name {name}`"
+            ) from None
+        typer.echo(
+            f"flow run {fr.name} ({fr.id}): {fr.state.type.value if fr.state else 'SCHEDULED'}; "
+            f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
+        )
+        if wait and fr.state and not fr.state.is_completed():
+            raise typer.Exit(1)
+
+    _friendly(body)
 
 
 @server_app.command("start")
-def server_start(port: int = typer.Option(4200)) -> None:
+def server_start(
+    port: int = typer.Option(4200),
+    ui: bool = typer.Option(True, "--ui/--no-ui", help="Serve the Prefect UI at http://127.0.0.1:PORT."),
+) -> None:
     from flows import server as srv
 
-    typer.echo(f"Prefect server healthy at {srv.start(port)}")
+    url = srv.start(port, ui=ui)
+    where = f"; UI at {srv.ui_url(port)}" if ui else ""
+    typer.echo(f"Prefect server healthy at {url}{where}")
 
 
 @server_app.command("stop")

@@ -12,14 +12,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 _DVC_LOCK = threading.Lock()
+#: Stage subprocesses running now (each in its own process group), for Ctrl-C and the API watchdog.
+RUNNING: set[subprocess.Popen] = set()
+_RUNNING_GUARD = threading.Lock()
 
 
 @dataclass
@@ -28,6 +36,7 @@ class StageInfo:
     cmd: str
     upstream: list[str]
     stale: bool
+    outs: list[str] = field(default_factory=list)  # declared outputs, relative to the root
 
 
 @dataclass
@@ -66,7 +75,8 @@ def plan(root: Path, targets: list[str] | None = None) -> list[StageInfo]:
             if is_stale:
                 stale.add(st.addressing)
             cmd = st.cmd if isinstance(st.cmd, str) else " && ".join(st.cmd or [])
-            out.append(StageInfo(st.addressing, cmd, ups, is_stale))
+            outs = [str(Path(o.fs_path).relative_to(Path(repo.root_dir))) for o in st.outs]
+            out.append(StageInfo(st.addressing, cmd, ups, is_stale, outs))
         return out
 
 
@@ -92,29 +102,205 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def reproduce_stage(root: Path, name: str) -> StageRun:
-    """``dvc repro --single-item <name>``; raises ``StageFailed`` with the stage's output on error."""
+def _stream(
+    argv: list[str], root: Path, on_line: Callable[[str], None] | None = None, grace: float = 5.0
+) -> tuple[int, str]:
+    """Run ``argv`` (no shell) in its own process group, passing each output line to ``on_line``.
+
+    On any exception here (Ctrl-C's KeyboardInterrupt included) the whole group gets SIGINT, then
+    SIGKILL after ``grace`` seconds, so an interrupted run exits in seconds and leaves no stage behind.
+    """
+    proc = subprocess.Popen(
+        argv,
+        cwd=root,
+        env=stage_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        bufsize=1,
+    )
+    with _RUNNING_GUARD:
+        RUNNING.add(proc)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        return proc.wait(), "".join(lines)
+    except BaseException:
+        stop_group(proc, grace)
+        raise
+    finally:
+        with _RUNNING_GUARD:
+            RUNNING.discard(proc)
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGINT to the process group of ``proc`` (DVC then stops its stage), SIGKILL after ``grace`` s."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stop_running(grace: float = 5.0) -> None:
+    """Stop every stage subprocess this process started (Ctrl-C, API gone)."""
+    with _RUNNING_GUARD:
+        procs = list(RUNNING)
+    for proc in procs:
+        stop_group(proc, grace)
+
+
+def clean_stale_temps(root: Path, outs: list[str]) -> list[Path]:
+    """Remove what a killed earlier run left beside the declared outputs (see remove_stale_temps)."""
+    from tasks._common import remove_stale_temps
+
+    return [p for o in outs for p in remove_stale_temps(root / o)]
+
+
+def reproduce_stage(
+    root: Path, name: str, on_line: Callable[[str], None] | None = None, outs: list[str] | None = None
+) -> StageRun:
+    """``dvc repro --single-item <name>``; raises ``StageFailed`` with the stage's output on error.
+
+    ``on_line`` receives the stage's output as it comes (the flow sends it to the run's logs). Stale
+    temporary folders beside ``outs`` (a killed earlier run's) are removed first.
+    """
     t0 = time.perf_counter()
+    for stale in clean_stale_temps(root, outs or []):
+        if on_line is not None:
+            on_line(f"removed a killed run's leftover {stale.relative_to(root)}")
     with _DVC_LOCK:
-        proc = _dvc(root, "repro", "--single-item", name)
+        code, output = _stream([sys.executable, "-m", "dvc", "repro", "--single-item", name], root, on_line)
     secs = time.perf_counter() - t0
-    output = (proc.stdout or "") + (proc.stderr or "")
-    if proc.returncode != 0:
-        raise StageFailed(f"stage {name!r} failed (exit {proc.returncode}):\n{_tail(output)}")
+    if code != 0:
+        raise StageFailed(f"stage {name!r} failed (exit {code}):\n{_tail(output)}")
     ran = "didn't change, skipping" not in output
     return StageRun(name, ran, secs, _tail(output, 15))
 
 
 def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
-    """Run a stage's command directly (no DVC lock): the unit of work a Dask worker executes."""
+    """Run a stage's command directly (no DVC lock, no shell): the unit of work a Dask worker executes.
+
+    The command is split with ``shlex`` and run as an argument list, so a value interpolated into it
+    (a method name from params) can never run a second command. Our stage commands use no shell syntax.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, shell=True, cwd=root, env=stage_env(), capture_output=True, text=True)
+    argv = shlex.split(cmd)
+    if argv and argv[0] == "python":  # what the stage commands say; DVC would find it on PATH
+        argv[0] = sys.executable
+    try:
+        proc = subprocess.run(argv, cwd=root, env=stage_env(), capture_output=True, text=True)
+    except OSError as exc:  # no such program: a broken (or hostile) command, never a shell fallback
+        raise StageFailed(f"stage {name!r} could not start: {exc}") from None
     output = (proc.stdout or "") + (proc.stderr or "")
     if proc.returncode != 0:
         raise StageFailed(
             f"stage {name!r} failed (exit {proc.returncode}): {shlex.quote(cmd)}\n{_tail(output)}"
         )
     return StageRun(name, True, time.perf_counter() - t0, _tail(output, 15))
+
+
+def git_outputs(root: Path) -> list[str]:
+    """The outputs dvc.yaml declares with ``cache: false`` (kept in git), relative to ``root``."""
+    from dvc.repo import Repo
+
+    with _DVC_LOCK, contextlib.chdir(root), Repo(str(root)) as repo:
+        outs = {
+            str(Path(o.fs_path).relative_to(Path(repo.root_dir))) for o in repo.index.outs if not o.use_cache
+        }
+    return sorted(outs)
+
+
+def stage_names(root: Path) -> list[str]:
+    """Every stage address in dvc.yaml (``train``, ``calibrate@platt``, ...), for did-you-mean."""
+    from dvc.repo import Repo
+
+    with _DVC_LOCK, contextlib.chdir(root), Repo(str(root)) as repo:
+        return sorted(st.addressing for st in repo.index.stages)
+
+
+# ---- --params-file as a DVC experiment ---------------------------------------------------------
+
+
+@dataclass
+class ExperimentRun:
+    name: str
+    seconds: float
+    overrides: list[str]
+    log_tail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def _hydra(value: Any) -> str:
+    """A value in the override grammar ``dvc exp run -S`` takes (Hydra's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
+    raise ValueError(f"cannot express {value!r} as a dvc exp run -S value")
+
+
+def param_overrides(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """``-S`` overrides turning ``current`` (params.yaml) into ``wanted``: set, add (+) and remove (~)."""
+    cur, new = _flatten(current), _flatten(wanted)
+    out = [f"{'' if k in cur else '+'}{k}={_hydra(v)}" for k, v in new.items() if k not in cur or cur[k] != v]
+    out += [f"~{k}" for k in cur if k not in new and not any(n.startswith(k + ".") for n in new)]
+    return out
+
+
+def run_experiment(
+    root: Path, params_file: Path, name: str | None = None, on_line: Callable[[str], None] | None = None
+) -> ExperimentRun:
+    """``dvc exp run --temp -S ...`` with the values of ``params_file``: the workspace is not touched.
+
+    DVC runs the pipeline in a temporary copy and records the result as a named experiment (its
+    params, dvc.lock and metrics in a git ref): ``dvc exp show`` lists it, ``dvc exp apply NAME``
+    brings its outputs into the workspace. A failed run leaves nothing behind but DVC's log.
+    """
+    current = yaml.safe_load((root / "params.yaml").read_text()) or {}
+    wanted = yaml.safe_load(params_file.read_text()) or {}
+    overrides = param_overrides(current, wanted)
+    argv = [sys.executable, "-m", "dvc", "exp", "run", "--temp"]
+    if name:
+        argv += ["--name", name]
+    for o in overrides:
+        argv += ["-S", o]
+    t0 = time.perf_counter()
+    with _DVC_LOCK:
+        code, output = _stream(argv, root, on_line)
+    if code != 0:
+        raise StageFailed(f"dvc exp run with {params_file.name} failed (exit {code}):\n{_tail(output)}")
+    ran = [ln.split(":", 1)[1].strip() for ln in output.splitlines() if ln.startswith("Ran experiment(s):")]
+    return ExperimentRun(
+        ran[0] if ran else (name or "?"), time.perf_counter() - t0, overrides, _tail(output, 15)
+    )
 
 
 def commit_stage(root: Path, name: str) -> None:

@@ -13,7 +13,6 @@ upstream succeeded).
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 import flows  # noqa: F401  (configures the environment before prefect is imported)
-from flows import dvc_stages, project_root
+from flows import dvc_stages, gitops, project_root
+from flows.checkout_lock import checkout_lock, prefect_slot
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")
-# What a run commits: the lock, the params it ran with, and the git-tracked (cache: false) outputs.
-COMMIT_PATHS = ["dvc.lock", "params.yaml", "metrics", "plots", "reports/summary.md"]
 
 
 @task(name="dvc-pull", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
@@ -47,12 +45,14 @@ def plan_stages(root: str, targets: list[str] | None) -> list[dvc_stages.StageIn
 
 
 @task(cache_policy=NO_CACHE, task_run_name="{name}")
-def reproduce(root: str, name: str) -> dict[str, Any]:
+def reproduce(root: str, name: str, outs: list[str] | None = None) -> dict[str, Any]:
     """One DVC stage. Network stages (fetch) retry via ``with_options`` in the flow."""
-    run = dvc_stages.reproduce_stage(Path(root), name)
-    get_run_logger().info(
-        "%s: %s in %.1f s\n%s", name, "ran" if run.ran else "up to date", run.seconds, run.log_tail
+    logger = get_run_logger()
+    # Each line of the stage's output goes to the run's logs as it comes (UI and API, not only console).
+    run = dvc_stages.reproduce_stage(
+        Path(root), name, on_line=lambda line: logger.info("%s", line), outs=outs
     )
+    logger.info("%s: %s in %.1f s", name, "ran" if run.ran else "up to date", run.seconds)
     return run.to_dict()
 
 
@@ -93,34 +93,28 @@ def validation_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @task(name="git-commit", cache_policy=NO_CACHE)
-def git_commit(root: str, message: str) -> str | None:
-    """Commit dvc.lock, params, metrics and the summary; returns the new revision or None if clean."""
-    paths = [p for p in COMMIT_PATHS if (Path(root) / p).exists()]
+def git_commit(root: str, message: str, branch: str | None = gitops.DEFAULT_BRANCH) -> str | None:
+    """Commit dvc.lock, params and the declared git-tracked outputs to ``branch`` (not the checkout).
+
+    Only what dvc.yaml declares (``cache: false`` outputs) is committed, so stray files (a crashed
+    stage's temporary folder) never are. Returns the new revision, or None when nothing changed.
+    """
+    base = Path(root)
+    paths = [p for p in ["dvc.lock", "params.yaml", *dvc_stages.git_outputs(base)] if (base / p).exists()]
     if not paths:
         return None
-    subprocess.run(["git", "add", "--", *paths], cwd=root, check=True, capture_output=True)
-    staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=root)
-    if staged.returncode == 0:
-        return None
-    subprocess.run(["git", "commit", "-q", "-m", message], cwd=root, check=True, capture_output=True)
-    return subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
+    return gitops.commit_paths(base, paths, message, branch=branch)
 
 
-def apply_params_file(root: Path, params_file: str | None) -> None:
-    """Use another params file for this run: its content becomes params.yaml (committed with the run)."""
-    if not params_file:
-        return
-    src = (root / params_file).resolve()
-    dst = (root / "params.yaml").resolve()
-    if src == dst:
-        return
-    if not src.exists():
-        raise FileNotFoundError(f"params file {params_file!r} not found under {root}")
-    from calibflow.io import write_text
-
-    write_text(dst, src.read_text())
+@task(name="dvc-exp-run", cache_policy=NO_CACHE)
+def experiment(root: str, params_file: str, name: str | None) -> dict[str, Any]:
+    """The whole pipeline as a DVC experiment with ``params_file``'s values: params.yaml stays as is."""
+    logger = get_run_logger()
+    run = dvc_stages.run_experiment(
+        Path(root), Path(root) / params_file, name, on_line=lambda line: logger.info("%s", line)
+    )
+    logger.info("dvc exp run %s in %.1f s", run.name, run.seconds)
+    return run.to_dict()
 
 
 @flow(name="calibflow-pipeline", log_prints=True)
@@ -132,18 +126,68 @@ def pipeline(
     commit: bool = False,
     parallel: bool = False,
     root: str | None = None,
+    commit_branch: str = gitops.DEFAULT_BRANCH,
+    experiment_name: str | None = None,
+    check_params: bool = True,
 ) -> dict[str, Any]:
-    """Run the calibflow DVC pipeline as Prefect tasks.
+    """Run the calibflow DVC pipeline as Prefect tasks, one run per checkout at a time.
 
-    targets: DVC stages to reproduce (default: the whole dvc.yaml). params_file: a params YAML
-    to use for this run. parallel: run independent stale stages concurrently on the flow's task
-    runner (use with a Dask task runner), recording them with ``dvc commit`` afterwards.
+    targets: DVC stages to reproduce (default: the whole dvc.yaml). params_file: a params YAML to
+    run with instead of params.yaml, as a DVC experiment (``dvc exp run --temp``, named
+    ``experiment_name``): params.yaml and the workspace stay untouched and the run is recorded by DVC.
+    parallel: run independent stale stages concurrently on the flow's task runner (Dask), recording
+    them with ``dvc commit`` afterwards. commit: record dvc.lock and the git-tracked outputs as a
+    commit on ``commit_branch`` (the checked-out branch is never moved). check_params: validate
+    params.yaml / params_file against tasks.params_schema first.
+    A second run of the same checkout queues (Prefect concurrency limit + file lock) instead of
+    failing on DVC's repository lock.
     """
     base = Path(root) if root else project_root()
+    if check_params:
+        _check_params(base, params_file)
+    with prefect_slot(base), checkout_lock(base, wait=True):
+        return _pipeline_body(
+            base,
+            targets,
+            params_file,
+            pull_first,
+            push_after,
+            commit,
+            parallel,
+            commit_branch,
+            experiment_name,
+        )
+
+
+def _check_params(base: Path, params_file: str | None) -> None:
+    from tasks.params_schema import load_and_validate
+
+    load_and_validate(base / (params_file or "params.yaml"))
+
+
+def _pipeline_body(
+    base: Path,
+    targets: list[str] | None,
+    params_file: str | None,
+    pull_first: bool,
+    push_after: bool,
+    commit: bool,
+    parallel: bool,
+    commit_branch: str,
+    experiment_name: str | None,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
-    apply_params_file(base, params_file)
     if pull_first:
         pull(str(base))
+    if params_file and (base / params_file).resolve() != (base / "params.yaml").resolve():
+        exp = experiment(str(base), params_file, experiment_name)
+        return {
+            "stages": [],
+            "experiment": exp,
+            "published": {},
+            "revision": None,
+            "seconds": time.perf_counter() - t0,
+        }
     stages = plan_stages(str(base), targets)
     stale = [s for s in stages if s.stale]
     print(f"{len(stale)} of {len(stages)} stages to run: {', '.join(s.name for s in stale) or 'none'}")
@@ -151,7 +195,7 @@ def pipeline(
     published = publish(str(base))
     if push_after:
         push(str(base))
-    revision = git_commit(str(base), _commit_message(runs)) if commit else None
+    revision = git_commit(str(base), _commit_message(runs), commit_branch) if commit else None
     return {"stages": runs, "published": published, "revision": revision, "seconds": time.perf_counter() - t0}
 
 
@@ -164,7 +208,7 @@ def _run_serial(base: Path, stale: list[dvc_stages.StageInfo]) -> list[dict[str,
             if st.name.startswith("fetch")
             else reproduce
         )
-        runs.append(t(str(base), st.name))
+        runs.append(t(str(base), st.name, st.outs))
     return runs
 
 

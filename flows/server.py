@@ -1,45 +1,64 @@
-"""A local Prefect server for schedules: start, stop, status (wrapping ``prefect server start``).
+"""Prefect servers: the local one for schedules (with its UI), and a temporary one per CLI run.
 
-The ephemeral API server a plain flow run starts does not schedule; deployments need a real
-server. Ours uses SQLite under the project's ``PREFECT_HOME`` and listens on 127.0.0.1 only.
+The local server (``calibflow server start``) wraps ``prefect server start --background``: SQLite under
+the project's ``PREFECT_HOME``, 127.0.0.1 only, the UI at http://127.0.0.1:4200 unless ``ui=False``.
+
+A ``calibflow run`` with no server up gets a temporary API server of its own (what Prefect's ephemeral
+mode starts, but started here), so that it dies with the run: the child asks the kernel for SIGTERM
+when its parent dies (``PR_SET_PDEATHSIG``, Linux), even on SIGKILL of calibflow, and its pid is kept
+in ``$PREFECT_HOME/calibflow-temp-server.pid`` so the next start reaps one that outlived its parent
+anyway (other systems). ``watch_api`` fails a run fast, in one line, when its API server goes away.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 
 import flows  # noqa: F401
 
 DEFAULT_PORT = 4200
+PIDFILE = "calibflow-temp-server.pid"
 
 
 def api_url(port: int = DEFAULT_PORT) -> str:
     return f"http://127.0.0.1:{port}/api"
 
 
-def healthy(port: int = DEFAULT_PORT, timeout: float = 2.0) -> bool:
+def ui_url(port: int = DEFAULT_PORT) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def healthy(port: int = DEFAULT_PORT, timeout: float = 2.0, url: str | None = None) -> bool:
     try:
-        with urllib.request.urlopen(f"{api_url(port)}/health", timeout=timeout) as resp:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(f"{url or api_url(port)}/health", timeout=timeout) as resp:  # noqa: S310 (loopback)
             return resp.status == 200
     except OSError:
         return False
 
 
-def _prefect(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "prefect", *args], capture_output=True, text=True, env=os.environ.copy()
-    )
+def _prefect(*args: str, ui: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_UI_ENABLED": "true" if ui else "false"}
+    return subprocess.run([sys.executable, "-m", "prefect", *args], capture_output=True, text=True, env=env)
 
 
-def start(port: int = DEFAULT_PORT, wait: float = 60.0) -> str:
-    """Start the server in the background (idempotent) and wait until /health answers."""
+def start(port: int = DEFAULT_PORT, wait: float = 60.0, ui: bool = True) -> str:
+    """Start the local server in the background (idempotent) and wait until /health answers."""
     if healthy(port):
         return api_url(port)
-    proc = _prefect("server", "start", "--background", "--no-ui", "--host", "127.0.0.1", "--port", str(port))
+    args = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
+    proc = _prefect(*args, *([] if ui else ["--no-ui"]), ui=ui)
     if proc.returncode != 0 and "already running" not in (proc.stdout + proc.stderr):
         raise RuntimeError(f"prefect server failed to start:\n{proc.stdout}{proc.stderr}")
     deadline = time.monotonic() + wait
@@ -58,3 +77,131 @@ def stop() -> None:
 
 def status(port: int = DEFAULT_PORT) -> dict[str, object]:
     return {"url": api_url(port), "healthy": healthy(port), "prefect_home": os.environ.get("PREFECT_HOME")}
+
+
+# ---- the temporary server of one run ---------------------------------------------------------
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _pidfile() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", ".prefect")) / PIDFILE
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reap_orphan() -> int | None:
+    """Kill a temporary server a previous run left (its parent gone); returns its pid, if any."""
+    path = _pidfile()
+    try:
+        pid, parent = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    if _alive(parent) or not _alive(pid) or "uvicorn" not in _cmdline(pid):
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "uvicorn"  # no /proc: trust the pidfile
+
+
+def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """A Prefect API server for this process only; it stops when this process exits, however it exits.
+
+    Must be called before ``prefect`` is imported; sets ``PREFECT_API_URL`` to it.
+    """
+    reap_orphan()
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT__SERVER_EPHEMERAL": "1"}
+    env.pop("PREFECT_API_URL", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent, stdout=subprocess.DEVNULL)  # noqa: PLW1509
+    pidfile = _pidfile()
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(f"{proc.pid} {os.getpid()}\n")
+    atexit.register(stop_temporary, proc)
+    url = api_url(port)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the temporary Prefect server exited with code {proc.returncode}")
+        if healthy(url=url, timeout=1.0):
+            os.environ["PREFECT_API_URL"] = url
+            return proc, url
+        time.sleep(0.2)
+    stop_temporary(proc)
+    raise RuntimeError(f"the temporary Prefect server did not answer within {wait:.0f} s")
+
+
+def stop_temporary(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    path = _pidfile()
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text().split()[0]) == proc.pid:
+            path.unlink()
+
+
+def watch_api(
+    url: str, on_gone: Callable[[str], None], every: float = 1.0, misses: int = 3
+) -> threading.Event:
+    """Call ``on_gone(message)`` once when ``url``'s /health fails ``misses`` times in a row.
+
+    Runs in a daemon thread; set the returned event to stop watching.
+    """
+    stop = threading.Event()
+
+    def loop() -> None:
+        failed = 0
+        while not stop.wait(every):
+            failed = 0 if healthy(url=url, timeout=every) else failed + 1
+            if failed >= misses:
+                on_gone(f"the Prefect API at {url} stopped answering; the run was stopped (no outputs lost)")
+                return
+
+    threading.Thread(target=loop, name="calibflow-api-watch", daemon=True).start()
+    return stop

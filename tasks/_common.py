@@ -169,23 +169,61 @@ def seed(params: dict[str, Any]) -> int:
     return int(params["seed"])
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove leftovers of a killed writer of ``target``: ``.<name>.*.tmp`` / ``.<name>.*.old`` beside it.
+
+    A SIGKILL between ``mkdtemp`` and the swap leaves such a folder (or a ``calibflow.io`` temporary
+    file) inside an output folder that DVC hashes and git may commit. Entries named with a live pid
+    (``.<name>.<pid>.*``, a writer still running) are kept; anything else of that pattern is stale.
+    """
+    dst = Path(target)
+    removed: list[Path] = []
+    if not dst.parent.is_dir():
+        return removed
+    for entry in dst.parent.glob(f".{dst.name}.*"):
+        if entry.suffix not in (".tmp", ".old"):
+            continue
+        middle = entry.name[len(dst.name) + 2 :].split(".", 1)[0]
+        if middle.isdigit() and int(middle) != os.getpid() and _pid_alive(int(middle)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``target``; swap it in only if the block succeeds.
 
     The old folder is renamed aside, the new one renamed in, then the old one removed, so a failure
     at any point before the swap leaves the last good folder untouched (and no stale files survive a
-    successful run, unlike writing file by file into the old folder).
+    successful run, unlike writing file by file into the old folder). Leftovers of a killed earlier
+    run are removed first (``remove_stale_temps``); the temporary names carry our pid for that.
     """
     dst = Path(target)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    remove_stale_temps(dst)
+    prefix = f".{dst.name}.{os.getpid()}."
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=dst.parent))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the output folder should read like any other
     try:
         yield tmp
         old = None
         if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+            old = Path(tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=dst.parent))
             old.rmdir()
             os.replace(dst, old)
         os.replace(tmp, dst)

@@ -97,8 +97,13 @@ def run(
         raise StageError(f"calibflow.experiments.{key}.run returned {type(rep).__name__}, not a Reproduction")
     if rep.key != key:
         raise StageError(f"calibflow.experiments.{key}.run returned a Reproduction with key {rep.key!r}")
-    if not rep.elapsed_s:
-        rep.elapsed_s = round(elapsed, 3)
+    # Wall-clock time stays out of DVC outputs (byte-identical outputs for the same inputs, so a second
+    # `dvc repro` reruns nothing downstream); it goes to the log and to an untracked timings file.
+    rep.elapsed_s = 0.0
+    write_json(
+        lay.reports / "timings" / f"reproduce-{key}.json",
+        {"stage": f"reproduce@{key}", "seconds": round(elapsed, 3)},
+    )
     rep.save(lay.reproductions / f"{key}.json")
     write_json(lay.reproduction_metrics / f"{key}.json", rep.to_dict()["metrics"])
     log.info(

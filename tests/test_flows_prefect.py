@@ -37,25 +37,28 @@ def test_validation_rows_reads_the_report_stage_format():
     ]
 
 
-def test_apply_params_file_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.yaml"):
-        pl.apply_params_file(tmp_path, "nope.yaml")
-
-
 def test_flow_runs_stale_stages_publishes_and_commits(harness, tmp_path):
     from prefect.client.orchestration import get_client
 
     toy = make_toy_repo(tmp_path / "toy")
-    result = pl.pipeline(root=str(toy), commit=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=toy, capture_output=True, text=True).stdout
+    (toy / "reports").mkdir(exist_ok=True)
+    (toy / "reports" / ".stale.tmp").write_text("a crashed stage's leftover")  # not declared: never committed
+    result = pl.pipeline(root=str(toy), commit=True, check_params=False)
     assert [r["name"] for r in result["stages"]][0] == "a" and len(result["stages"]) == 4
     assert (toy / "reports/index.html").exists()
     assert result["published"]["validation_suites"] == 1 and result["published"]["validation_failed"] == 0
+    committed = subprocess.run(
+        ["git", "show", "--name-only", "--format=", "calibflow/runs"], cwd=toy, capture_output=True, text=True
+    ).stdout.split()
+    # Only dvc.lock, params and the declared cache:false outputs; the checkout's HEAD did not move.
+    assert result["revision"] and set(committed) == {
+        "dvc.lock",
+        "reports/summary.md",
+        "reports/validation.json",
+    }
     assert (
-        result["revision"]
-        and "dvc.lock"
-        in subprocess.run(
-            ["git", "show", "--name-only", "HEAD"], cwd=toy, capture_output=True, text=True
-        ).stdout
+        subprocess.run(["git", "rev-parse", "HEAD"], cwd=toy, capture_output=True, text=True).stdout == head
     )
 
     async def artifact_keys():
@@ -63,18 +66,42 @@ def test_flow_runs_stale_stages_publishes_and_commits(harness, tmp_path):
             return {a.key for a in await client.read_artifacts()}
 
     assert {"validation", "report-summary"} <= asyncio.run(artifact_keys())
-    again = pl.pipeline(root=str(toy), commit=True)  # nothing stale: no stage task, no commit
+    again = pl.pipeline(
+        root=str(toy), commit=True, check_params=False
+    )  # nothing stale: no stage task, no commit
     assert again["stages"] == [] and again["revision"] is None
 
 
 def test_flow_failure_names_stage_and_keeps_report(harness, tmp_path):
     toy = make_toy_repo(tmp_path / "toy")
-    pl.pipeline(root=str(toy))
+    pl.pipeline(root=str(toy), check_params=False)
     report = (toy / "reports/index.html").read_text()
     (toy / "params.yaml").write_text("scale: 1\nfail: b\n")
     with pytest.raises(Exception, match="stage 'b' failed"):
-        pl.pipeline(root=str(toy))
+        pl.pipeline(root=str(toy), check_params=False)
     assert (toy / "reports/index.html").read_text() == report
+
+
+def test_params_file_runs_as_a_dvc_experiment_and_leaves_params_yaml(harness, tmp_path):
+    toy = make_toy_repo(tmp_path / "toy")
+    params = (toy / "params.yaml").read_bytes()
+    (toy / "other.yaml").write_text("scale: 7\nfail: none\n")
+    result = pl.pipeline(root=str(toy), params_file="other.yaml", experiment_name="seven", check_params=False)
+    assert result["experiment"]["overrides"] == ["scale=7"]
+    assert (toy / "params.yaml").read_bytes() == params
+    assert not (toy / "out/a.json").exists(), "the experiment ran in a temporary copy, not the workspace"
+    shown = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "show", "--json"], cwd=toy, capture_output=True, text=True
+    )
+    assert '"seven"' in shown.stdout and '"scale": 7' in shown.stdout.replace("\n", " ").replace("  ", " ")
+
+
+def test_param_overrides_cover_set_add_remove_and_quoting():
+    from flows.dvc_stages import param_overrides
+
+    cur = {"a": {"b": 1, "c": [1, 2]}, "gone": {"x": 1}, "s": "x"}
+    new = {"a": {"b": 2, "c": [1, 2], "d": "it's; touch X"}, "s": "x", "e": {}}
+    assert param_overrides(cur, new) == ["a.b=2", "+a.d='it\\'s; touch X'", "+e={}", "~gone.x"]
 
 
 def test_dask_task_runner_runs_a_layer_in_parallel(harness, tmp_path):
@@ -84,7 +111,7 @@ def test_dask_task_runner_runs_a_layer_in_parallel(harness, tmp_path):
     runner = DaskTaskRunner(
         cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "dashboard_address": None}
     )
-    result = pl.pipeline.with_options(task_runner=runner)(root=str(toy), parallel=True)
+    result = pl.pipeline.with_options(task_runner=runner)(root=str(toy), parallel=True, check_params=False)
     assert sorted(r["name"] for r in result["stages"]) == ["a", "b", "c", "report"]
     from flows import dvc_stages
 
@@ -117,7 +144,7 @@ def test_schedule_round_trip(tmp_path):
             "--port",
             str(port),
             "--parameters",
-            json.dumps({"root": str(toy), "commit": True}),
+            json.dumps({"root": str(toy), "commit": True, "check_params": False}),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -135,8 +162,20 @@ def test_schedule_round_trip(tmp_path):
             "            except Exception: await asyncio.sleep(0.5)\n"
             "        return [s.schedule.cron for s in d.schedules]\n"
             "crons = asyncio.run(dep())\n"
-            "fr = run_deployment('calibflow-pipeline/test', timeout=120, poll_interval=1)\n"
-            "print(json.dumps({'crons': crons, 'state': fr.state.type.value}))\n"
+            "# Two triggers at once: the second queues on the checkout's concurrency slot (no LockError).\n"
+            "runs = [run_deployment('calibflow-pipeline/test', timeout=0) for _ in range(2)]\n"
+            "async def final(ids):\n"
+            "    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId\n"
+            "    async with get_client() as c:\n"
+            "        for _ in range(300):\n"
+            "            frs = [await c.read_flow_run(i) for i in ids]\n"
+            "            if all(f.state and f.state.is_final() for f in frs): break\n"
+            "            await asyncio.sleep(1)\n"
+            "        await asyncio.sleep(3)  # logs are shipped in batches\n"
+            "        logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[ids[0]])))\n"
+            "        return [f.state.type.value for f in frs], [l.message for l in logs]\n"
+            "states, logs = asyncio.run(final([r.id for r in runs]))\n"
+            "print(json.dumps({'crons': crons, 'states': states, 'logs': logs}))\n"
         )
         out = subprocess.run(
             [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=300
@@ -144,9 +183,13 @@ def test_schedule_round_trip(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         res = json.loads(out.stdout.strip().splitlines()[-1])
         assert res["crons"] == ["0 2 * * *"]
-        assert res["state"] == "COMPLETED"
+        assert res["states"] == ["COMPLETED", "COMPLETED"]
+        # The stages' own output is in the flow run's logs (what the UI shows), not only on a console.
+        assert any("Running stage 'a'" in m for m in res["logs"]), res["logs"][:20]
         assert (toy / "reports/index.html").exists()
-        log = subprocess.run(["git", "log", "--oneline"], cwd=toy, capture_output=True, text=True).stdout
+        log = subprocess.run(
+            ["git", "log", "--oneline", "calibflow/runs"], cwd=toy, capture_output=True, text=True
+        ).stdout
         assert "calibflow run: 4 stage(s)" in log
     finally:
         serve.terminate()
@@ -154,3 +197,28 @@ def test_schedule_round_trip(tmp_path):
         subprocess.run(
             [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=60
         )
+
+
+def test_prefect_slot_queues_the_second_run(harness, tmp_path):
+    """Two runs of one checkout on a real (harness) server: the second waits for the first's slot."""
+    import threading
+    import time
+
+    from flows.checkout_lock import prefect_slot
+
+    spans: list[tuple[float, float]] = []
+
+    def run(hold_s: float) -> None:
+        with prefect_slot(tmp_path, timeout=60):
+            start = time.monotonic()
+            time.sleep(hold_s)
+            spans.append((start, time.monotonic()))
+
+    threads = [threading.Thread(target=run, args=(1.5,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert len(spans) == 2
+    (s1, e1), (s2, e2) = sorted(spans)
+    assert s2 >= e1 - 0.05, f"slots overlapped: {spans}"

@@ -122,6 +122,26 @@ def test_calibrate_saves_reloadable_calibrators(project):
             assert out["prob"].between(0, 1).all()
 
 
+def test_calibrate_and_evaluate_outputs_are_byte_identical_on_rerun(project):
+    """No wall-clock fields in DVC outputs: the same inputs give the same bytes (issue 19)."""
+    root, params = project
+
+    def snapshot(*dirs: str) -> dict[str, bytes]:
+        return {
+            str(f.relative_to(root)): f.read_bytes()
+            for d in dirs
+            for f in sorted((root / d).rglob("*"))
+            if f.is_file()
+        }
+
+    before = snapshot("data/calibrated/" + METHODS[0], "metrics/evaluation")
+    calibrate.run(METHODS[0], params, root)
+    evaluate.run(params, root)
+    after = snapshot("data/calibrated/" + METHODS[0], "metrics/evaluation")
+    assert after == before
+    assert "seconds" not in (root / "data/calibrated" / METHODS[0] / "fit.json").read_text()
+
+
 def test_evaluate_writes_metrics_with_intervals_for_every_pair(project):
     root, _ = project
     for name in DATASETS:
@@ -268,7 +288,13 @@ def test_reproduce_runs_the_configured_profile(project, tmp_path, monkeypatch):
     rep = reproduce.run("fake", p, tmp_path)
     assert calls == [({"n": 3}, 7)]
     saved = Reproduction.load(tmp_path / "reports/reproductions/fake.json")
-    assert saved.tables[0].rows == [["x", 0.5, 0.51]] and saved.elapsed_s == rep.elapsed_s > 0
+    assert saved.tables[0].rows == [["x", 0.5, 0.51]]
+    # Wall-clock time is not in the DVC output (byte-identical reruns) but in an untracked timings file.
+    assert saved.elapsed_s == rep.elapsed_s == 0.0
+    assert json.loads((tmp_path / "reports/timings/reproduce-fake.json").read_text())["seconds"] >= 0
+    first = (tmp_path / "reports/reproductions/fake.json").read_bytes()
+    reproduce.run("fake", p, tmp_path)
+    assert (tmp_path / "reports/reproductions/fake.json").read_bytes() == first
     assert json.loads((tmp_path / "metrics/reproductions/fake.json").read_text()) == {
         "ece": 0.01,
         "bad": None,

@@ -1,0 +1,265 @@
+"""The schema of ``params.yaml`` (pydantic): unknown keys and bad values are errors naming the key.
+
+Checked by ``calibflow run``/``serve``/``trigger`` before any server or stage starts, and on a
+``--params-file`` before it is used. Why strict: a typo such as ``evaluate.n_bin: 5`` used to run with
+the default while ``dvc.lock`` recorded the typo. Why names are checked against ``^[a-z0-9_]+$`` and the
+registries: method, dataset and paper names are interpolated into DVC stage commands
+(``python -m tasks.calibrate ${item.method}``), which DVC runs through a shell; a name such as
+``platt; touch X`` must never get that far.
+
+Sections owned by other modules are validated by their own parser, called from here:
+``sources`` by ``calibflow.sources.parse_source`` (one call site: ``_check_sources``).
+
+``validate_params(mapping)`` returns the model or raises ``ParamsError`` whose message is one line per
+problem: ``params: evaluate.n_bin: unknown key (did you mean n_bins?)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME = re.compile(r"^[a-z0-9_]+$")
+PROFILES = ("quick", "full")
+
+
+class ParamsError(ValueError):
+    """Invalid params: the message names each bad key and, where it can, the fix."""
+
+
+def _registry(kind: str) -> list[str]:
+    if kind == "dataset":
+        from calibflow.datasets import available
+    elif kind == "method":
+        from calibflow.calibrators import available
+    else:  # paper: one module per reproduction in calibflow/experiments
+        import calibflow.experiments as exp
+
+        return sorted(p.stem for p in Path(exp.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+    return list(available())
+
+
+def _check_name(value: str, kind: str) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        raise ValueError(f"{value!r} is not a {kind} name (lowercase letters, digits and _ only)")
+    known = _registry(kind)
+    if value not in known:
+        close = difflib.get_close_matches(value, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+        raise ValueError(f"unknown {kind} {value!r} ({hint})")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Datasets(_Strict):
+    names: list[str] = Field(min_length=1)
+    targets: dict[str, str] = Field(default_factory=dict)
+    max_rows: int = Field(0, ge=0)
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        return [_check_name(n, "dataset") for n in v]
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            _check_name(k, "dataset")
+        return v
+
+
+class Fractions(_Strict):
+    train: float = Field(ge=0, le=1)
+    calib: float = Field(gt=0, le=1)
+    test: float = Field(gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _sum(self) -> Fractions:
+        if abs(self.train + self.calib + self.test - 1.0) > 1e-9:
+            raise ValueError("train + calib + test must sum to 1")
+        return self
+
+
+class Prepare(_Strict):
+    fractions: Fractions
+    stratify: bool = True
+    balance_tolerance: float = Field(0.03, ge=0, le=1)
+
+
+class Model(_Strict):
+    n_estimators: int = Field(gt=0)
+    max_depth: int = Field(gt=0)
+    learning_rate: float = Field(gt=0)
+    subsample: float = Field(gt=0, le=1)
+    colsample_bytree: float = Field(gt=0, le=1)
+    min_child_weight: float = Field(ge=0)
+    tree_method: Literal["hist", "approx", "exact"] = "hist"
+    n_jobs: int = Field(1, gt=0)
+
+
+class Replicas(_Strict):
+    n: int = Field(0, ge=0)
+    scheme: Literal["seeds", "bootstrap"] = "seeds"
+
+
+class Calibrate(_Strict):
+    methods: list[str] = Field(min_length=1)
+    input: Literal["logit", "probability", "score"] = "logit"
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        return [_check_name(m, "method") for m in v]
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for k in v:
+            _check_name(k, "method")
+        return v
+
+
+class Evaluate(_Strict):
+    n_bins: int = Field(gt=0, le=10_000)
+    n_bootstrap: int = Field(ge=0, le=100_000)
+    ci_level: float = Field(gt=0, lt=1)
+    selection_alpha: float = Field(gt=0, le=1)
+    hist_bins: int = Field(gt=0, le=10_000)
+
+
+class Reproduce(BaseModel):
+    """``profile`` plus one block per paper; each block maps a profile name to that paper's config.
+
+    The inner configs are read by ``calibflow.experiments.<paper>.run``, which fills defaults; here
+    they must be mappings with plain identifier keys (their contents are the experiments' business).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    profile: Literal["quick", "full"] = "quick"
+
+    @model_validator(mode="after")
+    def _papers(self) -> Reproduce:
+        for key, block in (self.model_extra or {}).items():
+            _check_name(key, "paper")
+            if not isinstance(block, dict):
+                raise ValueError(f"reproduce.{key} must be a mapping of profiles ({', '.join(PROFILES)})")
+            for prof, cfg in block.items():
+                if prof not in PROFILES:
+                    raise ValueError(f"reproduce.{key}.{prof}: unknown profile (use {' or '.join(PROFILES)})")
+                if cfg is not None and not isinstance(cfg, dict):
+                    raise ValueError(f"reproduce.{key}.{prof} must be a mapping")
+        return self
+
+
+class Params(_Strict):
+    seed: int = Field(ge=0, lt=2**32)
+    datasets: Datasets
+    prepare: Prepare
+    model: Model
+    replicas: Replicas = Replicas()
+    calibrate: Calibrate
+    evaluate: Evaluate
+    papers: list[str] = Field(default_factory=list)
+    reproduce: Reproduce = Reproduce()
+    # Owned by calibflow.sources (branch issue-12): validated by its parse_source, see _check_sources.
+    sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("papers")
+    @classmethod
+    def _paper_names(cls, v: list[str]) -> list[str]:
+        return [_check_name(p, "paper") for p in v]
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        _check_sources(v)
+        return v
+
+    @model_validator(mode="after")
+    def _papers_configured(self) -> Params:
+        missing = [p for p in self.papers if p not in (self.reproduce.model_extra or {})]
+        if missing:
+            raise ValueError(f"papers lists {missing} but reproduce has no block for them")
+        return self
+
+
+def _check_sources(sources: Mapping[str, Any]) -> None:
+    """Every ``sources`` entry: a registry-style name and a declaration ``parse_source`` accepts."""
+    for name, decl in sources.items():
+        if not NAME.match(str(name)):
+            raise ValueError(f"sources: {name!r} is not a source name (lowercase letters, digits and _ only)")
+        try:
+            from calibflow.sources import parse_source
+        except ImportError:  # calibflow.sources not merged yet: shape only (name -> mapping)
+            continue
+        parse_source(name, decl)
+
+
+# ---- messages ----------------------------------------------------------------------------------
+
+
+def _fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed at ``loc`` (for did-you-mean), walking the model's nested fields."""
+    current: Any = model
+    for part in loc:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))
+
+
+def _message(err: dict[str, Any]) -> str:
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _fields(Params, loc[:-1]), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"params: {key}: unknown key{hint}"
+    if err["type"] == "missing":
+        return f"params: {key}: missing"
+    got = err.get("input")
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if isinstance(got, dict | list):  # the validator's message already names the bad element
+        return f"params: {key}: {msg}"
+    return f"params: {key}: {msg} (got {got!r})"
+
+
+def validate_params(params: Any) -> Params:
+    """The validated params, or ``ParamsError`` listing every problem one line each."""
+    if not isinstance(params, Mapping):
+        raise ParamsError(f"params: expected a mapping at the top level, got {type(params).__name__}")
+    try:
+        return Params.model_validate(dict(params))
+    except ValidationError as exc:
+        lines = [_message(e) for e in exc.errors(include_url=False)]
+        raise ParamsError("\n".join(dict.fromkeys(lines))) from None
+
+
+def load_and_validate(path: str | Path) -> dict[str, Any]:
+    """Read a params YAML file and validate it; every failure is a ``ParamsError`` naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ParamsError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    try:
+        validate_params(data)
+    except ParamsError as exc:
+        raise ParamsError("\n".join(f"{p}: {line}" for line in str(exc).splitlines())) from None
+    return data
