@@ -148,15 +148,15 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
 
 @contextlib.contextmanager
 def one_run_per_checkout(root: str) -> Iterator[None]:
-    """Queue behind any other calibflow run of this checkout (orch's file lock + Prefect limit of one)."""
+    """Queue behind any other calibflow run of this checkout: the Prefect limit of one, then the file lock.
+
+    Same order as the pipeline flow (flows/pipeline.py), so a monitor run and a pipeline run can never
+    each hold one and wait for the other.
+    """
     from flows.checkout_lock import checkout_lock, prefect_slot
 
-    with checkout_lock(root, wait=True):
-        if os.environ.get("PREFECT_API_URL"):  # a real server: the wait is visible there as a slot
-            with prefect_slot(root):
-                yield
-        else:
-            yield
+    with prefect_slot(root), checkout_lock(root, wait=True):
+        yield
 
 
 def _flow():
