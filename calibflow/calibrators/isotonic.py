@@ -59,3 +59,4 @@ class IsotonicCalibrator(BaseCalibrator):
 
     def _predict(self, s):
         return np.interp(s, self.x_, self.y_)
+
