@@ -24,6 +24,7 @@ from typing import Any
 import typer
 
 from flows import project_root
+from flows.cli_monitor import monitor_app
 from flows.dvc_stages import stage_env
 from flows.gitops import DEFAULT_BRANCH
 
@@ -39,6 +40,7 @@ server_app = typer.Typer(no_args_is_help=True, help="The local Prefect server th
 datasets_app = typer.Typer(no_args_is_help=True, help="The real datasets calibflow knows.")
 app.add_typer(server_app, name="server")
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(monitor_app, name="monitor")
 
 REPORT = Path("reports/index.html")
 DEPLOYMENT_FLOW = "calibflow-pipeline"

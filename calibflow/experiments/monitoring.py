@@ -1,0 +1,266 @@
+"""Simulation study of the monitor (issue 13): does the drift alert fire, and does the gate help?
+
+    python -m calibflow.experiments.monitoring [--seeds 20] [--days 60] [--rows 2000] [--out DIR]
+
+A known model: a raw score ``x ~ N(0, 1)`` and ``P(y=1 | x) = sigmoid(a + b x)``, ``a = -2.5``, ``b = 1.2``
+(about 10% positives). Three streams of ``days`` daily windows, ``rows`` rows a day:
+
+- ``stable``: nothing changes;
+- ``base_rate``: from day ``shift_day`` on, ``a`` rises by ``base_shift`` (the base rate roughly doubles);
+- ``slope``: from day ``shift_day`` on, ``b`` becomes ``slope_after`` (scores over-confident).
+
+The initial champion is Platt scaling fitted on 14 warm-up days before day 0 (pre-shift). Every day the
+monitor (``calibflow.monitoring.process_window``) scores the champion, learns bands, alerts and runs the gate.
+Labels mature after ``label_delay`` days, so the calibrator decided after window w serves from day
+``w + 1 + label_delay`` on. Served log loss on each day is compared for three policies, on the same rows:
+
+- ``gated``: the monitor's champion (promotion only through the paired-bootstrap gate);
+- ``never``: the initial champion forever;
+- ``daily``: every day the best challenger (same candidates, same selection) replaces the champion, no gate.
+
+Reported over seeds (mean and a 95% t-interval): detection delay of the first alert after the shift (in
+windows; streams with no alert by the end counted apart), false alarms (alerts before the shift, or any on the
+stable stream, per eligible window and per stream), promotions before/after the shift, and each policy's
+served log loss in excess of the true probabilities' (the oracle) after the shift, with paired differences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.special import expit
+
+from calibflow import calibrators as C
+from calibflow import metrics as M
+from calibflow import monitoring as mon
+
+SCENARIOS = ("stable", "base_rate", "slope")
+DAY0 = pd.Timestamp("2026-01-01")
+DETECT_WITHIN = 7  # windows after the shift in which a first alert counts as a detection (docs table)
+
+
+def simulate_stream(
+    scenario: str,
+    seed: int,
+    days: int = 60,
+    rows: int = 2000,
+    warmup: int = 14,
+    shift_day: int = 30,
+    a: float = -2.5,
+    b: float = 1.2,
+    base_shift: float = 0.7,
+    slope_after: float = 0.6,
+) -> pd.DataFrame:
+    """Rows of days ``-warmup .. days-1``: time, score, label, true probability, day index, segment."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
+    rng = np.random.default_rng([seed, SCENARIOS.index(scenario)])
+    day = np.repeat(np.arange(-warmup, days), rows)
+    x = rng.normal(0.0, 1.0, day.size)
+    after = day >= shift_day
+    aa = np.where(after & (scenario == "base_rate"), a + base_shift, a)
+    bb = np.where(after & (scenario == "slope"), slope_after, b)
+    p = expit(aa + bb * x)
+    y = (rng.random(day.size) < p).astype(float)
+    t = DAY0 + pd.to_timedelta(day, unit="D") + pd.to_timedelta(rng.uniform(0, 86_399, day.size), unit="s")
+    seg = np.where(rng.random(day.size) < 0.5, "A", "B")
+    return pd.DataFrame({"time": t, "score": x, "label": y, "p_true": p, "day": day, "segment": seg})
+
+
+def _served_loss(cal: C.BaseCalibrator, day_frame: pd.DataFrame) -> float:
+    return M.log_loss(day_frame["label"].to_numpy(), cal.predict(day_frame["score"].to_numpy()))
+
+
+def run_stream(
+    df: pd.DataFrame, cfg: mon.MonitorConfig, days: int, warmup: int, delay: int
+) -> dict[str, Any]:
+    """The monitor over one stream plus the served log loss of the three policies per day."""
+    by_day = {d: g for d, g in df.groupby("day")}
+    warm = df[df["day"] < 0]
+    champion = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    state = mon.MonitorState.start("sim", champion, {"fitted_on": ["warmup"]})
+    decided: dict[int, C.BaseCalibrator] = {}  # calibrator each policy holds after window w
+    daily: dict[int, C.BaseCalibrator] = {}
+    daily_cal = champion
+    for d in range(days):
+        w = mon.Window(DAY0 + pd.Timedelta(days=d), DAY0 + pd.Timedelta(days=d + 1))
+        calib = df[(df["day"] >= d - cfg.calib_windows) & (df["day"] < d)]
+        state = mon.process_window(state, w, by_day[d], calib, cfg)
+        decided[d] = state.calibrator()
+        gate = state.gates[-1]
+        if gate.get("best"):  # no gate: the best challenger always takes over
+            daily_cal = C.make(gate["best"], input=champion.input).fit(
+                calib["score"].to_numpy(), calib["label"].to_numpy()
+            )
+        daily[d] = daily_cal
+    served = {"gated": [], "never": [], "daily": [], "oracle": []}
+    for d in range(days):
+        src = d - 1 - delay  # the last window whose labels had matured when day d was served
+        g = by_day[d]
+        served["gated"].append(_served_loss(decided[src] if src >= 0 else champion, g))
+        served["daily"].append(_served_loss(daily[src] if src >= 0 else champion, g))
+        served["never"].append(_served_loss(champion, g))
+        served["oracle"].append(M.log_loss(g["label"].to_numpy(), g["p_true"].to_numpy()))
+    alerts = sorted(
+        {int((pd.Timestamp(a["window"]) - DAY0).days) for a in state.alerts if a["segment"] == "all"}
+    )
+    promos = [int((pd.Timestamp(v["promoted_after"]) - DAY0).days) for v in state.versions[1:]]
+    return {"alerts": alerts, "promotions": promos, "served": served}
+
+
+def _t_interval(x: np.ndarray) -> list[float]:
+    x = np.asarray(x, float)
+    if x.size < 2:
+        return [float("nan"), float("nan")]
+    h = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return [float(x.mean() - h), float(x.mean() + h)]
+
+
+def summarise(
+    runs: list[dict[str, Any]], scenario: str, shift_day: int, ref: int, days: int
+) -> dict[str, Any]:
+    """Figures of one scenario over seeds (module doc)."""
+    shifted = scenario != "stable"
+    cut = shift_day if shifted else days
+    eligible = max(cut - ref, 1)  # windows where a learned band can exist before the shift
+    fa_windows = np.array([sum(1 for w in r["alerts"] if ref <= w < cut) / eligible for r in runs])
+    fa_any = np.array([any(w < cut for w in r["alerts"]) for r in runs], float)
+    out: dict[str, Any] = {
+        "scenario": scenario,
+        "seeds": len(runs),
+        "false_alarm_rate_per_window": float(fa_windows.mean()),
+        "false_alarm_rate_per_window_ci": _t_interval(fa_windows),
+        "streams_with_false_alarm": float(fa_any.mean()),
+        "promotions_before_shift": float(np.mean([sum(p < cut for p in r["promotions"]) for r in runs])),
+        "promotions_after_shift": float(np.mean([sum(p >= cut for p in r["promotions"]) for r in runs])),
+    }
+    if shifted:
+        delays = [min((w for w in r["alerts"] if w >= shift_day), default=None) for r in runs]
+        found = np.array([d - shift_day for d in delays if d is not None], float)
+        out["detected"] = int(found.size)
+        out["detection_delay_mean"] = float(found.mean()) if found.size else None
+        out["detection_delay_ci"] = _t_interval(found) if found.size > 1 else None
+        out["detection_delay_median"] = float(np.median(found)) if found.size else None
+        out["promoted_after_shift_share"] = float(
+            np.mean([any(p >= cut for p in r["promotions"]) for r in runs])
+        )
+    start = shift_day if shifted else 0
+    excess = {
+        k: np.array([np.mean(np.subtract(r["served"][k], r["served"]["oracle"])[start:]) for r in runs])
+        for k in ("gated", "never", "daily")
+    }
+    out["served_excess_log_loss"] = {k: [float(v.mean()), *_t_interval(v)] for k, v in excess.items()}
+    for other in ("never", "daily"):
+        d = excess["gated"] - excess[other]
+        p = float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else float("nan")
+        out[f"gated_minus_{other}"] = [float(d.mean()), *_t_interval(d), p]
+    return out
+
+
+def run(
+    seeds: int = 20,
+    days: int = 60,
+    rows: int = 2000,
+    warmup: int = 14,
+    shift_day: int = 30,
+    cfg: mon.MonitorConfig | None = None,
+    delay: int = 2,
+    scenarios: tuple[str, ...] = SCENARIOS,
+) -> dict[str, Any]:
+    cfg = cfg or mon.MonitorConfig(n_bootstrap=100, label_delay=f"{delay}D")
+    out: dict[str, Any] = {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "scenarios": {}}
+    out["design"] = {
+        "seeds": seeds,
+        "days": days,
+        "rows": rows,
+        "warmup": warmup,
+        "shift_day": shift_day,
+        "label_delay_days": delay,
+    }
+    for sc in scenarios:
+        runs = []
+        for s in range(seeds):
+            df = simulate_stream(sc, s, days=days, rows=rows, warmup=warmup, shift_day=shift_day)
+            runs.append(run_stream(df, replace(cfg, seed=s), days, warmup, delay))
+        out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
+        out["scenarios"][sc]["runs"] = [{k: r[k] for k in ("alerts", "promotions")} for r in runs]
+    return out
+
+
+def _f(v: float, d: int = 4) -> str:
+    return "–" if v is None else f"{v:.{d}f}"
+
+
+def markdown_table(res: dict[str, Any]) -> str:
+    """The docs table (docs/monitoring.md) from a study JSON: one row per scenario."""
+    head = (
+        "| stream | false alarms / window [95% CI] | streams with a false alarm | detected | delay median "
+        "(min-max) | promotions before / after shift |\n|---|---|---|---|---|---|"
+    )
+    rows = [head]
+    for sc, r in res["scenarios"].items():
+        lo, hi = r["false_alarm_rate_per_window_ci"]
+        delays = [
+            min((w for w in run["alerts"] if w >= res["design"]["shift_day"]), default=None)
+            for run in r["runs"]
+        ]
+        # Detected = an alert within DETECT_WITHIN windows of the shift; a later first alert is noise.
+        found = [d - res["design"]["shift_day"] for d in delays if d is not None]
+        found = [d for d in found if d < DETECT_WITHIN]
+        det = "–" if sc == "stable" else f"{len(found)}/{r['seeds']}"
+        dl = "–" if sc == "stable" or not found else f"{np.median(found):g} ({min(found)}-{max(found)})"
+        rows.append(
+            f"| {sc} | {_f(r['false_alarm_rate_per_window'], 3)} [{_f(lo, 3)}, {_f(hi, 3)}] | "
+            f"{r['streams_with_false_alarm']:.2f} | {det} | {dl} | "
+            f"{r['promotions_before_shift']:.2f} / {r['promotions_after_shift']:.2f} |"
+        )
+    rows += [
+        "",
+        "| stream | excess log loss: gated | never | daily (no gate) | gated - never [95% CI], p | "
+        "gated - daily [95% CI], p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sc, r in res["scenarios"].items():
+        ex = r["served_excess_log_loss"]
+        cells = [
+            f"{_f(ex[k][0], 5)} [{_f(ex[k][1], 5)}, {_f(ex[k][2], 5)}]" for k in ("gated", "never", "daily")
+        ]
+        diffs = [
+            f"{_f(d[0], 5)} [{_f(d[1], 5)}, {_f(d[2], 5)}], p={d[3]:.2g}"
+            for d in (r["gated_minus_never"], r["gated_minus_daily"])
+        ]
+        rows.append(f"| {sc} | " + " | ".join(cells + diffs) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--days", type=int, default=60)
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--band-k", type=float, default=3.0)
+    ap.add_argument("--patience", type=int, default=1)
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    ap.add_argument("--out", default="reports/monitoring-study.json")
+    ap.add_argument("--table", help="print the docs table of an existing study JSON and exit")
+    a = ap.parse_args(argv)
+    if a.table:
+        print(markdown_table(json.loads(Path(a.table).read_text())))
+        return
+    cfg = mon.MonitorConfig(n_bootstrap=100, band_k=a.band_k, patience=a.patience)
+    res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios))
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    for r in res["scenarios"].values():
+        print(json.dumps({k: v for k, v in r.items() if k != "runs"}))
+
+
+if __name__ == "__main__":
+    main()

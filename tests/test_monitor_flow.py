@@ -1,0 +1,68 @@
+"""The monitor flow: queues behind a run holding the checkout, commits to the runs branch, registers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from monitor_data import make_project
+
+from flows import registry
+from flows.checkout_lock import checkout_lock
+
+# Two triggers in one process (one ephemeral server): the second finds nothing new.
+FLOW = (
+    "import json, sys; from flows.monitor import monitor\n"
+    "for _ in range(2):\n"
+    "    out = monitor(root=sys.argv[1], now=sys.argv[2], commit=True)\n"
+    "    print(json.dumps([[len(r['windows']), r['champion'], r.get('revision')] for r in out['sources']]))"
+)
+
+
+def _git(root, *args):
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_overlapping_run_queues_then_commits_to_the_runs_branch(tmp_path):
+    make_project(tmp_path, "base_rate", days=10, shift_day=5, monitor={"methods": ["platt"]})
+    (tmp_path / ".gitignore").write_text("data/\nreports/\n.prefect/\n.dvc/tmp/\n")
+    _git(tmp_path, "init", "-q", "-b", "main")
+    _git(tmp_path, "config", "user.email", "t@example.invalid")
+    _git(tmp_path, "config", "user.name", "t")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "project")
+    head = _git(tmp_path, "rev-parse", "HEAD")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / ".prefect"), CALIBFLOW_ROOT=str(tmp_path), OPENBLAS_NUM_THREADS="1"
+    )
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"  # a loaded shared 2-core machine
+    cmd = [sys.executable, "-c", FLOW, str(tmp_path), "2026-01-13"]
+    state = tmp_path / "monitoring/ads/state.json"
+    with checkout_lock(tmp_path):  # another run holds the checkout
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(8)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]  # still waiting: queued, not failed
+        assert not state.exists()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    first, second = (json.loads(line) for line in out.strip().splitlines()[-2:])
+    [[windows, champion, rev]] = first
+    assert windows == 10 and rev
+    # The checked-out branch, its index and work tree are untouched; the run is on calibflow/runs.
+    assert (
+        _git(tmp_path, "rev-parse", "HEAD") == head and _git(tmp_path, "branch", "--show-current") == "main"
+    )
+    assert _git(tmp_path, "rev-parse", "calibflow/runs") == rev
+    files = _git(tmp_path, "show", "--name-only", "--format=", rev).splitlines()
+    assert {"monitoring/ads/state.json", "plots/monitoring/ads.csv", "metrics/monitoring/ads.json"} <= set(
+        files
+    )
+    assert registry.prod_version(tmp_path, "ads") == champion
+    assert 1 in registry.registered(tmp_path, "ads")
+    # The second trigger finds nothing new: no window counted twice, no new commit.
+    assert second[0][0] == 0 and second[0][2] is None
+    assert _git(tmp_path, "rev-parse", "calibflow/runs") == rev

@@ -1,0 +1,242 @@
+"""The monitor: windows and label maturity, the gate, bands and alerts, resume, the page (no Prefect)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from monitor_data import make_project, write_days
+
+from calibflow import calibrators as C
+from calibflow import monitoring as mon
+from calibflow.experiments.monitoring import DAY0, simulate_stream
+from calibflow.report.monitoring import render_page
+from tasks import monitor as tm
+
+
+def _window(d: int) -> mon.Window:
+    return mon.Window(DAY0 + pd.Timedelta(days=d), DAY0 + pd.Timedelta(days=d + 1))
+
+
+def _gate(scenario: str, seed: int, methods=("platt", "beta", "isotonic")):
+    df = simulate_stream(scenario, seed, days=20, rows=1500, warmup=14, shift_day=6)
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    calib, held = df[(df["day"] >= 6) & (df["day"] < 19)], df[df["day"] == 19]
+    cfg = mon.MonitorConfig(n_bootstrap=200, methods=methods)
+    return mon.challenge(champ, calib, held, cfg, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gate_promotes_on_a_real_shift(seed):
+    rec, winner = _gate("base_rate", seed)
+    assert rec["promoted"] and winner is not None and rec["delta_ci"][0] > 0
+    assert rec["ci_level"] == pytest.approx(1 - 0.05 / 3)  # Bonferroni over three challengers
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gate_does_not_promote_on_noise(seed):
+    rec, winner = _gate("stable", seed)
+    assert not rec["promoted"] and winner is None
+    assert "not better" in rec["reason"]
+
+
+def test_gate_refuses_a_challenger_that_reverses_the_ranking():
+    rec, winner = _gate("base_rate", 0, methods=("histogram",))  # better, but not monotone
+    assert rec["challengers"]["histogram"]["value"] < rec["champion"]
+    assert not rec["promoted"] and winner is None and "monotone" in rec["reason"]
+
+
+def test_matured_windows_honour_label_delay():
+    times = pd.Series(DAY0 + pd.to_timedelta(np.arange(0, 10 * 24, 6), unit="h"))  # days 0..9
+    cfg = mon.MonitorConfig(label_delay="2D")
+    now = DAY0 + pd.Timedelta(days=6, hours=5)  # day 3 ends at day 4, matured at day 6: in; day 4 not
+    assert [w.start for w in mon.matured_windows(times, now, cfg)] == [
+        DAY0 + pd.Timedelta(days=d) for d in range(4)
+    ]
+    weekly = mon.MonitorConfig(period="7D", label_delay="0D")
+    assert len(mon.matured_windows(times, DAY0 + pd.Timedelta(days=14), weekly)) == 2
+
+
+def test_window_with_too_few_positives_is_skipped_with_a_note():
+    df = simulate_stream("stable", 0, days=3, rows=100, warmup=0)
+    champ = C.make("platt").fit(df["score"].to_numpy(), df["label"].to_numpy())
+    state = mon.MonitorState.start("s", champ, {})
+    cfg = mon.MonitorConfig(min_positives=50)
+    state = mon.process_window(state, _window(0), df[df["day"] == 0], df.iloc[:0], cfg, ("segment",))
+    assert all(r["skipped"] for r in state.history) and len(state.notes) == 3  # all, segment=A, segment=B
+    assert "min_positives=50" in state.notes[0] and "skipped" in state.gates[-1]["reason"]
+    with pytest.raises(ValueError, match="already processed"):
+        mon.process_window(state, _window(0), df[df["day"] == 0], df.iloc[:0], cfg)
+
+
+def test_config_rejects_typos_and_bad_values():
+    with pytest.raises(ValueError, match="unknown key.*label_dealy"):
+        mon.MonitorConfig.from_params({"label_dealy": "2D"})
+    with pytest.raises(ValueError, match="selection_metric"):
+        mon.MonitorConfig(selection_metric="ece")
+    with pytest.raises(ValueError, match="not a duration"):
+        mon.MonitorConfig(period="daily")
+    with pytest.raises(ValueError, match="unknown calibrator"):
+        mon.MonitorConfig(methods=("platt", "plat"))
+
+
+def test_state_round_trips_through_json():
+    df = simulate_stream("stable", 0, days=2, rows=500, warmup=0)
+    champ = C.make("platt").fit(df["score"].to_numpy(), df["label"].to_numpy())
+    state = mon.process_window(
+        mon.MonitorState.start("s", champ, {}),
+        _window(0),
+        df[df["day"] == 0],
+        df.iloc[:0],
+        mon.MonitorConfig(min_positives=5, n_bootstrap=20),
+    )
+    again = mon.MonitorState.from_json(state.to_json())
+    assert again == state
+    assert np.allclose(again.calibrator().predict(np.array([0.0, 1.0])), champ.predict(np.array([0.0, 1.0])))
+
+
+def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
+    make_project(tmp_path, "base_rate", days=16, shift_day=8)
+    params = tm.load_params(tmp_path / "params.yaml")
+    res = tm.run(tmp_path, params, "ads", now=DAY0 + pd.Timedelta(days=18))
+    assert len(res["windows"]) == 16
+    first = min(pd.Timestamp(a["window"]) for a in res["alerts"] if a["segment"] == "all")
+    assert first >= DAY0 + pd.Timedelta(days=8), "no alert before the shift on this seed"
+    assert (first - DAY0).days <= 9
+    assert res["promotions"] and all(
+        pd.Timestamp(p["promoted_after"]) >= DAY0 + pd.Timedelta(days=8) for p in res["promotions"]
+    )
+    card = json.loads((tmp_path / "models/ads/champion.card.json").read_text())
+    assert card["version"] == res["champion"] > 1 and card["fitted_on"] and card["judged_on"]
+    hist = pd.read_csv(tmp_path / "plots/monitoring/ads.csv")
+    assert len(hist) == 16 * 3 and not hist.duplicated(["window", "segment"]).any()
+    page = (tmp_path / "reports/pages/monitoring-ads.html").read_text()
+    assert page.count("<svg") >= 7 and "promoted v2" in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "<script" not in page
+    metrics = json.loads((tmp_path / "metrics/monitoring/ads.json").read_text())
+    assert metrics["windows"] == 16 and metrics["promotions"] == len(res["promotions"])
+
+
+def test_late_label_is_not_scored_before_it_matures(tmp_path):
+    df = make_project(tmp_path, "stable", days=8, monitor={"label_delay": "2D"})
+    params = tm.load_params(tmp_path / "params.yaml")
+    day5 = DAY0 + pd.Timedelta(days=5)
+    # Day 5's labels are still arriving: on day 6 only a third of its positives are in the file.
+    early = df[df["day"] >= 0].copy()
+    late = (early["day"] == 5) & (early["label"] == 1)
+    early.loc[late[late].index[: int(late.sum() * 2 / 3)], "label"] = 0.0
+    write_days(tmp_path, early)
+    res = tm.run(tmp_path, params, "ads", now=DAY0 + pd.Timedelta(days=6, hours=6))
+    assert [pd.Timestamp(w) for w in res["windows"]] == [DAY0 + pd.Timedelta(days=d) for d in range(4)]
+    write_days(tmp_path, df[df["day"] >= 0])  # the labels are final now
+    res = tm.run(tmp_path, params, "ads", now=DAY0 + pd.Timedelta(days=8, hours=6))
+    assert [pd.Timestamp(w) for w in res["windows"]] == [DAY0 + pd.Timedelta(days=4), day5]
+    state = mon.MonitorState.from_json((tmp_path / "monitoring/ads/state.json").read_text())
+    row = next(r for r in state.history if r["window"] == day5.isoformat() and r["segment"] == "all")
+    assert row["positives"] == int(df.loc[df["day"] == 5, "label"].sum())
+
+
+def test_chunked_runs_equal_one_run(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for p in (a, b):
+        p.mkdir()
+        make_project(p, "base_rate", days=10, shift_day=5)
+    now = DAY0 + pd.Timedelta(days=12)
+    tm.run(a, tm.load_params(a / "params.yaml"), "ads", now=now, render=False)
+    for _ in range(4):
+        tm.run(b, tm.load_params(b / "params.yaml"), "ads", now=now, max_windows=3, render=False)
+    assert (a / "monitoring/ads/state.json").read_text() == (b / "monitoring/ads/state.json").read_text()
+
+
+def _processed(path) -> int:
+    try:
+        return len(json.loads(path.read_text())["processed"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def test_killed_run_resumes_without_losing_or_double_counting(tmp_path):
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    for p in (ref, killed):
+        p.mkdir()
+        make_project(p, "slope", days=14, shift_day=6)
+    now = (DAY0 + pd.Timedelta(days=16)).isoformat()
+    tm.run(ref, tm.load_params(ref / "params.yaml"), "ads", now=now)
+    cmd = [sys.executable, "-m", "tasks.monitor", "--source", "ads", "--now", now]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [*cmd, "--root", str(killed), "--params", str(killed / "params.yaml")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state = killed / "monitoring/ads/state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and _processed(state) < 3:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)  # no cleanup runs: as if the machine died
+    proc.wait()
+    done = _processed(state)
+    assert 3 <= done < 14, f"the kill landed after {done} windows"
+    res = tm.run(killed, tm.load_params(killed / "params.yaml"), "ads", now=now)
+    assert len(res["windows"]) == 14 - done  # only the windows the killed run had not saved
+    assert state.read_text() == (ref / "monitoring/ads/state.json").read_text()
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    import yaml
+
+    make_project(tmp_path, "stable", days=4)
+    assert tm.main(["--root", str(tmp_path), "--params", str(tmp_path / "p.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "params file not found" in err
+    params = tm.load_params(tmp_path / "params.yaml")
+    params["monitor"]["band_k"] = -1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert tm.main(["--root", str(tmp_path), "--params", str(tmp_path / "params.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "band_k must be > 0" in err and "Traceback" not in err
+    params["monitor"]["band_k"] = 3
+    params["sources"]["ads"]["time"] = "tiem"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert tm.main(["--root", str(tmp_path), "--params", str(tmp_path / "params.yaml")]) == 1
+    assert "tiem" in capsys.readouterr().err
+
+
+def test_page_banner_lists_open_alerts():
+    df = simulate_stream("base_rate", 0, days=12, rows=800, warmup=14, shift_day=8)
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    state = mon.MonitorState.start("ads", champ, {})
+    cfg = mon.MonitorConfig(
+        reference_windows=4,
+        n_bootstrap=30,
+        min_positives=10,
+        methods=("platt",),
+        min_calib_windows=50,
+        calib_windows=50,
+    )  # no gate: the champion stays
+    for d in range(10):
+        state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg)
+    assert state.alerts and state.alerts[-1]["window"] == _window(9).key
+    assert "Calibration drift on 2026-01-10" in render_page(state)
+
+
+def test_params_section_is_validated():
+    import yaml
+
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    tm.validate_section(params["monitor"])
+    with pytest.raises(ValueError, match="monitor.commit must be true or false"):
+        tm.validate_section({**params["monitor"], "commit": "yes"})
+    with pytest.raises(ValueError, match="unknown key"):
+        tm.validate_section({**params["monitor"], "perod": "1D"})
