@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 NAME = re.compile(r"^[a-z0-9_]+$")
-PROFILES = ("quick", "full")
+PROFILES = ("quick", "standard", "full")  # a paper may add its own (e.g. reproduce.decision.large)
 
 
 class ParamsError(ValueError):
@@ -146,7 +146,7 @@ class Reproduce(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    profile: Literal["quick", "full"] = "quick"
+    profile: str = "quick"
 
     @model_validator(mode="after")
     def _papers(self) -> Reproduce:
@@ -155,11 +155,30 @@ class Reproduce(BaseModel):
             if not isinstance(block, dict):
                 raise ValueError(f"reproduce.{key} must be a mapping of profiles ({', '.join(PROFILES)})")
             for prof, cfg in block.items():
-                if prof not in PROFILES:
-                    raise ValueError(f"reproduce.{key}.{prof}: unknown profile (use {' or '.join(PROFILES)})")
+                if not NAME.match(str(prof)):
+                    raise ValueError(f"reproduce.{key}.{prof!r}: a profile name is lowercase letters, digits, _")
                 if cfg is not None and not isinstance(cfg, dict):
                     raise ValueError(f"reproduce.{key}.{prof} must be a mapping")
+        if self.profile not in PROFILES and not any(
+            isinstance(b, dict) and self.profile in b for b in (self.model_extra or {}).values()
+        ):
+            raise ValueError(
+                f"reproduce.profile {self.profile!r} is neither {', '.join(PROFILES)} nor a paper's own profile"
+            )
         return self
+
+
+class Validate(_Strict):
+    min_class_count: int = Field(10, ge=1)
+
+
+class Select(_Strict):
+    rule: str = "auto"
+
+    @field_validator("rule")
+    @classmethod
+    def _rule(cls, v: str) -> str:
+        return v if v == "auto" else _check_name(v, "method")
 
 
 class Params(_Strict):
@@ -174,6 +193,27 @@ class Params(_Strict):
     reproduce: Reproduce = Reproduce()
     # Owned by calibflow.sources (branch issue-12): validated by its parse_source, see _check_sources.
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    validate_: Validate = Field(Validate(), alias="validate")
+    select: Select = Select()
+    # Owned by tasks.monitor (issue 13) and calibflow.aggregate (issue 17): checked by their own parsers.
+    monitor: dict[str, Any] = Field(default_factory=dict)
+    scale: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("monitor")
+    @classmethod
+    def _monitor(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from tasks.monitor import validate_section
+
+        validate_section(v)
+        return v
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from calibflow.aggregate.switch import parse_scale
+
+        parse_scale(v)
+        return v
 
     @field_validator("papers")
     @classmethod
