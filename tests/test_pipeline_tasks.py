@@ -473,7 +473,7 @@ def render_in_chromium(page: Path, tmp_path: Path, width: int = 1280) -> dict:
     dom = _chromium(tmp_path, width, 2000, *args).stdout
     probe.unlink()
     frame.unlink()
-    start = dom.index('<pre id="svgcheck">') + len('<pre id="svgcheck">')
+    start = dom.index(">", dom.index('id="svgcheck"')) + 1
     return json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
 
 
@@ -508,7 +508,8 @@ def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
         assert result["page_w"] <= result["view_w"] + 1, (width, result["page_w"])
         for s in result["svgs"]:
             assert s["w"] > 50 and s["h"] > 50 and s["bw"] > 0 and s["bh"] > 0, s
-            assert s["w"] <= width and s["drawn"] > 10 and s["missing"] == 0, s
+            # (on a phone a figure keeps its natural size and scrolls in its own box: page_w above)
+            assert s["drawn"] > 10 and s["missing"] == 0, s
         on_paper = render_in_chromium(paper, tmp_path, width)
         assert on_paper["figures"] == 1 and on_paper["svgs"][0]["w"] > 50
         assert on_paper["page_w"] <= on_paper["view_w"] + 1

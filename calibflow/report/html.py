@@ -42,7 +42,9 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1, cls: list[list
                 c.append(cls[r][i])
             tds.append(f'<td class="{" ".join(c)}">{cell}</td>')
         body.append(f"<tr>{''.join(tds)}</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # Wrapped so a wide table scrolls inside its box on a phone instead of widening the page.
+    table = f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="wide">{table}</div>'
 
 
 class _Figures:
@@ -194,7 +196,7 @@ def _dataset_detail(ds: str, rows: dict[str, dict[str, Any]], data: ReportData, 
         f'<p class="muted">test rows: {_e(n if n is not None else "?")}, positive rate '
         f"{fmt_num(any_row.get('positive_rate'), 3)}</p>"
     )
-    out.append(f'<div class="wide">{_metric_table(main)}</div>')
+    out.append(_metric_table(main))
     rel = data.reliability.get(ds) or {}
     rel_main = {m: rel[m] for m in method_order(list(rel)) if m not in RANKING_BASELINES}
     if rel_main:
@@ -224,7 +226,7 @@ def _baselines(rows: dict[str, dict[str, Any]]) -> str:
         f"{_e(', '.join(rows))}</summary>"
         "<p>Kweon et al. (2022) list these as uncalibrated references; they are fitted and validated "
         f'like the others but left out of the comparison above.</p><ul class="notes">{items}</ul>'
-        f'<div class="wide">{_metric_table(rows)}</div></details>'
+        f"{_metric_table(rows)}</details>"
     )
 
 
@@ -257,7 +259,7 @@ def reproduction_body(rep: Reproduction, fig: _Figures) -> str:
             for row in t.rows
         ]
         out.append(f"<h3>{_e(t.title)}</h3>")
-        out.append(f'<div class="wide">{_table([_e(c) for c in t.columns], rows, cls=cls)}</div>')
+        out.append(_table([_e(c) for c in t.columns], rows, cls=cls))
         if t.caption:
             out.append(f'<p class="muted">{_e(t.caption)}</p>')
     for f in rep.figures:
