@@ -28,7 +28,8 @@ CSS = " ".join(
         ".answer{border:1px solid #cfd8cf;border-left:5px solid #2e7d32;border-radius:4px;padding:8px 12px}",
         ".answer.none{border-left-color:#9e9e9e} .answer h3{margin:0 0 4px;font-size:16px}",
         ".answer .pick{font-size:18px;font-weight:600;margin:2px 0 6px} .answer table{width:100%}",
-        ".answer p{margin:4px 0} .gain{color:#17752c} .loss{color:#b3261e} .answer td small{white-space:nowrap}",
+        ".answer p{margin:4px 0} .gain{color:#17752c} .loss{color:#b3261e}",
+        ".answer td small{white-space:nowrap}",
         ".svg{overflow-x:auto}",
         # A phone: figures keep a readable size and scroll sideways in their box; the page never does.
         "@media (max-width:600px){body{padding:0 8px 30px} h1{font-size:21px} table{font-size:12px}",
