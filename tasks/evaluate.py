@@ -191,6 +191,8 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
     """Metrics, reliability and histogram records of every method on one dataset."""
     n_bins = int(cfg.get("n_bins", 15))
     strategy = str(cfg.get("reliability_bins", "quantile"))
+    if strategy not in ("quantile", "uniform"):
+        raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     counts = bootstrap_counts(int(cfg.get("n_bootstrap", 200)), y, rng_seed)
     alpha = cfg.get("selection_alpha")
     level = float(cfg.get("ci_level", 0.95))

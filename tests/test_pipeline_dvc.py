@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,7 @@ STAGES = [
     "validate@calibrated",
     "evaluate",
     "reproduce@fake",
+    "paper_page@fake",
     "report",
 ]
 
@@ -159,12 +161,41 @@ def _repro_runs_every_stage_and_writes_outputs(root: Path, log: str) -> None:
         "data/calibrated/platt/bank_marketing.json",
     ]:
         assert (root / rel).is_file(), rel
+    assert (root / "reports/pages/paper-fake.html").is_file()
+    assert 'href="pages/paper-fake.html"' in (root / "reports/index.html").read_text()
+    assert "dvc.lock" in git(root, "diff", "--cached", "--name-only")  # core.autostage
+    _metrics_show_lists_only_the_headline(root)
+    _plots_show_renders_offline(root)
+
+
+def _metrics_show_lists_only_the_headline(root: Path) -> None:
+    """`dvc metrics show`: one file, a few numbers per dataset; the detail is not listed."""
     shown = json.loads(dvc(root, "metrics", "show", "--json").stdout)
     files = next(iter(shown.values()))["data"]
-    ece = files["metrics/evaluation/bank_marketing/platt.json"]["data"]["ece"]
-    assert 0 <= ece < 0.2
-    assert files["metrics/reproductions/fake.json"]["data"] == {"ece": 0.012, "seed": 11}
-    assert "dvc.lock" in git(root, "diff", "--cached", "--name-only")  # core.autostage
+    assert list(files) == ["metrics/headline.json"]
+    head = files["metrics/headline.json"]["data"]["bank_marketing"]
+    assert head["best"] in ("platt", "isotonic") and 0 <= head["ece_best"] < 0.2
+    assert 0.5 < head["calibration_ratio_uncal"] < 1.5 and len(head) <= 8
+    table = dvc(root, "metrics", "show").stdout.splitlines()
+    header = table[0].split()
+    assert header[0] == "Path" and len(header) <= 9 and "-" not in table[1].split()  # no sparse grid
+    # The detail stays readable on demand.
+    detail = json.loads(dvc(root, "metrics", "show", "--json", "metrics/reproductions/fake.json").stdout)
+    assert next(iter(detail.values()))["data"]["metrics/reproductions/fake.json"]["data"] == {
+        "ece": 0.012,
+        "seed": 11,
+    }
+
+
+def _plots_show_renders_offline(root: Path) -> None:
+    """`dvc plots show`: the report's reliability SVGs as image plots; the page loads nothing remote."""
+    dvc(root, "plots", "show", "-o", "dvc_plots")
+    page = (root / "dvc_plots/index.html").read_text()
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert srcs and all(src.endswith(".svg") for src in srcs), srcs
+    for src in srcs:
+        assert (root / "dvc_plots" / src).is_file() and (root / "dvc_plots" / src).stat().st_size > 1000
+    assert "<script" not in page and "http://" not in page and "https://" not in page
 
 
 def _noop_repro_runs_nothing(root: Path) -> None:

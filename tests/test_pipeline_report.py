@@ -413,3 +413,12 @@ def test_hostile_names_and_figures_never_become_markup(tmp_path):
     assert paper.count("<svg") == 1 and "<rect" in paper
     broken = render_paper_page(Reproduction("x", "p", "quick", figures=[Figure("t", "<svg><script>")]))
     assert "figure not shown" in broken and "<script" not in broken
+
+
+def test_unknown_reliability_binning_names_the_key():
+    from tasks._common import StageError
+    from tasks.evaluate import evaluate_dataset
+
+    y, p = _low_base_rate(n=300)
+    with pytest.raises(StageError, match="evaluate.reliability_bins is 'equal'; use quantile or uniform"):
+        evaluate_dataset(y, {"uncalibrated": p}, {"reliability_bins": "equal", "n_bootstrap": 0}, 1)
