@@ -177,5 +177,8 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     return subprocess.run(cmd, cwd=project_root(), env=stage_env(), capture_output=quiet).returncode
 
 
+from flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)
+_register_sources(app)
+
 if __name__ == "__main__":
     app()

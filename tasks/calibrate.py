@@ -20,6 +20,7 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
+from tasks import _sources
 from tasks._common import (
     SPECIAL_METHODS,
     Layout,
@@ -27,7 +28,6 @@ from tasks._common import (
     atomic_dir,
     base_parser,
     cli,
-    dataset_names,
     load_params,
     require,
     section,
@@ -50,7 +50,9 @@ def calibrate_one(
     if cal.empty or test.empty:
         raise StageError("predictions need both 'calib' and 'test' rows")
     calibrator = make(method, **{"input": input_kind, **options})
-    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64))
+    # A source's declared `weight` column weighs the fit (built-in datasets carry none).
+    w = cal["weight"].to_numpy(np.float64) if "weight" in cal.columns else None
+    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64), sample_weight=w)
     prob = calibrator.predict(test[col].to_numpy(np.float64))
     text = calibrator.to_json()
     again = from_json(text).predict(test[col].to_numpy(np.float64))
@@ -84,7 +86,7 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
     options = dict((cfg.get("options") or {}).get(method) or {})
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
-        for name in dataset_names(params):
+        for name in _sources.names(params):
             path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
             t0 = time.perf_counter()
             text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)

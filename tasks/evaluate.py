@@ -27,6 +27,7 @@ from scipy import stats
 from calibflow import metrics
 from calibflow.io import write_json
 from calibflow.report.data import RANKING_BASELINES
+from tasks import _sources
 from tasks._common import (
     UNCALIBRATED,
     Layout,
@@ -34,7 +35,6 @@ from tasks._common import (
     atomic_dir,
     base_parser,
     cli,
-    dataset_names,
     load_params,
     methods,
     require,
@@ -259,7 +259,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         atomic_dir(lay.plots / "reliability") as rdir,
         atomic_dir(lay.plots / "histograms") as hdir,
     ):
-        for name in dataset_names(params):
+        for name in _sources.names(params):
             y, probs = _predictions(lay, name, method_list)
             res = evaluate_dataset(y, probs, cfg, seed(params))
             for m, (rec, rel, hist) in res.items():

@@ -15,16 +15,18 @@ from typing import Any
 
 from calibflow import datasets
 from calibflow.io import write_json
-from tasks._common import Layout, base_parser, cli, dataset_names, load_params
+from tasks import _sources
+from tasks._common import Layout, base_parser, cli, load_params, section
 
 log = logging.getLogger("tasks.fetch")
 
 
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """Fetch the datasets in ``params['datasets']['names']``; return and save the manifest."""
+    """Fetch the datasets in ``params['datasets']['names']``, stamp the sources; save the manifest."""
     lay = Layout(Path(root))
     manifest: dict[str, Any] = {}
-    for name in dataset_names(params):
+    _sources.names(params)  # at least one dataset or source
+    for name in section(params, "datasets").get("names") or []:
         folder = Path(datasets.fetch(name, data_dir=lay.raw))
         # fetch verified each registry file against its pinned sha256: record that, not a second hash.
         files = sorted(datasets.info(name).files, key=lambda fs: Path(fs.path))
@@ -32,6 +34,14 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             fs.path: {"sha256": fs.sha256, "bytes": (folder / fs.path).stat().st_size} for fs in files
         }
         log.info("fetched %s: %d file(s) in %s", name, len(files), folder)
+    from tasks import fingerprint
+
+    for name in _sources.specs(params, root):  # user sources: their files' stamps (sha256, or size + mtime)
+        fp = fingerprint.read(params, name, root)
+        stamp = {f["path"]: {k: v for k, v in f.items() if k != "path"} for f in fp["files"]}
+        manifest[name] = {
+            p: {"sha256": s.get("sha256", "(size+mtime)"), "bytes": s["size"], **s} for p, s in stamp.items()
+        }
     write_json(lay.manifest, manifest)
     return manifest
 

@@ -19,9 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibflow import datasets
+from calibflow import datasets, timesplit
+from calibflow import sources as src
+from calibflow.datasets._loaders import _design
 from calibflow.io import write_json
+from calibflow.sources import SourceSpec
 from calibflow.splits import digest, split_indices
+from tasks import _sources
 from tasks._common import (
     FEATURE_PREFIX,
     SPLITS,
@@ -30,7 +34,6 @@ from tasks._common import (
     atomic_dir,
     base_parser,
     cli,
-    dataset_names,
     dataset_target,
     load_params,
     section,
@@ -91,8 +94,82 @@ def prepare_one(
     return frame, record
 
 
+def _source_split(
+    spec: SourceSpec, frame: pd.DataFrame, y: np.ndarray, rng_seed: int
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Each row's split (``""``: after the test window) and the split's record for the report."""
+    cfg = {k: v for k, v in spec.split.items() if k != "kind"}
+    if spec.split.get("kind") == "time":
+        t = timesplit.to_datetime(frame["time"])
+        try:
+            w = timesplit.time_windows(t.min(), t.max(), cfg)
+        except ValueError as exc:
+            raise StageError(f"source {spec.name!r}: {exc}") from None
+        return timesplit.assign_splits(t, w), {"kind": "time", **w.as_dict()}
+    default = src.SCORE_FRACTIONS if spec.kind == "score" else src.FEATURES_FRACTIONS
+    fractions = {k: float(v) for k, v in (cfg.get("fractions") or default).items()}
+    strat = y if cfg.get("stratify", True) else None
+    parts = split_indices(y.size, fractions, seed=rng_seed, stratify=strat)
+    split = np.full(y.size, "", dtype=object)
+    for k, idx in parts.items():
+        split[idx] = k
+    return split.astype(str), {"kind": "random", "fractions": fractions}
+
+
+def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A source read by DuckDB (declared columns only) as a prepared frame, split past -> future or at random.
+
+    Columns: ``row`` (the row's position in the source), ``split``, ``y``, then ``score`` (a score source) or
+    the one-hot design ``f:*`` (a features source), and the carried ``weight``, ``time``, ``treatment`` and
+    ``s:<segment>`` columns. Rows after the test window (explicit ``test_end``) are left out.
+    """
+    rel_cols = src.relation(spec).columns
+    src.check_columns(spec, rel_cols, spec.role_columns())
+    feats = src.feature_columns(spec, rel_cols)
+    src.check_columns(spec, rel_cols, feats)
+    raw = src.scan(spec, list(dict.fromkeys(spec.role_columns() + feats))).to_pandas()
+    y = _sources.labels01(raw[spec.label], spec.positive)
+    roles = {"score": spec.score, "weight": spec.weight, "time": spec.time, "treatment": spec.treatment}
+    meta = {"row": np.arange(len(raw), dtype=np.int64), "y": y}
+    meta.update({k: raw[c].to_numpy() for k, c in roles.items() if c is not None})
+    meta.update({f"{_sources.SEGMENT_PREFIX}{c}": raw[c].astype(str).to_numpy() for c in spec.segments})
+    frame = pd.DataFrame(meta)
+    if "score" in frame:
+        frame["score"] = frame["score"].astype(np.float64)
+    split, split_rec = _source_split(spec, frame, y, rng_seed)
+    frame.insert(1, "split", split)
+    if feats:
+        X, names = _design(raw[feats])
+        frame = pd.concat([frame, pd.DataFrame(X, columns=[f"{FEATURE_PREFIX}{c}" for c in names])], axis=1)
+    frame = frame[frame["split"] != ""].reset_index(drop=True)
+    parts = {k: np.flatnonzero(frame["split"].to_numpy() == k) for k in SPLITS}
+    yk = frame["y"].to_numpy()
+    where = split_rec.get("kind", "random")
+    if where == "time":
+        cal, tst = split_rec["calib"], split_rec["test"]
+        where = f"time split: calib {cal[0]} to {cal[1]}, test to {tst[1]}"
+    record: dict[str, Any] = {
+        "target": f"{spec.label} ({where})",  # shown in the report's split table
+        "kind": "source",
+        "source_kind": spec.kind,
+        "n_rows": int(len(frame)),
+        "n_rows_source": int(len(raw)),
+        "n_features": len([c for c in frame.columns if c.startswith(FEATURE_PREFIX)]),
+        "counts": {k: int(v.size) for k, v in parts.items()},
+        "positives": {k: int(yk[v].sum()) for k, v in parts.items()},
+        "positive_rate": {k: float(yk[v].mean()) if v.size else None for k, v in parts.items()},
+        "rows_sha256": {k: digest(frame["row"].to_numpy()[v]) for k, v in parts.items()},
+        "split": split_rec,
+        "time_range": None,
+    }
+    if spec.time is not None:
+        t = timesplit.to_datetime(frame["time"])
+        record["time_range"] = [t.min().isoformat(), t.max().isoformat()]
+    return frame, record
+
+
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """Prepare every dataset; swap ``data/prepared`` in only when all succeeded."""
+    """Prepare every dataset and source; swap ``data/prepared`` in only when all succeeded."""
     lay = Layout(Path(root))
     prep = section(params, "prepare")
     fractions = _fractions(params)
@@ -104,13 +181,19 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         "datasets": {},
     }
     with atomic_dir(lay.prepared) as tmp:
-        for name in dataset_names(params):
+        specs = _sources.specs(params, root)
+        for name in [n for n in _sources.names(params) if n not in specs]:
             frame, rec = prepare_one(name, params, lay.raw, fractions)
             frame.to_parquet(tmp / f"{name}.parquet", index=False)
             record["datasets"][name] = rec
             log.info(
                 "prepared %s: %s rows, %s features, %s", name, rec["n_rows"], rec["n_features"], rec["counts"]
             )
+        for name, spec in specs.items():
+            frame, rec = prepare_source(spec, seed(params))
+            frame.to_parquet(tmp / f"{name}.parquet", index=False)
+            record["datasets"][name] = rec
+            log.info("prepared source %s: %s rows, %s", name, rec["n_rows"], rec["counts"])
         write_json(tmp / "splits.json", record)
     return record
 

@@ -27,19 +27,20 @@ from scipy.special import expit
 
 from calibflow import metrics, models
 from calibflow.io import write_json
+from tasks import _sources
 from tasks._common import (
     Layout,
     StageError,
     atomic_dir,
     base_parser,
     cli,
-    dataset_names,
     feature_columns,
     load_params,
     require,
     section,
     seed,
 )
+from tasks._sources import carried_columns
 
 log = logging.getLogger("tasks.train")
 
@@ -60,7 +61,7 @@ def train_one(
     tr = (frame["split"] == "train").to_numpy()
     model = models.train_classifier(X[tr], y[tr], dict(model_params), seed=rng_seed)
     models.save_model(model, model_path)
-    keep = [c for c in ("row", "split", "y", "treatment") if c in frame.columns]
+    keep = [c for c in ("row", "split", "y") if c in frame.columns] + carried_columns(frame)
     out = frame[keep].copy()
     out["margin"] = np.asarray(models.predict_margin(model, X), dtype=np.float64)
     out["prob"] = expit(out["margin"].to_numpy())
@@ -81,18 +82,22 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     """Train every dataset's base model; outputs are swapped in only when all succeeded."""
     lay = Layout(Path(root))
     model_params = section(params, "model")
+    specs = _sources.specs(params, root)
     summary: dict[str, Any] = {}
     with atomic_dir(lay.models) as mdir, atomic_dir(lay.predictions) as pdir:
-        for name in dataset_names(params):
+        for name in _sources.names(params):
             path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             t0 = time.perf_counter()
-            preds = train_one(
-                pd.read_parquet(path),
-                model_params,
-                seed(params),
-                mdir / f"{name}.json",
-                params.get("replicas"),
-            )
+            if name in specs and specs[name].kind == "score":  # the user's model: no base model to train
+                preds = _sources.score_predictions(pd.read_parquet(path), specs[name])
+            else:
+                preds = train_one(
+                    pd.read_parquet(path),
+                    model_params,
+                    seed(params),
+                    mdir / f"{name}.json",
+                    params.get("replicas"),
+                )
             preds.to_parquet(pdir / f"{name}.parquet", index=False)
             test = preds[preds["split"] == "test"]
             y, p = test["y"].to_numpy(float), test["prob"].to_numpy(float)

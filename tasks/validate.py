@@ -14,6 +14,7 @@ expectation and one expectation per feature column would make a 500-column suite
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.io import write_json
+from tasks import _sources
 from tasks._common import (
     PHASES,
     SPLITS,
@@ -31,7 +33,6 @@ from tasks._common import (
     StageError,
     base_parser,
     cli,
-    dataset_names,
     feature_columns,
     load_params,
     methods,
@@ -419,7 +420,7 @@ def _raw_suites(params: dict[str, Any], lay: Layout):
     from calibflow import datasets
 
     out = []
-    for name in dataset_names(params):
+    for name in _dataset_list(params):
         frame, exps = raw_suite(name, datasets.load(name, data_dir=lay.raw))
         out.append((f"raw.{name}", frame, exps))
     return out
@@ -427,7 +428,7 @@ def _raw_suites(params: dict[str, Any], lay: Layout):
 
 def _prepared_suites(params: dict[str, Any], lay: Layout):
     out = []
-    for name in dataset_names(params):
+    for name in _dataset_list(params):
         path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
         out += prepared_suites(name, pd.read_parquet(path), params)
     return out
@@ -452,7 +453,7 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
     n_bins = 15  # only finiteness is checked here; evaluate uses its own evaluate.n_bins
     for method in methods(params):
         monotone = bool(get_class(method).monotone)
-        for name in dataset_names(params):
+        for name in _sources.names(params):
             path = require(
                 lay.calibrated_method(method) / f"{name}.parquet",
                 "calibrated predictions",
@@ -471,19 +472,64 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
 _BUILDERS = {"raw": _raw_suites, "prepared": _prepared_suites, "calibrated": _calibrated_suites}
 
 
+def _dataset_list(params: dict[str, Any]) -> list[str]:
+    _sources.names(params)  # at least one dataset or source
+    return [str(n) for n in section(params, "datasets").get("names") or []]
+
+
+def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
+    """Suites generated from each source's declaration, and per suite how to word a failure in one line."""
+    from tasks import validate_sources as vs
+
+    k = _sources.min_class_count(params)
+    suites: list[tuple[str, pd.DataFrame, list[Any]]] = []
+    explain: dict[str, Any] = {}
+    specs = _sources.specs(params, lay.root)
+    if phase == "raw":
+        for name, spec in specs.items():
+            frame, exps, checks = vs.raw_suite(spec, k)
+            suites.append((f"raw.{name}", frame, exps))
+            explain[f"raw.{name}"] = lambda f, s=spec, fr=frame, c=checks: vs.raw_message(
+                s, fr, f, c.get(f["kwargs"].get("column"), vs.Check("", "", "")), k
+            )
+    elif phase == "prepared":
+        record = {}
+        splits_file = lay.prepared / "splits.json"
+        if splits_file.is_file():
+            record = json.loads(splits_file.read_text()).get("datasets", {})
+        for name, spec in specs.items():
+            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
+            df = pd.read_parquet(path, columns=["split", "y"])
+            used = ["calib", "test"] if spec.kind == "score" else list(SPLITS)
+            windows = (record.get(name) or {}).get("split")
+            for sname, part, exps in vs.split_suites(name, df, used, k):
+                suites.append((sname, part, exps))
+                split = sname.rsplit(".", 1)[1]
+                explain[sname] = lambda f, n=name, sp=split, pt=part, w=windows: vs.split_message(
+                    n, sp, pt, k, w
+                )
+    return suites, explain
+
+
 def run(phase: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Validate one phase and write its JSON; on failure save the failures and raise ``ValidationFailed``."""
     if phase not in PHASES:
         raise StageError(f"unknown validation phase {phase!r}; expected one of {PHASES}")
     lay = Layout(Path(root))
     suites = _BUILDERS[phase](params, lay)
-    results = run_suites(suites)
+    src_suites, explain = _source_suites(phase, params, lay)
+    results = run_suites(suites + src_suites)
     result = {"phase": phase, "success": all(s["success"] for s in results), "suites": results}
     good, failed = lay.validation / f"{phase}.json", lay.validation / f"{phase}.failed.json"
     text = summarize(result)
     if not result["success"]:
         write_json(failed, result)
-        raise ValidationFailed(f"{text}\n(details: {failed}; the last good {good.name} is kept)")
+        # A source's failures in one short line each (source, column, count, rows); datasets' in full.
+        lines = [explain[s["name"]](f) for s in results if s["name"] in explain for f in s["failures"]]
+        lines = list(dict.fromkeys(lines))
+        if any(not s["success"] for s in results if s["name"] not in explain):
+            lines.append(text)
+        raise ValidationFailed("\n".join(lines) + f"\n(details: {failed}; the last good {good.name} is kept)")
     write_json(good, result)
     failed.unlink(missing_ok=True)
     log.info(text)

@@ -36,6 +36,9 @@ TINY = {
     "replicas": {"n": 0, "scheme": "seeds"},
     "calibrate": {"methods": ["platt", "isotonic"], "input": "logit", "options": {}},
     "evaluate": {"n_bins": 10, "n_bootstrap": 20, "ci_level": 0.95, "selection_alpha": 0.1, "hist_bins": 20},
+    "sources": {},
+    "validate": {"min_class_count": 10},
+    "select": {"rule": "auto"},
     "papers": ["fake"],
     "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}, "full": {"n": 50}}},
 }
@@ -211,7 +214,7 @@ def _param_change_makes_only_downstream_stale(root: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         stale = set(json.loads(dvc(root, "status", "--json").stdout))
-        assert stale == {"evaluate", "report"}  # the report shows all params; nothing upstream reruns
+        assert stale == {"evaluate", "select", "report"}  # the report shows all params; nothing upstream
         diff = dvc(root, "params", "diff", "--json").stdout
         change = json.loads(diff)["params.yaml"]["evaluate.n_bootstrap"]
         assert (change["old"], change["new"]) == (20, 30)

@@ -1,0 +1,466 @@
+"""User data sources: a declared table (CSV, Parquet, a folder of them, or a glob) read with DuckDB.
+
+A *source* is one entry of the ``sources:`` mapping of ``params.yaml``: a path and the roles of its columns
+(label, the user's own score or the features, optional weight, segments, treatment and time) and how to
+split it. :func:`parse_source` turns a declaration into a :class:`SourceSpec` (a readable one-line
+``ValueError`` on a bad one); :func:`relation`, :func:`scan` and :func:`batches` read it through an
+in-process DuckDB connection, projecting only the columns asked for and pushing filters down, so a 1e8-row
+file never has to fit in pandas with all its columns; :func:`fingerprint` stamps its content for the
+manifest, the report and DVC.
+
+Paths are always passed to DuckDB as Python values (``read_parquet(list_of_files)``), never formatted into
+SQL text. This module never reads ``params.yaml`` (stages pass the declaration in).
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import hashlib
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from scipy.special import expit, logit
+
+SCORE_KINDS = ("probability", "logit", "score")
+SPLIT_KINDS = ("random", "time")
+#: Keys a source declaration may have.
+KEYS = (
+    "path",
+    "label",
+    "positive",
+    "score",
+    "score_kind",
+    "features",
+    "weight",
+    "segments",
+    "treatment",
+    "time",
+    "split",
+)
+RANDOM_KEYS = ("kind", "fractions", "stratify")
+TIME_KEYS = ("kind", "test_last", "calib_last", "calib_start", "test_start", "test_end", "period")
+#: Default fractions of a random split: a features source needs rows to train its base model on; a score
+#: source has its model already, so its rows go to calibration and test only.
+FEATURES_FRACTIONS = {"train": 0.6, "calib": 0.2, "test": 0.2}
+SCORE_FRACTIONS = {"calib": 0.5, "test": 0.5}
+#: Default time split: test on the last 7 days, calibrate on the 14 days before them.
+TIME_DEFAULT = {"test_last": "7d", "calib_last": "14d"}
+#: fingerprint(): above this many bytes in total, or this many files, a source is stamped by size and
+#: mtime per file instead of sha256 (hashing 1 GB costs ~2 s on one core; a folder of thousands of daily
+#: files would be re-read in full at every ``dvc repro``). Documented in docs/sources.md.
+SHA256_MAX_BYTES = 1 << 30
+SHA256_MAX_FILES = 1000
+_PARQUET = (".parquet", ".pq", ".parq")
+_CSV = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One declared source: where its rows are and which column plays which role."""
+
+    name: str
+    path: str
+    label: str
+    positive: Any | None = None
+    score: str | None = None
+    score_kind: str | None = None  # probability | logit | score
+    features: list[str] | Literal["all"] | None = None
+    weight: str | None = None
+    segments: tuple[str, ...] = ()
+    treatment: str | None = None
+    time: str | None = None
+    split: dict = field(default_factory=dict)  # {"kind": "random"|"time", ...}
+
+    @property
+    def kind(self) -> str:
+        """``score`` (calibrate the user's own score) or ``features`` (train a base model first)."""
+        return "score" if self.score is not None else "features"
+
+    def role_columns(self) -> list[str]:
+        """Every column the declaration names (label, score, weight, segments, treatment, time)."""
+        cols = [self.label, self.score, self.weight, *self.segments, self.treatment, self.time]
+        return list(dict.fromkeys(c for c in cols if c is not None))
+
+    def at(self, root: str | os.PathLike[str]) -> SourceSpec:
+        """The same source with a relative ``path`` resolved against ``root`` (the project root)."""
+        if os.path.isabs(self.path):
+            return self
+        return replace(self, path=str(Path(root) / self.path))
+
+
+# ------------------------------------------------------------------------------------------ declarations
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` when a close match exists, else ``""``."""
+    opts = [str(c) for c in choices]
+    low = str(word).lower()
+    close = [c for c in opts if c.lower() == low or (len(low) >= 3 and c.lower().startswith(low))]
+    close = close or difflib.get_close_matches(str(word), opts, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _err(name: str, key: str, problem: str, fix: str) -> ValueError:
+    return ValueError(f"sources.{name}.{key}: {problem} ({fix})")
+
+
+def _opt_str(name: str, decl: Mapping, key: str) -> str | None:
+    v = decl.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise _err(name, key, f"expected a column name, got {v!r}", "write the column's name as a string")
+    return v
+
+
+def _segments(name: str, decl: Mapping) -> tuple[str, ...]:
+    v = decl.get("segments")
+    if v is None:
+        return ()
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list | tuple) or not all(isinstance(s, str) and s for s in items):
+        raise _err(name, "segments", f"expected a column name or a list of them, got {v!r}", "e.g. [country]")
+    return tuple(items)
+
+
+def _features(name: str, decl: Mapping) -> list[str] | Literal["all"] | None:
+    v = decl.get("features")
+    if v is None or v == "all":
+        return v
+    if isinstance(v, str):
+        raise _err(name, "features", f"got {v!r}", "write `all` or a list of column names")
+    if not isinstance(v, list | tuple) or not v or not all(isinstance(c, str) and c for c in v):
+        raise _err(
+            name, "features", f"expected `all` or a non-empty list of columns, got {v!r}", "e.g. [a, b]"
+        )
+    return list(v)
+
+
+def _split(name: str, decl: Mapping, time_col: str | None) -> dict:
+    v = decl.get("split")
+    if v is None:
+        v = {"kind": "time"} if time_col else {"kind": "random"}
+    elif isinstance(v, str):
+        v = {"kind": v}
+    if not isinstance(v, Mapping):
+        raise _err(
+            name, "split", f"expected `random`, `time` or a mapping, got {v!r}", "e.g. {test_last: 7d}"
+        )
+    out = dict(v)
+    kind = out.setdefault("kind", "time" if time_col else "random")
+    if kind not in SPLIT_KINDS:
+        raise _err(
+            name,
+            "split.kind",
+            f"{kind!r} is not one of {'|'.join(SPLIT_KINDS)}{did_you_mean(kind, SPLIT_KINDS)}",
+            "use random or time",
+        )
+    allowed = TIME_KEYS if kind == "time" else RANDOM_KEYS
+    for k in out:
+        if k not in allowed:
+            raise _err(
+                name,
+                f"split.{k}",
+                f"unknown key for a {kind} split{did_you_mean(k, allowed)}",
+                f"allowed: {', '.join(allowed)}",
+            )
+    if kind == "time":
+        if not time_col:
+            raise _err(name, "split", "a time split needs a time column", "add `time: <date column>`")
+        from calibflow.timesplit import check_time_split
+
+        try:
+            check_time_split(out)
+        except ValueError as exc:
+            raise _err(name, "split", str(exc), "e.g. {test_last: 7d, calib_last: 14d}") from None
+    elif "fractions" in out:
+        fr = out["fractions"]
+        if (
+            not isinstance(fr, Mapping)
+            or not set(fr) <= {"train", "calib", "test"}
+            or not {"calib", "test"} <= set(fr)
+        ):
+            raise _err(
+                name,
+                "split.fractions",
+                f"got {fr!r}",
+                "name calib and test (and train), e.g. {calib: 0.5, test: 0.5}",
+            )
+    return out
+
+
+def parse_source(name: str, decl: Mapping) -> SourceSpec:
+    """Check one ``sources.<name>`` declaration; a ``ValueError`` names the source, the key and the fix."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"sources: {name!r} is not a usable source name (start with a letter; use letters, digits, _.-)"
+        )
+    if not isinstance(decl, Mapping):
+        raise ValueError(f"sources.{name}: expected a mapping of keys (path, label, score...), got {decl!r}")
+    for k in decl:
+        if k not in KEYS:
+            raise _err(name, str(k), f"unknown key{did_you_mean(k, KEYS)}", f"allowed: {', '.join(KEYS)}")
+    for req in ("path", "label"):
+        if not decl.get(req):
+            raise _err(
+                name, req, "missing", f"add `{req}:`" + (" (a file, folder or glob)" if req == "path" else "")
+            )
+    path = decl["path"]
+    if not isinstance(path, str):
+        raise _err(name, "path", f"expected a string, got {path!r}", "a file, a folder or a glob")
+    label = _opt_str(name, decl, "label")
+    score = _opt_str(name, decl, "score")
+    features = _features(name, decl)
+    if (score is None) == (features is None):
+        raise _err(
+            name,
+            "score",
+            "declare exactly one of `score` and `features`",
+            "`score: <column>` to calibrate your model's output, `features: all` to train one",
+        )
+    kind = decl.get("score_kind")
+    if score is None and kind is not None:
+        raise _err(name, "score_kind", "given without `score`", "remove it or declare `score`")
+    if score is not None:
+        kind = "probability" if kind is None else kind
+        if kind not in SCORE_KINDS:
+            raise _err(
+                name,
+                "score_kind",
+                f"{kind!r} is not one of {'|'.join(SCORE_KINDS)}{did_you_mean(kind, SCORE_KINDS)}",
+                "probability (in [0, 1]), logit or score (any real)",
+            )
+    time_col = _opt_str(name, decl, "time")
+    spec = SourceSpec(
+        name=name,
+        path=path,
+        label=label,
+        positive=decl.get("positive"),
+        score=score,
+        score_kind=kind,
+        features=features,
+        weight=_opt_str(name, decl, "weight"),
+        segments=_segments(name, decl),
+        treatment=_opt_str(name, decl, "treatment"),
+        time=time_col,
+        split=_split(name, decl, time_col),
+    )
+    roles = [c for c in (spec.label, spec.score, spec.weight, spec.treatment, spec.time) if c]
+    clash = sorted({c for c in roles if roles.count(c) > 1} | (set(roles) & set(spec.segments)))
+    if clash:
+        raise _err(name, "label", f"column(s) {clash} given two roles", "give each role its own column")
+    if isinstance(features, list) and set(features) & {spec.label, spec.score, spec.weight, spec.time}:
+        raise _err(name, "features", "lists the label, weight or time column", "remove it from features")
+    return spec
+
+
+def parse_sources(decls: Mapping | None) -> dict[str, SourceSpec]:
+    """Every declaration of a ``sources:`` mapping (``None`` or ``{}``: no sources)."""
+    if decls is None:
+        return {}
+    if not isinstance(decls, Mapping):
+        raise ValueError(f"sources: expected a mapping name -> declaration, got {type(decls).__name__}")
+    return {str(n): parse_source(str(n), d) for n, d in decls.items()}
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def _is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def _fmt(path: str) -> str:
+    low = path.lower()
+    if low.endswith(_PARQUET):
+        return "parquet"
+    if low.endswith(_CSV):
+        return "csv"
+    raise ValueError(f"{path}: unknown file type (expected {', '.join(_PARQUET + _CSV)})")
+
+
+def files(path: str) -> list[str]:
+    """The files a source path names, sorted: the file itself, a folder's Parquet/CSV files, or a glob."""
+    if _is_glob(path):
+        found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+    elif os.path.isdir(path):
+        found = sorted(
+            str(p) for p in Path(path).rglob("*") if p.is_file() and p.name.lower().endswith(_PARQUET + _CSV)
+        )
+    elif os.path.isfile(path):
+        found = [path]
+    else:
+        raise FileNotFoundError(f"{path}: no such file or folder (check the source's `path`)")
+    if not found:
+        raise FileNotFoundError(f"{path}: matches no Parquet or CSV file")
+    kinds = {_fmt(f) for f in found}
+    if len(kinds) > 1:
+        raise ValueError(f"{path}: mixes Parquet and CSV files; point the source at one kind")
+    return found
+
+
+def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-process DuckDB connection; ``threads`` defaults to this machine's usable cores."""
+    if not threads:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return duckdb.connect(config={"threads": int(threads or 1)})
+
+
+def relation_for_path(path: str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+    """A lazy DuckDB relation over a file, folder or glob (files passed as values, never as SQL text)."""
+    con = con or connect()
+    found = files(path)
+    try:
+        if _fmt(found[0]) == "parquet":
+            return con.read_parquet(found, union_by_name=len(found) > 1)
+        return con.read_csv(found, union_by_name=len(found) > 1) if len(found) > 1 else con.read_csv(found[0])
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ValueError(f"{path}: cannot be read as {_fmt(found[0])}: {first}") from None
+
+
+def relation(spec: SourceSpec, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+    """The source's rows as a lazy DuckDB relation."""
+    try:
+        return relation_for_path(spec.path, con)
+    except (ValueError, FileNotFoundError) as exc:
+        raise type(exc)(f"source {spec.name!r}: {exc}") from None
+
+
+def check_columns(spec: SourceSpec, available: Sequence[str], columns: Sequence[str]) -> None:
+    """A ``ValueError`` naming the first asked-for column the table lacks, with a did-you-mean."""
+    have = list(available)
+    for c in columns:
+        if c not in have:
+            shown = ", ".join(have[:12]) + (" ..." if len(have) > 12 else "")
+            raise ValueError(
+                f"source {spec.name!r}: column {c!r} not found in {spec.path}{did_you_mean(c, have)} "
+                f"(columns: {shown})"
+            )
+
+
+def _quote(col: str) -> str:
+    return '"' + col.replace('"', '""') + '"'
+
+
+def _project(spec: SourceSpec, columns: Sequence[str], where: str | None, con) -> duckdb.DuckDBPyRelation:
+    rel = relation(spec, con)
+    check_columns(spec, rel.columns, columns)
+    rel = rel.filter(where) if where else rel  # filter before projecting: `where` may use other columns
+    return rel.project(", ".join(_quote(c) for c in columns)) if columns else rel
+
+
+def feature_columns(spec: SourceSpec, available: Sequence[str]) -> list[str]:
+    """The declared features; ``all`` = every column no other role names."""
+    if spec.features is None:
+        return []
+    if spec.features == "all":
+        taken = set(spec.role_columns())
+        return [c for c in available if c not in taken]
+    return list(spec.features)
+
+
+def scan(spec: SourceSpec, columns: Sequence[str], where: str | None = None) -> pa.Table:
+    """The named columns of the rows matching ``where`` (SQL on column names) as one Arrow table."""
+    con = connect()
+    try:
+        return _project(spec, columns, where, con).to_arrow_table()
+    finally:
+        con.close()
+
+
+def batches(
+    spec: SourceSpec, columns: Sequence[str], batch_rows: int = 1_000_000
+) -> Iterator[pa.RecordBatch]:
+    """Stream the named columns as Arrow record batches of at most ``batch_rows`` rows (bounded memory)."""
+    con = connect()
+    try:
+        reader = _project(spec, columns, None, con).to_arrow_reader(int(batch_rows))
+        for batch in reader:
+            if batch.num_rows:
+                yield batch
+    finally:
+        con.close()
+
+
+# ----------------------------------------------------------------------------------------- fingerprint
+
+
+def _sha256(path: str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _anchor(path: str) -> str:
+    """The folder the recorded file paths are relative to (no absolute checkout path in a fingerprint)."""
+    if _is_glob(path):
+        head = re.split(r"[*?\[]", path, maxsplit=1)[0]
+        return os.path.dirname(head) or "."
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def fingerprint(
+    spec: SourceSpec, max_bytes: int = SHA256_MAX_BYTES, max_files: int = SHA256_MAX_FILES
+) -> dict[str, Any]:
+    """The content stamp of a source: sha256 per file, or size and mtime per file when it is large.
+
+    ``method`` is ``"sha256"`` unless the files exceed ``max_bytes`` in total or ``max_files`` in number,
+    then ``"stat"`` (size + mtime in nanoseconds: a rewrite with identical bytes counts as a change, an
+    in-place edit that keeps size and mtime would not; see docs/sources.md).
+    """
+    try:
+        found = files(spec.path)
+    except (ValueError, FileNotFoundError) as exc:
+        raise type(exc)(f"source {spec.name!r}: {exc}") from None
+    stats = [os.stat(f) for f in found]
+    total = sum(s.st_size for s in stats)
+    method = "stat" if total > max_bytes or len(found) > max_files else "sha256"
+    anchor = _anchor(spec.path)
+    out = []
+    for f, st in zip(found, stats, strict=True):
+        rec: dict[str, Any] = {"path": os.path.relpath(f, anchor), "size": int(st.st_size)}
+        if method == "sha256":
+            rec["sha256"] = _sha256(f)
+        else:
+            rec["mtime"] = int(st.st_mtime_ns)
+        out.append(rec)
+    return {"files": out, "method": method, "bytes": int(total)}
+
+
+# ------------------------------------------------------------------------------------- scores as inputs
+
+
+def to_margin(score: np.ndarray, score_kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(margin, probability) of a user's score: a probability's logit, or a logit/score as is.
+
+    A probability of exactly 0 or 1 is clipped to [1e-15, 1 - 1e-15] first (its logit is infinite). A
+    ``score`` (any real) is shown as ``sigmoid(score)`` before calibration, the only probability it implies.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    if score_kind == "probability":
+        return logit(np.clip(s, 1e-15, 1.0 - 1e-15)), s
+    if score_kind in ("logit", "score"):
+        return s, expit(s)
+    raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
+
+
+def calibrator_input(score: np.ndarray, score_kind: str, input_kind: str) -> np.ndarray:
+    """The user's score as the calibrator's declared ``input`` (what it was fitted on)."""
+    margin, prob = to_margin(score, score_kind)
+    if input_kind == "probability":
+        return prob
+    if input_kind == "logit":
+        return margin
+    return np.asarray(score, dtype=np.float64) if score_kind != "probability" else margin

@@ -1,0 +1,133 @@
+"""Time splits of a source: fit on the past, calibrate on the recent past, test on the future.
+
+A time split is a mapping (``sources.<name>.split`` in params.yaml) either relative to the end of the data,
+``{test_last: 7d, calib_last: 14d}``, or with explicit boundaries, ``{calib_start: 2026-09-01,
+test_start: 2026-09-15, test_end: 2026-09-22}`` (the two may be mixed: an explicit ``test_start`` with a
+``calib_last``). Windows are half-open ``[start, end)`` and whole periods (``period``, default one day) in
+the time column's own time zone: the relative end is the start of the period after the last timestamp.
+Rows before the calibration window are ``train`` (a features source trains its base model on them; a score
+source does not use them), rows at or after the test end are left out, and no row is in two splits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(min|h|d|w)\s*$")
+_UNITS = {"min": "min", "h": "h", "d": "D", "w": "W"}
+DEFAULTS = {"test_last": "7d", "calib_last": "14d", "period": "1d"}
+
+
+def parse_duration(value: Any) -> pd.Timedelta:
+    """``"7d"``, ``"12h"``, ``"2w"``, ``"30min"`` (an int is days) as a ``Timedelta``; else ``ValueError``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return pd.Timedelta(days=value)
+    m = _DURATION.match(str(value))
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"{value!r} is not a duration (write e.g. 7d, 12h, 2w or 30min)")
+    n, unit = int(m.group(1)), m.group(2)
+    return pd.Timedelta(weeks=n) if unit == "w" else pd.Timedelta(n, unit=_UNITS[unit])
+
+
+def _timestamp(value: Any, key: str) -> pd.Timestamp:
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{key}: {value!r} is not a date (write e.g. 2026-09-01)") from None
+    if pd.isna(ts):
+        raise ValueError(f"{key}: {value!r} is not a date (write e.g. 2026-09-01)")
+    return ts
+
+
+def check_time_split(cfg: Mapping[str, Any]) -> None:
+    """Check the keys' values of a time split (durations and dates); a ``ValueError`` names the key."""
+    for key in ("test_last", "calib_last", "period"):
+        if key in cfg:
+            try:
+                parse_duration(cfg[key])
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
+    for key in ("calib_start", "test_start", "test_end"):
+        if key in cfg:
+            _timestamp(cfg[key], key)
+    if "test_last" in cfg and "test_start" in cfg:
+        raise ValueError("give test_last or test_start, not both")
+    if "calib_last" in cfg and "calib_start" in cfg:
+        raise ValueError("give calib_last or calib_start, not both")
+
+
+def _like(ts: pd.Timestamp, ref: pd.Timestamp) -> pd.Timestamp:
+    """``ts`` in ``ref``'s time zone (explicit boundaries are wall-clock times of the data's zone)."""
+    if ref.tzinfo is not None and ts.tzinfo is None:
+        return ts.tz_localize(ref.tzinfo)
+    if ref.tzinfo is None and ts.tzinfo is not None:
+        return ts.tz_convert(None)
+    return ts
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Half-open ``[start, end)`` calibration and test windows (calibration ends where test starts)."""
+
+    calib_start: pd.Timestamp
+    test_start: pd.Timestamp
+    test_end: pd.Timestamp
+
+    def as_dict(self) -> dict[str, list[str]]:
+        iso = [t.isoformat() for t in (self.calib_start, self.test_start, self.test_end)]
+        return {"calib": iso[0:2], "test": iso[1:3]}
+
+
+def time_windows(t_min: Any, t_max: Any, cfg: Mapping[str, Any]) -> TimeWindows:
+    """The windows of a time split for data spanning ``[t_min, t_max]``; ``ValueError`` if one is empty."""
+    check_time_split(cfg)
+    lo, hi = pd.Timestamp(t_min), pd.Timestamp(t_max)
+    period = parse_duration(cfg.get("period", DEFAULTS["period"]))
+    if "test_end" in cfg:
+        end = _like(_timestamp(cfg["test_end"], "test_end"), hi)
+    else:
+        end = hi.floor(period) + period  # the last (possibly partial) period is included
+    if "test_start" in cfg:
+        test_start = _like(_timestamp(cfg["test_start"], "test_start"), hi)
+    else:
+        test_start = end - parse_duration(cfg.get("test_last", DEFAULTS["test_last"]))
+    if "calib_start" in cfg:
+        calib_start = _like(_timestamp(cfg["calib_start"], "calib_start"), hi)
+    else:
+        calib_start = test_start - parse_duration(cfg.get("calib_last", DEFAULTS["calib_last"]))
+    if not calib_start < test_start < end:
+        raise ValueError(
+            f"time split: windows out of order (calib from {calib_start}, test {test_start} to {end})"
+        )
+    if test_start <= lo or test_start > hi:
+        raise ValueError(
+            f"time split: the test window starts at {test_start}, outside the data ({lo} to {hi}); "
+            "shorten test_last or move test_start"
+        )
+    return TimeWindows(calib_start, test_start, end)
+
+
+def to_datetime(values: Any) -> pd.Series:
+    """A time column as pandas datetimes (dates, timestamps, ISO strings); unparseable values become NaT."""
+    s = pd.Series(values)
+    if pd.api.types.is_datetime64_any_dtype(s):
+        return s
+    return pd.to_datetime(s, errors="coerce", format="mixed")
+
+
+def assign_splits(times: Any, windows: TimeWindows) -> np.ndarray:
+    """Per row: ``train`` before the calibration window, ``calib``, ``test``, or ``""`` (after test end)."""
+    t = to_datetime(times)
+    ref = pd.Timestamp(0, tz=t.dt.tz) if t.dt.tz is not None else pd.Timestamp(0)
+    lo, mid, hi = (_like(x, ref) for x in (windows.calib_start, windows.test_start, windows.test_end))
+    out = np.full(len(t), "", dtype=object)
+    out[(t < lo).to_numpy()] = "train"
+    out[((t >= lo) & (t < mid)).to_numpy()] = "calib"
+    out[((t >= mid) & (t < hi)).to_numpy()] = "test"
+    return out.astype(str)

@@ -1,0 +1,78 @@
+"""The stages' view of user sources (``sources:`` in params.yaml) beside the built-in datasets.
+
+Every stage that loops over datasets loops over :func:`names` (datasets first, then sources). A source is
+turned into the same files a dataset produces: a prepared frame (``data/prepared/<name>.parquet``), then
+predictions in train's layout (``row``, ``split``, ``y``, ``margin``, ``prob``), so calibrate, evaluate and
+the report run unchanged. Extra per-row columns kept along the way: ``weight``, ``time``, ``treatment`` and
+one ``s:<column>`` per declared segment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow import sources as src
+from calibflow.sources import SourceSpec
+from tasks._common import StageError, section
+
+#: Where the fingerprint stage writes ``<name>/fingerprint.json`` (downstream stages depend on the folder).
+SOURCES_DIR = "data/sources"
+#: Prefix of the segment columns carried from a source through prepared frames and predictions.
+SEGMENT_PREFIX = "s:"
+#: Per-row columns carried from the prepared frame into the predictions (besides ``s:*``).
+CARRIED = ("weight", "time", "treatment")
+#: Default of ``validate.min_class_count``: positives and negatives each split of a source needs.
+MIN_CLASS_COUNT = 10
+
+
+def specs(params: dict[str, Any], root: str | Path = ".") -> dict[str, SourceSpec]:
+    """The declared sources, paths resolved against ``root``; a bad declaration is one readable line."""
+    out = src.parse_sources(params.get("sources"))
+    taken = set(section(params, "datasets").get("names") or [])
+    clash = sorted(set(out) & taken)
+    if clash:
+        raise StageError(f"sources: {clash} also named in datasets.names; give the source another name")
+    return {n: s.at(root) for n, s in out.items()}
+
+
+def names(params: dict[str, Any]) -> list[str]:
+    """Datasets then sources: every unit a stage loops over."""
+    ds = [str(n) for n in (section(params, "datasets").get("names") or [])]
+    sc = list(src.parse_sources(params.get("sources")))
+    if not ds and not sc:
+        raise StageError("params: datasets.names is empty and no sources are declared")
+    return ds + sc
+
+
+def min_class_count(params: dict[str, Any]) -> int:
+    return int((params.get("validate") or {}).get("min_class_count", MIN_CLASS_COUNT))
+
+
+def carried_columns(frame: pd.DataFrame) -> list[str]:
+    """The per-row columns that travel with a source's rows (weight, time, treatment, segments)."""
+    return [c for c in frame.columns if c in CARRIED or c.startswith(SEGMENT_PREFIX)]
+
+
+def labels01(values: pd.Series, positive: Any | None) -> np.ndarray:
+    """The label as 0/1; ``positive`` names the value counting as 1 (compared as text if types differ)."""
+    if positive is not None:
+        hit = values == positive
+        if not hit.any():
+            hit = values.astype(str) == str(positive)
+        return hit.to_numpy(dtype=np.int64)
+    if values.dtype == bool:
+        return values.to_numpy(dtype=np.int64)
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64).astype(np.int64)
+
+
+def score_predictions(frame: pd.DataFrame, spec: SourceSpec) -> pd.DataFrame:
+    """A score source's "predictions" in train's layout: no model, the user's scores as margin/prob."""
+    margin, prob = src.to_margin(frame["score"].to_numpy(np.float64), spec.score_kind or "probability")
+    out = frame[["row", "split", "y", *carried_columns(frame)]].copy()
+    out["margin"] = margin
+    out["prob"] = prob
+    return out

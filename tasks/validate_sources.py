@@ -1,0 +1,162 @@
+"""Great Expectations suites generated from a source's declaration (used by ``tasks.validate``).
+
+Raw phase, on the declared columns read by DuckDB: the label is binary (0/1 or boolean, or ``positive``
+names the value counting as 1), scores are finite and, for probabilities, in [0, 1], weights are finite and
+>= 0, times parse, and the whole table has at least ``validate.min_class_count`` positives and negatives.
+Prepared phase: every split the source uses has that many positives and negatives. Each check runs as a GX
+expectation on a per-row flag column (True = the row is fine; the frame's index is the source's row number)
+so a failure can name the source, the column, the count and the first offending rows in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow import sources as src
+from calibflow import timesplit
+from calibflow.sources import SourceSpec
+
+#: Offending row numbers quoted in a message.
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation's meaning: the source column it is about, and the message when it fails."""
+
+    column: str
+    problem: str
+    fix: str
+
+
+def _gxe():
+    import great_expectations.expectations as gxe
+
+    return gxe
+
+
+def _numeric(spec: SourceSpec, s: pd.Series, role: str) -> np.ndarray:
+    """The column as float64; a non-numeric type is a one-line error (types must be usable)."""
+    if pd.api.types.is_bool_dtype(s) or not pd.api.types.is_numeric_dtype(s):
+        raise ValueError(
+            f"source {spec.name!r}: {role} column {s.name!r} has type {s.dtype}, expected numbers "
+            f"(convert it, or declare another column)"
+        )
+    return s.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _label_ok(spec: SourceSpec, s: pd.Series) -> np.ndarray:
+    if spec.positive is not None:
+        return s.notna().to_numpy()
+    if pd.api.types.is_bool_dtype(s):
+        return s.notna().to_numpy()
+    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return (v == 0) | (v == 1)
+
+
+def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any], dict[str, Check]]:
+    """The raw suite of one source: (flag frame, expectations, {flag column: Check})."""
+    gxe = _gxe()
+    rel_cols = src.relation(spec).columns
+    src.check_columns(spec, rel_cols, spec.role_columns())
+    src.check_columns(spec, rel_cols, src.feature_columns(spec, rel_cols))
+    raw = src.scan(spec, spec.role_columns()).to_pandas()
+    flags: dict[str, np.ndarray] = {}
+    checks: dict[str, Check] = {}
+    lab = raw[spec.label]
+    flags["label_binary"] = _label_ok(spec, lab)
+    checks["label_binary"] = Check(
+        spec.label,
+        "label(s) missing or not in {0, 1}",
+        "use 0/1 or true/false, or set `positive:` to the value that counts as 1",
+    )
+    if spec.score is not None:
+        s = _numeric(spec, raw[spec.score], "score")
+        fin = np.isfinite(s)
+        flags["score_finite"] = fin
+        checks["score_finite"] = Check(
+            spec.score, "score(s) not finite (NaN or inf)", "fix or drop those rows"
+        )
+        if spec.score_kind == "probability":
+            flags["score_in_01"] = ~fin | ((s >= 0) & (s <= 1))
+            checks["score_in_01"] = Check(
+                spec.score,
+                "probabilit(ies) outside [0, 1]",
+                "set `score_kind: logit` or `score` if it is not one",
+            )
+    if spec.weight is not None:
+        w = _numeric(spec, raw[spec.weight], "weight")
+        flags["weight_ok"] = np.isfinite(w) & (w >= 0)
+        checks["weight_ok"] = Check(spec.weight, "weight(s) not finite or negative", "weights must be >= 0")
+    if spec.time is not None:
+        flags["time_parses"] = timesplit.to_datetime(raw[spec.time]).notna().to_numpy()
+        checks["time_parses"] = Check(spec.time, "time value(s) do not parse as dates", "use ISO dates")
+    frame = pd.DataFrame(flags)
+    y = np.where(flags["label_binary"], _y01(spec, lab), 0)
+    frame["y01"] = y
+    n = len(frame)
+    exps: list[Any] = [gxe.ExpectTableRowCountToBeBetween(min_value=2 * min_count)]
+    exps += [gxe.ExpectColumnValuesToBeInSet(column=f, value_set=[True]) for f in flags]
+    exps.append(gxe.ExpectColumnSumToBeBetween(column="y01", min_value=min_count, max_value=n - min_count))
+    checks["y01"] = Check(spec.label, "", "")
+    return frame, exps, checks
+
+
+def _y01(spec: SourceSpec, lab: pd.Series) -> np.ndarray:
+    from tasks._sources import labels01
+
+    if spec.positive is None and not pd.api.types.is_bool_dtype(lab):
+        v = pd.to_numeric(lab, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.nan_to_num(v, nan=0.0).astype(np.int64)
+    return labels01(lab, spec.positive)
+
+
+def split_suites(
+    name: str, df: pd.DataFrame, splits: list[str], min_count: int
+) -> list[tuple[str, pd.DataFrame, list[Any]]]:
+    """One suite per split a source uses: at least ``min_count`` positives and negatives."""
+    gxe = _gxe()
+    out = []
+    for split in splits:
+        part = df.loc[df["split"] == split, ["y"]]
+        exps = [
+            gxe.ExpectColumnSumToBeBetween(column="y", min_value=min_count, max_value=len(part) - min_count),
+            gxe.ExpectColumnValuesToBeInSet(column="y", value_set=[0, 1]),
+        ]
+        out.append((f"prepared.{name}.{split}", part, exps))
+    return out
+
+
+def raw_message(spec: SourceSpec, frame: pd.DataFrame, failure: dict[str, Any], check: Check, k: int) -> str:
+    """One line for a failed raw expectation: source, column, count, first offending rows, fix."""
+    col = failure["kwargs"].get("column")
+    n = len(frame)
+    if col == "y01" or col is None:
+        pos = int(frame["y01"].sum())
+        what = "only one class" if pos in (0, n) else "too few of one class"
+        return (
+            f"source {spec.name!r}: column {spec.label!r}: {what} ({pos} positives, {n - pos} negatives "
+            f"in {n} rows); each class needs at least {k} (validate.min_class_count)"
+        )
+    bad = np.flatnonzero(~frame[col].to_numpy(dtype=bool))
+    rows = ", ".join(str(int(frame.index[i])) for i in bad[:EXAMPLES])
+    more = ", ..." if bad.size > EXAMPLES else ""
+    return (
+        f"source {spec.name!r}: column {check.column!r}: {bad.size} {check.problem} of {n} rows, "
+        f"e.g. rows {rows}{more} ({check.fix})"
+    )
+
+
+def split_message(name: str, split: str, part: pd.DataFrame, k: int, windows: dict[str, Any] | None) -> str:
+    pos = int(part["y"].sum())
+    where = ""
+    if windows and split in windows:
+        where = f" [{windows[split][0]} .. {windows[split][1]})"
+    return (
+        f"source {name!r}: split {split!r}{where} has {pos} positives and {len(part) - pos} negatives; "
+        f"each needs at least {k} (widen the window, or lower validate.min_class_count)"
+    )
