@@ -67,6 +67,7 @@ STAGES = [
     "calibrate@isotonic",
     "validate@calibrated",
     "evaluate",
+    "select",
     "reproduce@fake",
     "paper_page@fake",
     "report",
@@ -165,7 +166,12 @@ def _repro_runs_every_stage_and_writes_outputs(root: Path, log: str) -> None:
     ]:
         assert (root / rel).is_file(), rel
     assert (root / "reports/pages/paper-fake.html").is_file()
-    assert 'href="pages/paper-fake.html"' in (root / "reports/index.html").read_text()
+    index = (root / "reports/index.html").read_text()
+    assert 'href="pages/paper-fake.html"' in index
+    # The select stage's card is the answer the index opens with (before the detail tables).
+    card = json.loads((root / "models/bank_marketing/card.json").read_text())
+    assert index.index('data-card="bank_marketing"') < index.index('id="calibration"')
+    assert f"<code>{card['method']}</code>" in index or "Keep the uncalibrated model" in index
     assert "dvc.lock" in git(root, "diff", "--cached", "--name-only")  # core.autostage
     _metrics_show_lists_only_the_headline(root)
     _plots_show_renders_offline(root)
