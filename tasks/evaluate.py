@@ -2,14 +2,15 @@
 
 ``python -m tasks.evaluate``. Methods are the base model itself (``uncalibrated``) and each entry of
 ``calibrate.methods``. Metrics (``calibflow.metrics``): ECE and MCE (``evaluate.n_bins`` equal-width bins),
-Brier, log loss, KS, calibration ratio ``sum p / sum y - 1`` and AUC (is the ranking kept?), plus the
-selection-set metrics of the top ``evaluate.selection_alpha`` by predicted probability.
+Brier, log loss, KS, calibration ratio ``sum p / sum y`` (1 is perfect) and AUC (is the ranking kept?), plus
+the selection-set metrics of the top ``evaluate.selection_alpha`` by predicted probability.
 
 Intervals: percentile bootstrap over test rows, ``evaluate.n_bootstrap`` resamples drawn once per dataset
 from the global seed and shared by all methods (paired), so two methods' intervals are comparable.
-Outputs: ``metrics/evaluation/<dataset>/<method>.json`` (DVC metrics), reliability bins
-``plots/reliability/<dataset>/<method>.json`` (DVC plots) and class-wise histograms of the predicted
-probability ``plots/histograms/<dataset>/<method>.json`` for the report.
+Outputs: ``metrics/headline.json`` (the few numbers per dataset that ``dvc metrics show`` lists),
+``metrics/evaluation/<dataset>/<method>.json`` (the detail), reliability bins (equal-mass by default,
+``evaluate.reliability_bins``, each with a Jeffreys interval) ``plots/reliability/<dataset>/<method>.json``
+and class-wise histograms of the predicted probability ``plots/histograms/<dataset>/<method>.json``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from calibflow import metrics
 from calibflow.io import write_json
+from calibflow.report.data import RANKING_BASELINES
 from tasks import _sources
 from tasks._common import (
     UNCALIBRATED,
@@ -41,6 +44,8 @@ from tasks._common import (
 
 log = logging.getLogger("tasks.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
+#: Per dataset in ``metrics/headline.json``, for the base model and the lowest-log-loss calibrator.
+HEADLINE_KEYS = ("log_loss", "ece", "calibration_ratio")
 
 
 def bootstrap_counts(n_boot: int, y: np.ndarray, rng_seed: int) -> np.ndarray:
@@ -115,13 +120,38 @@ def intervals(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, lev
     return out
 
 
-def reliability_records(y: np.ndarray, p: np.ndarray, n_bins: int) -> list[dict[str, float]]:
-    """Non-empty reliability bins as records (the shape ``dvc plots`` reads)."""
-    rel = metrics.reliability(y, p, n_bins=n_bins)
+def jeffreys_interval(
+    positives: np.ndarray, count: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Jeffreys interval of a binomial rate: Beta(k + 1/2, n - k + 1/2) quantiles (Brown, Cai, DasGupta 2001).
+
+    Chosen over Wald because it stays inside [0, 1] and keeps its coverage at the low rates of ads data
+    (a bin with 2 positives out of 300); the bounds are 0 / 1 when k = 0 / k = n, as they recommend.
+    """
+    tail = (1.0 - level) / 2.0
+    lo = stats.beta.ppf(tail, positives + 0.5, count - positives + 0.5)
+    hi = stats.beta.ppf(1.0 - tail, positives + 0.5, count - positives + 0.5)
+    return np.where(positives > 0, lo, 0.0), np.where(positives < count, hi, 1.0)
+
+
+def reliability_records(
+    y: np.ndarray, p: np.ndarray, n_bins: int, strategy: str = "quantile", level: float = 0.95
+) -> list[dict[str, float]]:
+    """Non-empty reliability bins as records (the shape ``dvc plots`` reads), each with its interval.
+
+    ``strategy="quantile"`` (the default) gives equal-mass bins: every bin holds about ``n / n_bins`` test
+    rows, so at a 2% base rate the diagram still has ``n_bins`` points where equal-width bins would put
+    nearly all rows in the first one. ``low``/``high``: Jeffreys interval of the observed rate.
+    """
+    rel = metrics.reliability(y, p, n_bins=n_bins, strategy=strategy)
+    ok = rel.count > 0
+    pos = np.round(rel.observed * rel.count)
+    lo, hi = jeffreys_interval(pos[ok], rel.count[ok], level)
+    keys = ("count", "positives", "mean_pred", "observed", "low", "high")
+    cols = (rel.count[ok], pos[ok], rel.mean_pred[ok], rel.observed[ok], lo, hi)
     return [
-        {"bin": i, "count": float(c), "mean_pred": float(m), "observed": float(o)}
-        for i, (c, m, o) in enumerate(zip(rel.count, rel.mean_pred, rel.observed, strict=True))
-        if c > 0
+        {"bin": int(i), **{k: float(c[j]) for k, c in zip(keys, cols, strict=True)}}
+        for j, i in enumerate(np.flatnonzero(ok))
     ]
 
 
@@ -160,6 +190,9 @@ def _predictions(lay: Layout, name: str, method_list: list[str]) -> tuple[np.nda
 def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str, Any], rng_seed: int):
     """Metrics, reliability and histogram records of every method on one dataset."""
     n_bins = int(cfg.get("n_bins", 15))
+    strategy = str(cfg.get("reliability_bins", "quantile"))
+    if strategy not in ("quantile", "uniform"):
+        raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     counts = bootstrap_counts(int(cfg.get("n_bootstrap", 200)), y, rng_seed)
     alpha = cfg.get("selection_alpha")
     level = float(cfg.get("ci_level", 0.95))
@@ -169,13 +202,49 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
         rec.update(metrics.summary(y, p, n_bins=n_bins))
         if counts.shape[0]:
             rec["ci"] = {"level": level, **intervals(y, p, counts, n_bins, level)}
+        _as_ratio(rec)
         if alpha:
             rec["selection"] = metrics.selection_metrics(y, p, alpha=float(alpha), n_bins=10)
         out[m] = (
             rec,
-            reliability_records(y, p, n_bins),
+            reliability_records(y, p, n_bins, strategy, level),
             histogram_records(y, p, int(cfg.get("hist_bins", 30))),
         )
+    return out
+
+
+def _as_ratio(rec: dict[str, Any]) -> None:
+    """``calibration_ratio`` as ``sum p / sum y`` (1 is perfect; the ads convention, INTERFACES.md).
+
+    ``calibflow.metrics.calibration_ratio`` returns Fan et al.'s ``E = sum p / sum y - 1``; the stage
+    outputs and the report use the ratio itself, so the bootstrap bounds move with it.
+    """
+    rec["calibration_ratio"] += 1.0
+    ci = (rec.get("ci") or {}).get("calibration_ratio")
+    if ci:
+        ci["low"] += 1.0
+        ci["high"] += 1.0
+
+
+def headline(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The few numbers per dataset ``dvc metrics show`` / ``dvc exp show`` list: ``metrics/headline.json``.
+
+    Per dataset: the base model's AUC, its log loss / ECE / calibration ratio, and the same three for
+    the calibrator with the lowest test log loss (ranking baselines ``sigmoid``/``minmax`` excluded; the
+    select stage's card, with paired intervals, is the recommendation). Everything else stays in
+    ``metrics/evaluation/<dataset>/<method>.json``, which DVC does not list by default.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, rows in result.items():
+        base = rows[UNCALIBRATED]
+        cands = {m: r for m, r in rows.items() if m != UNCALIBRATED and m not in RANKING_BASELINES}
+        entry: dict[str, Any] = {"auc": round(base["auc"], 6)}
+        entry.update({f"{k}_uncal": round(base[k], 6) for k in HEADLINE_KEYS})
+        if cands:
+            best = min(cands, key=lambda m: (cands[m]["log_loss"], m))
+            entry["best"] = best
+            entry.update({f"{k}_best": round(cands[best][k], 6) for k in HEADLINE_KEYS})
+        out[name] = entry
     return out
 
 
@@ -200,6 +269,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             result[name] = {m: v[0] for m, v in res.items()}
             best = min(result[name], key=lambda m: result[name][m]["ece"])
             log.info("evaluated %s: %d methods, lowest ECE %s", name, len(res), best)
+        write_json(lay.metrics / "headline.json", headline(result))
     return result
 
 

@@ -1,26 +1,42 @@
 """Stage ``report``: render ``reports/index.html`` and ``reports/summary.md`` from the stage outputs.
 
-``python -m tasks.report``. Gathers run metadata (git revision, package versions, data checksums from
-``data/raw/manifest.json``), the validation results, the evaluation metrics and plot data, and each
-paper's ``reports/reproductions/<key>.json`` (for the keys in ``papers``), then calls the pure
-``calibflow.report`` renderers. Also writes ``reports/validation.json``: every validation suite in one
-file (what the Prefect flow publishes as a table artifact). All files are written atomically.
+``python -m tasks.report``. Gathers the select stage's ``models/<name>/card.json`` (the answers the index
+opens with), the extra pages in ``reports/pages/``, the evaluation metrics and plot data, the validation
+results and run metadata (git revision, package versions, data checksums from ``data/raw/manifest.json``),
+then calls the pure ``calibflow.report`` renderers. Also writes ``reports/validation.json``: every
+validation suite in one file (what the Prefect flow publishes as a table artifact).
+
+``python -m tasks.report --paper KEY`` (stage ``paper_page@KEY``) renders one paper's
+``reports/reproductions/<KEY>.json`` as ``reports/pages/paper-<KEY>.html``. All files are written atomically.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import html
 import importlib.metadata as im
 import logging
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from calibflow.io import read_json, write_json, write_text
-from calibflow.report import load_report_data, render_html, render_summary
-from tasks._common import PHASES, Layout, base_parser, cli, load_params
+from calibflow.report import (
+    RANKING_BASELINES,
+    ReportData,
+    figures,
+    load_report_data,
+    render_html,
+    render_summary,
+)
+from calibflow.report.data import method_order
+from calibflow.report.html import render_paper_page
+from calibflow.report.svg import sanitize_svg
+from calibflow.results import Reproduction
+from tasks._common import PHASES, Layout, StageError, atomic_dir, base_parser, cli, load_params
 
 log = logging.getLogger("tasks.report")
 PACKAGES = (
@@ -72,6 +88,39 @@ def metadata(root: Path, lay: Layout) -> dict[str, Any]:
     }
 
 
+_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+def page_links(pages_dir: Path) -> list[tuple[str, str]]:
+    """``(href relative to reports/, title)`` of every ``reports/pages/*.html``: papers, then the rest."""
+    if not pages_dir.is_dir():
+        return []
+    out = []
+    for p in sorted(pages_dir.glob("*.html"), key=lambda p: (not p.name.startswith("paper-"), p.name)):
+        head = p.read_text(encoding="utf-8", errors="replace")[:4096]
+        m = _TITLE.search(head)
+        # The title is shown escaped on the index; undo the page's own escaping first.
+        title = html.unescape(m.group(1).strip()) if m else p.stem
+        out.append((f"pages/{p.name}", title))
+    return out
+
+
+def write_plot_images(data: ReportData, folder: Path) -> list[Path]:
+    """``plots/report/reliability-<dataset>.svg``: the index's reliability diagrams for ``dvc plots show``.
+
+    DVC shows SVG files as image plots, copied beside its HTML, so the page renders offline (its Vega
+    templates load scripts from a CDN). Same drawing code and allow-list as the index.
+    """
+    with atomic_dir(folder) as tmp:
+        for ds, curves in data.reliability.items():
+            main = {m: curves[m] for m in method_order(list(curves)) if m not in RANKING_BASELINES}
+            rows = data.evaluation.get(ds) or {}
+            ece = {m: rows[m]["ece"] for m in main if isinstance((rows.get(m) or {}).get("ece"), float)}
+            if main:
+                write_text(tmp / f"reliability-{ds}.svg", sanitize_svg(figures.reliability_grid(main, ece)))
+    return sorted(folder.glob("*.svg"))
+
+
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Path]:
     """Render both files; returns their paths."""
     lay = Layout(Path(root))
@@ -84,6 +133,8 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         histogram_dir=lay.plots / "histograms",
         reproduction_files={k: lay.reproductions / f"{k}.json" for k in params.get("papers") or []},
         splits_file=lay.prepared / "splits.json",
+        cards_dir=lay.root / "models",
+        pages=page_links(lay.reports / "pages"),
     )
     # One file with every suite (phase-prefixed names), for the Prefect flow's validation artifact.
     suites = [s for phase in data.validation for s in phase.get("suites", [])]
@@ -91,13 +142,31 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         lay.reports / "validation.json", {"success": all(s["success"] for s in suites), "suites": suites}
     )
     html_path = write_text(lay.reports / "index.html", render_html(data))
+    write_plot_images(data, lay.plots / "report")
     md_path = write_text(lay.reports / "summary.md", render_summary(data))
     log.info("report: %s (%d KiB), %s", html_path, html_path.stat().st_size // 1024, md_path)
     return {"html": html_path, "summary": md_path}
 
 
+def run_paper(key: str, root: str | os.PathLike[str] = ".") -> Path:
+    """Render ``reports/pages/paper-<key>.html`` from ``reports/reproductions/<key>.json``."""
+    if not re.fullmatch(r"[a-z0-9_]+", key):
+        raise StageError(f"paper key {key!r}: use lowercase letters, digits and _ (a name in `papers`)")
+    lay = Layout(Path(root))
+    src = lay.reproductions / f"{key}.json"
+    if not src.is_file():
+        raise StageError(f"reproduction missing: {src} (run reproduce@{key} first)")
+    out = write_text(lay.reports / "pages" / f"paper-{key}.html", render_paper_page(Reproduction.load(src)))
+    log.info("paper page: %s (%d KiB)", out, out.stat().st_size // 1024)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--paper", metavar="KEY", help="render only reports/pages/paper-KEY.html")
+    args = parser.parse_args(argv)
+    if args.paper:
+        return cli(lambda: run_paper(args.paper, args.root))
     return cli(lambda: run(load_params(args.params), args.root))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,9 @@ STAGES = [
     "calibrate@isotonic",
     "validate@calibrated",
     "evaluate",
+    "select",
     "reproduce@fake",
+    "paper_page@fake",
     "report",
 ]
 
@@ -162,12 +165,46 @@ def _repro_runs_every_stage_and_writes_outputs(root: Path, log: str) -> None:
         "data/calibrated/platt/bank_marketing.json",
     ]:
         assert (root / rel).is_file(), rel
+    assert (root / "reports/pages/paper-fake.html").is_file()
+    index = (root / "reports/index.html").read_text()
+    assert 'href="pages/paper-fake.html"' in index
+    # The select stage's card is the answer the index opens with (before the detail tables).
+    card = json.loads((root / "models/bank_marketing/card.json").read_text())
+    assert index.index('data-card="bank_marketing"') < index.index('id="calibration"')
+    assert f"<code>{card['method']}</code>" in index or "Keep the uncalibrated model" in index
+    assert "dvc.lock" in git(root, "diff", "--cached", "--name-only")  # core.autostage
+    _metrics_show_lists_only_the_headline(root)
+    _plots_show_renders_offline(root)
+
+
+def _metrics_show_lists_only_the_headline(root: Path) -> None:
+    """`dvc metrics show`: one file, a few numbers per dataset; the detail is not listed."""
     shown = json.loads(dvc(root, "metrics", "show", "--json").stdout)
     files = next(iter(shown.values()))["data"]
-    ece = files["metrics/evaluation/bank_marketing/platt.json"]["data"]["ece"]
-    assert 0 <= ece < 0.2
-    assert files["metrics/reproductions/fake.json"]["data"] == {"ece": 0.012, "seed": 11}
-    assert "dvc.lock" in git(root, "diff", "--cached", "--name-only")  # core.autostage
+    assert list(files) == ["metrics/headline.json"]
+    head = files["metrics/headline.json"]["data"]["bank_marketing"]
+    assert head["best"] in ("platt", "isotonic") and 0 <= head["ece_best"] < 0.2
+    assert 0.5 < head["calibration_ratio_uncal"] < 1.5 and len(head) <= 8
+    table = dvc(root, "metrics", "show").stdout.splitlines()
+    header = table[0].split()
+    assert header[0] == "Path" and len(header) <= 9 and "-" not in table[1].split()  # no sparse grid
+    # The detail stays readable on demand.
+    detail = json.loads(dvc(root, "metrics", "show", "--json", "metrics/reproductions/fake.json").stdout)
+    assert next(iter(detail.values()))["data"]["metrics/reproductions/fake.json"]["data"] == {
+        "ece": 0.012,
+        "seed": 11,
+    }
+
+
+def _plots_show_renders_offline(root: Path) -> None:
+    """`dvc plots show`: the report's reliability SVGs as image plots; the page loads nothing remote."""
+    dvc(root, "plots", "show", "-o", "dvc_plots")
+    page = (root / "dvc_plots/index.html").read_text()
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert srcs and all(src.endswith(".svg") for src in srcs), srcs
+    for src in srcs:
+        assert (root / "dvc_plots" / src).is_file() and (root / "dvc_plots" / src).stat().st_size > 1000
+    assert "<script" not in page and "http://" not in page and "https://" not in page
 
 
 def _noop_repro_runs_nothing(root: Path) -> None:
@@ -183,7 +220,7 @@ def _param_change_makes_only_downstream_stale(root: Path) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         stale = set(json.loads(dvc(root, "status", "--json").stdout))
-        assert stale == {"evaluate", "select", "report"}  # report: all params; nothing upstream reruns
+        assert stale == {"evaluate", "select", "report"}  # the report shows all params; nothing upstream
         diff = dvc(root, "params", "diff", "--json").stdout
         change = json.loads(diff)["params.yaml"]["evaluate.n_bootstrap"]
         assert (change["old"], change["new"]) == (20, 30)

@@ -161,6 +161,34 @@ def test_evaluate_writes_metrics_with_intervals_for_every_pair(project):
     assert platt["auc"] == pytest.approx(uncal["auc"], abs=1e-9)
 
 
+def test_headline_and_reliability_bins_are_readable_on_hillstrom(project):
+    """metrics/headline.json: a few numbers per dataset; hillstrom's diagram zoomed, equal-mass, intervals."""
+    from calibflow.report.figures import zoom_limit
+
+    root, _ = project
+    head = json.loads((root / "metrics/headline.json").read_text())
+    assert sorted(head) == sorted(DATASETS)
+    for name, entry in head.items():
+        assert len(entry) <= 8 and entry["best"] in METHODS
+        uncal = json.loads((root / "metrics/evaluation" / name / "uncalibrated.json").read_text())
+        assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], abs=1e-6)
+        assert entry["calibration_ratio_uncal"] == pytest.approx(uncal["calibration_ratio"], abs=1e-6)
+        # sum p / sum y, 1 is perfect (not the library's sum p / sum y - 1)
+        assert 0.5 < uncal["calibration_ratio"] < 1.5
+        ci = uncal["ci"]["calibration_ratio"]
+        assert ci["low"] <= uncal["calibration_ratio"] <= ci["high"]
+    curves = {
+        m.stem: json.loads(m.read_text())
+        for m in sorted((root / "plots/reliability/hillstrom").glob("*.json"))
+    }
+    probs = pd.read_parquet(root / "data/predictions/hillstrom.parquet")
+    assert zoom_limit(curves) < 0.75 and zoom_limit(curves) > probs["prob"].quantile(0.9)
+    for recs in curves.values():
+        counts = [r["count"] for r in recs]
+        assert len(recs) >= 5 and max(counts) < 0.35 * sum(counts)  # equal mass, up to ties of the scores
+        assert all(r["low"] <= r["observed"] <= r["high"] for r in recs)
+
+
 def test_bootstrap_matches_library_weighted_metrics():
     """The vectorised bootstrap equals calibflow.metrics with the resample's multiplicities as weights."""
     rng = np.random.default_rng(3)
@@ -350,16 +378,23 @@ def test_report_renders_every_section(project, tmp_path, monkeypatch):
         "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}}},
     }
     reproduce.run("fake", p, work)
+    paper = report.run_paper("fake", work).read_text()
     out = report.run(p, work)
     page = out["html"].read_text()
-    # Two figures per dataset (reliability, histograms) and the paper's figure.
-    assert page.count("<figure") == 2 * len(DATASETS) + 1
+    # Index: reliability and histograms per dataset; the paper's figure lives on its own page.
+    assert page.count("<figure") == 2 * len(DATASETS)
     assert page.count("<svg") == page.count("<figure")
-    assert "A fake paper (2026)" in page and "No result file for: missing" in page
+    assert 'href="pages/paper-fake.html">Paper reproduction: A fake paper (2026)' in page
+    assert "No result file for: missing" in page
+    assert "A fake paper (2026)" in paper and paper.count("<svg") == 1 and "a choice" in paper
     assert "★" in page and "bank_marketing" in page
-    assert "<script" not in page and "http://" not in page.replace(
-        'xmlns="http://www.w3.org/2000/svg"', ""
-    ).replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+    for text in (page, paper):
+        assert "<script" not in text and "http://" not in text.replace(
+            'xmlns="http://www.w3.org/2000/svg"', ""
+        ).replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+    # dvc plots show: the same reliability diagrams as image files
+    images = sorted(x.name for x in (work / "plots/report").iterdir())
+    assert images == [f"reliability-{d}.svg" for d in DATASETS]
     summary = out["summary"].read_text()
     assert "### bank_marketing" in summary and "**fake**" in summary and "no result file" in summary
     agg = json.loads((work / "reports/validation.json").read_text())
@@ -400,8 +435,11 @@ def test_params_lists_every_standard_calibrator():
 
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+#: Desktop and phone widths the report must work at (issue 14).
+WIDTHS = (1400, 390)
 SVG_CHECK = """<script>
 (function () {
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
   var out = [];
   document.querySelectorAll('figure svg').forEach(function (s) {
     var r = s.getBoundingClientRect(), b = s.getBBox();
@@ -412,18 +450,22 @@ SVG_CHECK = """<script>
     out.push({w: r.width, h: r.height, bw: b.width, bh: b.height,
               drawn: s.querySelectorAll('path, use, line, rect, text').length, missing: missing});
   });
-  var pre = document.createElement('pre');
-  pre.id = 'svgcheck';
-  pre.textContent = JSON.stringify({figures: document.querySelectorAll('figure').length, svgs: out});
-  document.body.appendChild(pre);
+  parent.postMessage(JSON.stringify({figures: document.querySelectorAll('figure').length, svgs: out,
+    page_w: document.documentElement.scrollWidth, view_w: window.innerWidth,
+    answers: document.querySelectorAll('.answer').length}), '*');
 })();
 </script>"""
+#: Headless Chromium will not make a window narrower than 500 px: the page goes in an iframe of the width
+#: under test, and the probe posts its measurements to this frame page, which --dump-dom then prints.
+FRAME = """<!DOCTYPE html><html><body style="margin:0">
+<pre id="svgcheck" style="display:none">none</pre><script>
+window.addEventListener('message', function (e) {
+  document.getElementById('svgcheck').textContent = e.data;
+});
+</script><iframe src="SRC" style="border:0;width:Wpx;height:Hpx"></iframe></body></html>"""
 
 
-def render_in_chromium(page: Path, tmp_path: Path) -> dict:
-    """Open ``page`` with a probe script appended; return what the probe measured after layout."""
-    probe = tmp_path / "probe.html"
-    probe.write_text(page.read_text().replace("</body>", SVG_CHECK + "</body>"))
+def _chromium(tmp_path: Path, width: int, height: int, *args: str) -> subprocess.CompletedProcess:
     cmd = [
         CHROMIUM,
         "--headless",
@@ -433,18 +475,44 @@ def render_in_chromium(page: Path, tmp_path: Path) -> dict:
         "--disable-component-update",
         "--disable-sync",
         "--no-first-run",
+        "--hide-scrollbars",
         f"--user-data-dir={tmp_path / 'ud'}",
-        "--window-size=1280,2000",
-        "--dump-dom",
-        probe.as_uri(),
+        f"--window-size={max(width, 500)},{height}",
+        *args,
     ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
-    start = dom.index('<pre id="svgcheck">') + len('<pre id="svgcheck">')
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _frame(page: Path, width: int, height: int) -> Path:
+    frame = page.parent / f".frame-{page.stem}-{width}.html"
+    text = FRAME.replace("SRC", page.name).replace("Wpx", f"{width}px").replace("Hpx", f"{height}px")
+    frame.write_text(text)
+    return frame
+
+
+def render_in_chromium(page: Path, tmp_path: Path, width: int = 1280) -> dict:
+    """Open ``page`` at ``width`` with a probe script appended; return what it measured after layout."""
+    probe = page.parent / f".probe-{page.stem}.html"  # beside the page, so relative links resolve the same
+    probe.write_text(page.read_text().replace("</body>", SVG_CHECK + "</body>"))
+    frame = _frame(probe, width, 2000)
+    args = ("--virtual-time-budget=10000", "--dump-dom", frame.as_uri())
+    dom = _chromium(tmp_path, width, 2000, *args).stdout
+    probe.unlink()
+    frame.unlink()
+    start = dom.index(">", dom.index('id="svgcheck"')) + 1
     return json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
 
 
+def screenshot(page: Path, out: Path, width: int, height: int = 3000) -> Path:
+    """A PNG of the page's first ``height`` CSS pixels at ``width`` (to look at; the test checks its size)."""
+    frame = _frame(page, width, height)
+    _chromium(out.parent, width, height, f"--screenshot={out}", frame.as_uri())
+    frame.unlink()
+    return out
+
+
 def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
-    """reports/index.html as the report stage writes it: every figure laid out, drawn, references resolved."""
+    """The index and a paper page at 1400 px and at a phone width: figures laid out, drawn, no overflow."""
     if CHROMIUM is None:
         if os.environ.get("CI") == "true":
             pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
@@ -455,15 +523,28 @@ def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "calibflow.experiments.fake", _fake_experiment("fake", []))
     p = {**params, "papers": ["fake"], "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}}}}
     reproduce.run("fake", p, work)
+    paper = report.run_paper("fake", work)
     page = report.run(p, work)["html"]
-    result = render_in_chromium(page, tmp_path)
-    # reliability + histograms per dataset, and the fake paper's figure
-    assert result["figures"] == 2 * len(DATASETS) + 1 == len(result["svgs"])
-    for s in result["svgs"]:
-        assert s["w"] > 50 and s["h"] > 50 and s["bw"] > 0 and s["bh"] > 0, s
-        assert s["drawn"] > 10 and s["missing"] == 0, s
+    for width in WIDTHS:
+        result = render_in_chromium(page, tmp_path, width)
+        # reliability + histograms per dataset (histograms folded: the probe opens every <details>)
+        assert result["figures"] == 2 * len(DATASETS) == len(result["svgs"])
+        assert result["answers"] == len(DATASETS)  # no cards here: one "no recommendation yet" block each
+        # Nothing wider than the window: wide tables scroll inside their own box.
+        assert result["page_w"] <= result["view_w"] + 1, (width, result["page_w"])
+        for s in result["svgs"]:
+            assert s["w"] > 50 and s["h"] > 50 and s["bw"] > 0 and s["bh"] > 0, s
+            # (on a phone a figure keeps its natural size and scrolls in its own box: page_w above)
+            assert s["drawn"] > 10 and s["missing"] == 0, s
+        on_paper = render_in_chromium(paper, tmp_path, width)
+        assert on_paper["figures"] == 1 and on_paper["svgs"][0]["w"] > 50
+        assert on_paper["page_w"] <= on_paper["view_w"] + 1
+        shots = Path(os.environ.get("CALIBFLOW_SCREENSHOTS", tmp_path))  # set it to keep them and look
+        shots.mkdir(parents=True, exist_ok=True)
+        assert screenshot(page, shots / f"index-{width}.png", width).stat().st_size > 10_000
+        assert screenshot(paper, shots / f"paper-{width}.png", width).stat().st_size > 10_000
     # The probe itself can fail: a figure squashed to nothing is reported as such.
-    broken = tmp_path / "broken.html"
+    broken = work / "reports/broken.html"
     broken.write_text(page.read_text().replace("<svg ", '<svg style="width:0;height:0" ', 1))
     assert render_in_chromium(broken, tmp_path)["svgs"][0]["w"] == 0
 

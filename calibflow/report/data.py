@@ -15,8 +15,8 @@ from calibflow.results import Reproduction
 class MetricSpec:
     """A metric column: its key in the metrics JSON, a label, and which value is best.
 
-    ``goal`` is ``"min"`` (lower is better), ``"max"`` (higher is better) or ``"zero"`` (closest to 0,
-    for the signed calibration ratio ``sum p / sum y - 1``).
+    ``goal`` is ``"min"`` (lower is better), ``"max"`` (higher is better) or ``"one"`` (closest to 1,
+    for the calibration ratio ``sum p / sum y``).
     """
 
     key: str
@@ -30,9 +30,19 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("brier", "Brier", "min"),
     MetricSpec("log_loss", "log loss", "min"),
     MetricSpec("ks", "KS", "min"),
-    MetricSpec("calibration_ratio", "calib. ratio", "zero"),
+    MetricSpec("calibration_ratio", "Σp / Σy", "one"),
     MetricSpec("auc", "AUC", "max"),
 )
+
+
+#: The ranking paper's uncalibrated baselines (Kweon et al. 2022): registered methods, evaluated and
+#: validated like the others, but left out of the default comparison (they fit nothing that calibrates).
+RANKING_BASELINES: dict[str, str] = {
+    "sigmoid": "σ(score) with nothing fitted: with the pipeline's logit input it is the base model's own "
+    "probability, so its row repeats the uncalibrated one.",
+    "minmax": "(score − min) / (max − min) over the calibration split: a rescaling to [0, 1] that keeps "
+    "the ranking but has no probability meaning.",
+}
 
 
 @dataclass
@@ -45,6 +55,8 @@ class ReportData:
     - ``evaluation``: {dataset: {method: metrics dict}}; ``reliability`` and ``histograms``:
       {dataset: {method: list of per-bin records}}.
     - ``reproductions``: the papers' ``Reproduction`` objects; ``missing_reproductions``: keys with no file.
+    - ``cards``: the select stage's ``models/<name>/card.json`` (INTERFACES.md), one answer block each.
+    - ``pages``: ``(href, title)`` of the extra pages (``reports/pages/*.html``) the index links to.
     """
 
     params: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +68,8 @@ class ReportData:
     reproductions: list[Reproduction] = field(default_factory=list)
     missing_reproductions: list[str] = field(default_factory=list)
     splits: dict[str, Any] = field(default_factory=dict)
+    cards: list[dict[str, Any]] = field(default_factory=list)
+    pages: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _nested_json(folder: Path | None) -> dict[str, dict[str, Any]]:
@@ -80,6 +94,8 @@ def load_report_data(
     histogram_dir: Path | None = None,
     reproduction_files: dict[str, Path] | None = None,
     splits_file: Path | None = None,
+    cards_dir: Path | None = None,
+    pages: list[tuple[str, str]] | None = None,
 ) -> ReportData:
     """Read the stage outputs named by the arguments; a missing path gives an empty section."""
     validation = [read_json(p) for p in (validation_files or []) if Path(p).is_file()]
@@ -99,7 +115,18 @@ def load_report_data(
         reproductions=reps,
         missing_reproductions=missing,
         splits=read_json(splits_file) if splits_file and Path(splits_file).is_file() else {},
+        cards=load_cards(cards_dir),
+        pages=list(pages or []),
     )
+
+
+def load_cards(folder: Path | None) -> list[dict[str, Any]]:
+    """Every ``folder/<name>/card.json``: datasets first, then sources, each by name."""
+    if folder is None or not Path(folder).is_dir():
+        return []
+    cards = [read_json(p) for p in sorted(Path(folder).glob("*/card.json"))]
+    cards = [c for c in cards if isinstance(c, dict)]
+    return sorted(cards, key=lambda c: (c.get("kind") != "dataset", str(c.get("name", ""))))
 
 
 def _finite(v: Any) -> bool:
@@ -111,7 +138,7 @@ def best_methods(rows: dict[str, dict[str, Any]], spec: MetricSpec) -> set[str]:
     vals = {m: r.get(spec.key) for m, r in rows.items() if _finite(r.get(spec.key))}
     if not vals:
         return set()
-    key = {"min": lambda v: v, "max": lambda v: -v, "zero": abs}[spec.goal]
+    key = {"min": lambda v: v, "max": lambda v: -v, "one": lambda v: abs(v - 1.0)}[spec.goal]
     best = min(key(v) for v in vals.values())
     return {m for m, v in vals.items() if math.isclose(key(v), best, rel_tol=1e-6, abs_tol=1e-12)}
 
@@ -119,3 +146,9 @@ def best_methods(rows: dict[str, dict[str, Any]], spec: MetricSpec) -> set[str]:
 def method_order(methods: list[str]) -> list[str]:
     """The uncalibrated baseline first, then the calibrators alphabetically."""
     return sorted(methods, key=lambda m: (m != "uncalibrated", m))
+
+
+def split_baselines(rows: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``rows`` without and with only the ranking baselines (``RANKING_BASELINES``), order kept."""
+    main = {m: v for m, v in rows.items() if m not in RANKING_BASELINES}
+    return main, {m: v for m, v in rows.items() if m in RANKING_BASELINES}

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from calibflow import plots
-from calibflow.metrics import Reliability
 
 _ID = re.compile(r'\bid="([^"]+)"')
 _REF = re.compile(r'(href="#|url\(#)([^")]+)')
@@ -27,21 +26,68 @@ def scope_svg(svg: str, prefix: str) -> str:
     return _REF.sub(lambda m: f"{m.group(1)}{prefix}{m.group(2)}", svg)
 
 
-def _reliability(records: list[dict[str, Any]]) -> Reliability:
-    count = np.array([float(r["count"]) for r in records])
-    mean_pred = np.array([float(r["mean_pred"]) for r in records])
-    observed = np.array([float(r["observed"]) for r in records])
-    return Reliability(count, mean_pred, observed)
+def _column(records: list[dict[str, Any]], key: str, default: float = np.nan) -> np.ndarray:
+    return np.array([float(r.get(key, default)) for r in records], dtype=float)
 
 
-def reliability_grid(curves: dict[str, list[dict[str, Any]]], ece: dict[str, float] | None = None) -> str:
-    """Small multiples: one reliability diagram per method (bins with no test point are skipped)."""
+def zoom_limit(curves: dict[str, list[dict[str, Any]]]) -> float:
+    """One upper axis limit for every panel: the data's largest mean prediction or interval bound, padded.
+
+    Both axes share it, so the diagonal stays at 45 degrees; hillstrom (predictions below 0.3) and ads
+    data at a 2% base rate fill the panel instead of a corner. Snapped up to a round value.
+    """
+    top = 0.0
+    for recs in curves.values():
+        for key in ("mean_pred", "observed", "high"):
+            vals = _column(recs, key)
+            vals = vals[np.isfinite(vals)]
+            if vals.size:
+                top = max(top, float(vals.max()))
+    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0):
+        lim = step * np.ceil(top * 1.08 / step)
+        if lim / step <= 6:
+            return float(min(lim, 1.0)) or 1.0
+    return 1.0
+
+
+def _count_label(count: np.ndarray) -> str:
+    """``n/bin 160`` for equal-mass bins, ``n/bin 40-320`` when ties make them unequal."""
+    if not count.size:
+        return "no data"
+    lo, hi = int(count.min()), int(count.max())
+    return f"n/bin {lo:,}" if hi <= lo * 1.1 else f"n/bin {lo:,}–{hi:,}"
+
+
+def reliability_panel(ax, records: list[dict[str, Any]], lim: float, title: str) -> None:
+    """Observed rate against mean prediction per bin, with the bin's interval and its size in the panel."""
+    x, obs = _column(records, "mean_pred"), _column(records, "observed")
+    count = _column(records, "count", 0.0)
+    lo, hi = _column(records, "low"), _column(records, "high")
+    ax.plot([0, lim], [0, lim], color="0.65", lw=0.8, ls="--")
+    if np.isfinite(lo).all() and np.isfinite(hi).all() and x.size:
+        err = np.vstack([np.clip(obs - lo, 0, None), np.clip(hi - obs, 0, None)])
+        ax.errorbar(x, obs, yerr=err, fmt="none", ecolor="C0", elinewidth=0.7, alpha=0.55)
+    ax.plot(x, obs, marker="o", ms=2.5, lw=1, color="C0")
+    ax.set_xlim(0, lim)
+    ax.set_ylim(0, lim)
+    ax.set_aspect("equal")
+    ax.text(0.04, 0.95, _count_label(count), transform=ax.transAxes, fontsize=6, va="top", color="0.3")
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel("mean prediction", fontsize=7)
+    ax.set_ylabel("observed rate", fontsize=7)
+    ax.tick_params(labelsize=6)
+
+
+def reliability_grid(
+    curves: dict[str, list[dict[str, Any]]], ece: dict[str, float] | None = None, ncols: int = 4
+) -> str:
+    """Small multiples: one reliability diagram per method, axes zoomed to the data, shared by all panels."""
     methods = list(curves)
-    fig, axes = plots.small_multiples(len(methods), ncols=4, size=2.1)
+    lim = zoom_limit(curves)
+    fig, axes = plots.small_multiples(len(methods), ncols=ncols, size=2.1)
     for ax, m in zip(axes, methods, strict=True):
-        plots.reliability_axes(ax, _reliability(curves[m]), color="C0")
         title = m if not ece or m not in ece else f"{m} (ECE {ece[m]:.4f})"
-        ax.set_title(title, fontsize=8)
+        reliability_panel(ax, curves[m], lim, title)
     fig.tight_layout()
     return plots.to_svg(fig)
 

@@ -2,38 +2,33 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import yaml
 
 from calibflow.report import figures
 from calibflow.report._format import fmt_interval, fmt_num
-from calibflow.report.data import METRICS, ReportData, best_methods, method_order
+from calibflow.report.answers import render_answers
+from calibflow.report.chrome import e as _e
+from calibflow.report.chrome import page
+from calibflow.report.data import (
+    METRICS,
+    RANKING_BASELINES,
+    ReportData,
+    best_methods,
+    method_order,
+    split_baselines,
+)
+from calibflow.report.svg import UnsafeSvg, sanitize_svg
 from calibflow.results import Reproduction
 
-_CSS = " ".join(
-    [
-        "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px 40px}",
-        "h1{margin:18px 0 4px} h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}",
-        "h3{margin-top:26px} table{border-collapse:collapse;margin:8px 0 14px;font-size:13px}",
-        "th,td{border:1px solid #d6d6d6;padding:3px 7px;text-align:right;vertical-align:top}",
-        "th{background:#f2f2f4} td.l,th.l{text-align:left} td.best{background:#e3f4e1;font-weight:600}",
-        "small,.muted{color:#666} .ok{color:#17752c;font-weight:600} .fail{color:#b3261e;font-weight:600}",
-        "figure{margin:10px 0 18px} figcaption{color:#555;font-size:12px;margin-top:4px}",
-        ".svg svg{max-width:100%;height:auto} nav a{margin-right:14px} code{font-size:12px}",
-        "pre{background:#f6f6f8;padding:8px;overflow:auto;font-size:12px} details{margin:6px 0}",
-        "ul.notes li{margin:3px 0}",
-    ]
+_NAV = (
+    ("answers", "Answers"),
+    ("pages", "Pages"),
+    ("calibration", "Calibrators"),
+    ("validation", "Validation"),
+    ("run", "Run"),
 )
-
-
-_NAV = (("run", "Run"), ("validation", "Validation"), ("calibration", "Calibrators"), ("papers", "Papers"))
-
-
-def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
-
 
 def _table(head: list[str], rows: list[list[str]], left: int = 1, cls: list[list[str]] | None = None) -> str:
     """An HTML table; cells are already-escaped HTML; the first ``left`` columns are left-aligned."""
@@ -47,7 +42,9 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1, cls: list[list
                 c.append(cls[r][i])
             tds.append(f'<td class="{" ".join(c)}">{cell}</td>')
         body.append(f"<tr>{''.join(tds)}</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # Wrapped so a wide table scrolls inside its box on a phone instead of widening the page.
+    table = f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="wide">{table}</div>'
 
 
 class _Figures:
@@ -58,7 +55,11 @@ class _Figures:
 
     def __call__(self, svg: str, title: str, caption: str = "") -> str:
         self.n += 1
-        body = figures.scope_svg(svg, f"f{self.n}-")
+        try:
+            body = figures.scope_svg(sanitize_svg(svg), f"f{self.n}-")
+        except UnsafeSvg as exc:  # never inline what the allow-list cannot rebuild
+            body = f'<p class="fail">figure not shown: {_e(exc)}</p>'
+
         text = _e(title) + (". " + _e(caption) if caption else "")
         cap = f"<figcaption><b>Figure {self.n}.</b> {text}</figcaption>"
         return f'<figure data-figure="{self.n}"><div class="svg">{body}</div>{cap}</figure>'
@@ -74,7 +75,7 @@ def _metadata(data: ReportData) -> str:
         ["python", _e(md.get("python", "–"))],
         ["seed", _e(data.params.get("seed", "–"))],
     ]
-    out = ['<section id="run"><h2>Run</h2>', _table(["", ""], rows)]
+    out = ['<section id="run"><h2>Run: revision, packages, data checksums</h2>', _table(["", ""], rows)]
     pk = md.get("packages") or {}
     if pk:
         out.append("<h3>Package versions</h3>")
@@ -186,57 +187,70 @@ def _metric_table(rows: dict[str, dict[str, Any]]) -> str:
     return _table(head, body, cls=cls)
 
 
+def _dataset_detail(ds: str, rows: dict[str, dict[str, Any]], data: ReportData, fig: _Figures) -> str:
+    main, base = split_baselines(rows)
+    any_row = next(iter(rows.values()))
+    n = any_row.get("n_test")
+    out = [f'<h3 id="ds-{_e(ds)}">{_e(ds)}</h3>']
+    out.append(
+        f'<p class="muted">test rows: {_e(n if n is not None else "?")}, positive rate '
+        f"{fmt_num(any_row.get('positive_rate'), 3)}</p>"
+    )
+    out.append(_metric_table(main))
+    rel = data.reliability.get(ds) or {}
+    rel_main = {m: rel[m] for m in method_order(list(rel)) if m not in RANKING_BASELINES}
+    if rel_main:
+        ece = {m: rows[m]["ece"] for m in rel_main if m in rows and isinstance(rows[m].get("ece"), float)}
+        cap = "Observed positive rate against mean prediction per equal-mass bin of the test split; bars: "
+        cap += "Jeffreys interval per bin; n/bin: test rows per bin; dashed: perfect calibration"
+        out.append(fig(figures.reliability_grid(rel_main, ece), f"Reliability diagrams, {ds}", cap))
+    hist = data.histograms.get(ds) or {}
+    hist_main = {m: hist[m] for m in method_order(list(hist)) if m not in RANKING_BASELINES}
+    if hist_main:
+        body = fig(
+            figures.histogram_grid(hist_main),
+            f"Predicted probabilities, {ds}",
+            "Test-split densities by class; the first panel is the base model itself",
+        )
+        out.append(f"<details><summary>Predicted-probability histograms, {_e(ds)}</summary>{body}</details>")
+    if base:
+        out.append(_baselines(base))
+    return "".join(out)
+
+
+def _baselines(rows: dict[str, dict[str, Any]]) -> str:
+    """The ranking paper's baselines, folded, each with what it is (they calibrate nothing)."""
+    items = "".join(f"<li><code>{_e(m)}</code>: {_e(RANKING_BASELINES[m])}</li>" for m in rows)
+    return (
+        "<details><summary>Ranking-paper baselines (not calibrators): "
+        f"{_e(', '.join(rows))}</summary>"
+        "<p>Kweon et al. (2022) list these as uncalibrated references; they are fitted and validated "
+        f'like the others but left out of the comparison above.</p><ul class="notes">{items}</ul>'
+        f"{_metric_table(rows)}</details>"
+    )
+
+
 def _calibration(data: ReportData, fig: _Figures) -> str:
-    out = ['<section id="calibration"><h2>Calibrators on real data</h2>']
+    out = ['<section id="calibration"><h2>Detail: every calibrator on every dataset</h2>']
     if not data.evaluation:
         out.append('<p class="muted">No evaluation results found.</p></section>')
         return "".join(out)
     out.append(
         "<p>Each calibrator is fitted on the calibration split of the base XGBoost model's margins and "
-        "scored on the test split. ★ and green mark the best value per metric (lowest; calibration ratio "
-        "closest to 0; AUC highest). Brackets: percentile bootstrap intervals over test rows (level in each "
-        "metrics file, 95% by default).</p>"
+        "scored on the test split. ★ and green mark the best value per metric (lowest; Σp / Σy, the "
+        "calibration ratio, closest to 1, which is perfect; AUC highest). Brackets: percentile bootstrap "
+        "intervals over test rows (level in each metrics file, 95% by default). Reliability diagrams use "
+        "equal-mass bins (every bin holds the same number of test rows), axes zoomed to the data and "
+        "shared by all panels, with a Jeffreys interval per bin.</p>"
     )
-    for ds, rows in data.evaluation.items():
-        any_row = next(iter(rows.values()))
-        n = any_row.get("n_test")
-        out.append(f'<h3 id="ds-{_e(ds)}">{_e(ds)}</h3>')
-        out.append(
-            f'<p class="muted">test rows: {_e(n if n is not None else "?")}, positive rate '
-            f"{fmt_num(any_row.get('positive_rate'), 3)}</p>"
-        )
-        out.append(_metric_table(rows))
-        rel = data.reliability.get(ds) or {}
-        if rel:
-            order = {m: rel[m] for m in method_order(list(rel))}
-            ece = {m: rows[m]["ece"] for m in order if m in rows and isinstance(rows[m].get("ece"), float)}
-            out.append(
-                fig(
-                    figures.reliability_grid(order, ece),
-                    f"Reliability diagrams, {ds}",
-                    "Observed positive rate against mean prediction per equal-width bin of the test split",
-                )
-            )
-        hist = data.histograms.get(ds) or {}
-        if hist:
-            order = {m: hist[m] for m in method_order(list(hist))}
-            out.append(
-                fig(
-                    figures.histogram_grid(order),
-                    f"Predicted probabilities, {ds}",
-                    "Test-split densities by class; the first panel is the base model itself",
-                )
-            )
+    out += [_dataset_detail(ds, rows, data, fig) for ds, rows in data.evaluation.items()]
     out.append("</section>")
     return "".join(out)
 
 
-def _reproduction(rep: Reproduction, fig: _Figures) -> str:
-    out = [f'<section id="paper-{_e(rep.key)}"><h3>{_e(rep.paper)}</h3>']
-    out.append(
-        f'<p class="muted">key <code>{_e(rep.key)}</code> · profile <b>{_e(rep.profile)}</b> · '
-        f"{rep.elapsed_s:.1f} s</p>"
-    )
+def reproduction_body(rep: Reproduction, fig: _Figures) -> str:
+    """One paper's tables, figures, headline metrics, notes and choices (the body of its own page)."""
+    out = [f'<p class="muted">key <code>{_e(rep.key)}</code> · profile <b>{_e(rep.profile)}</b></p>']
     for t in rep.tables:
         rows = [[_e(fmt_num(c)) for c in row] for row in t.rows]
         # Numbers right-aligned, text (labels, "mean ± s.e." strings) left-aligned.
@@ -244,7 +258,7 @@ def _reproduction(rep: Reproduction, fig: _Figures) -> str:
             ["" if isinstance(c, int | float) and not isinstance(c, bool) else "l" for c in row]
             for row in t.rows
         ]
-        out.append(f"<h4>{_e(t.title)}</h4>")
+        out.append(f"<h3>{_e(t.title)}</h3>")
         out.append(_table([_e(c) for c in t.columns], rows, cls=cls))
         if t.caption:
             out.append(f'<p class="muted">{_e(t.caption)}</p>')
@@ -252,21 +266,28 @@ def _reproduction(rep: Reproduction, fig: _Figures) -> str:
         out.append(fig(f.svg, f.title, f.caption))
     if rep.metrics:
         rows = [[f"<code>{_e(k)}</code>", _e(fmt_num(v))] for k, v in rep.metrics.items()]
-        out.append("<h4>Headline metrics</h4>" + _table(["metric", "value"], rows))
+        out.append("<h3>Headline metrics</h3>" + _table(["metric", "value"], rows))
     for title, items in (("Notes", rep.notes), ("Choices where the paper is open", rep.choices)):
         if items:
             lis = "".join(f"<li>{_e(x)}</li>" for x in items)
-            out.append(f'<h4>{title}</h4><ul class="notes">{lis}</ul>')
-    out.append("</section>")
+            out.append(f'<h3>{title}</h3><ul class="notes">{lis}</ul>')
     return "".join(out)
 
 
-def _papers(data: ReportData, fig: _Figures) -> str:
-    out = ['<section id="papers"><h2>Paper reproductions</h2>']
-    if not data.reproductions and not data.missing_reproductions:
-        out.append('<p class="muted">No reproductions were run.</p>')
-    out.append("<p>Our numbers beside each paper's, as each experiment reports them.</p>")
-    out += [_reproduction(r, fig) for r in data.reproductions]
+def render_paper_page(rep: Reproduction) -> str:
+    """``reports/pages/paper-<key>.html``: one paper's reproduction, self-contained, linked from the index."""
+    body = reproduction_body(rep, _Figures())
+    return page(f"Paper reproduction: {rep.paper}", body, back="../index.html")
+
+
+def _pages(data: ReportData) -> str:
+    """Links to every extra page (paper reproductions, monitoring), and the papers with no result."""
+    out = ['<section id="pages"><h2>Pages</h2>']
+    if data.pages:
+        items = "".join(f'<li><a href="{_e(href)}">{_e(title)}</a></li>' for href, title in data.pages)
+        out.append(f'<ul class="pages">{items}</ul>')
+    else:
+        out.append('<p class="muted">No extra pages (paper reproductions, monitoring) were written.</p>')
     if data.missing_reproductions:
         keys = ", ".join(data.missing_reproductions)
         out.append(f'<p class="fail">No result file for: {_e(keys)}.</p>')
@@ -275,15 +296,16 @@ def _papers(data: ReportData, fig: _Figures) -> str:
 
 
 def render_html(data: ReportData, title: str = "calibflow report") -> str:
-    """The full page as a string (UTF-8, self-contained)."""
+    """The index page as a string: the answers first, then the detail, run metadata last."""
     fig = _Figures()
-    calib = _calibration(data, fig)
-    papers = _papers(data, fig)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV)
     rev = (data.metadata.get("git_revision") or "")[:10]
-    head = (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'
+    sub = f'<p class="muted">revision {_e(rev or "unknown")}</p><nav>{nav}</nav>'
+    body = (
+        render_answers(data.cards, list(data.evaluation))
+        + _pages(data)
+        + _calibration(data, fig)
+        + _validation(data)
+        + _metadata(data)
     )
-    top = f'<body><h1>{_e(title)}</h1><p class="muted">revision {_e(rev or "unknown")}</p><nav>{nav}</nav>'
-    return head + top + _metadata(data) + _validation(data) + calib + papers + "</body></html>\n"
+    return page(title, body, subtitle=sub)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from calibflow.report._format import fmt_num
-from calibflow.report.data import METRICS, ReportData, best_methods, method_order
+from calibflow.report.data import METRICS, ReportData, best_methods, method_order, split_baselines
 
 #: The columns a PR comment shows; the HTML page has all of them with intervals.
 SUMMARY_METRICS = ("ece", "brier", "log_loss", "ks", "auc")
@@ -22,6 +22,7 @@ def _validation_line(data: ReportData) -> str:
 
 
 def _dataset_table(rows: dict[str, dict]) -> list[str]:
+    rows, _ = split_baselines(rows)  # sigmoid/minmax: the ranking paper's baselines, not calibrators
     specs = [s for s in METRICS if s.key in SUMMARY_METRICS]
     best = {s.key: best_methods(rows, s) for s in specs}
     lines = ["| method | " + " | ".join(s.label for s in specs) + " |", "|---" * (len(specs) + 1) + "|"]
@@ -40,6 +41,13 @@ def render_summary(data: ReportData) -> str:
     rev = (md.get("git_revision") or "unknown")[:10] + (" (dirty)" if md.get("git_dirty") else "")
     seed = data.params.get("seed", "?")
     out = ["## calibflow report", "", f"- Revision: `{rev}`, seed {seed}.", _validation_line(data)]
+    for c in data.cards:
+        m = c.get("metrics", {}).get("log_loss", {})
+        ci = m.get("delta_ci") or [None, None]
+        out.append(
+            f"- **{c.get('name')}**: use `{c.get('method')}` (log loss {fmt_num(m.get('delta'))} "
+            f"[{fmt_num(ci[0])}, {fmt_num(ci[1])}] vs uncalibrated). {c.get('reason', '')}"
+        )
     for ds, rows in data.evaluation.items():
         n = next(iter(rows.values())).get("n_test", "?")
         out += ["", f"### {ds} (test rows: {n})", "", *_dataset_table(rows)]

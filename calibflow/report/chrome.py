@@ -1,0 +1,54 @@
+"""Page chrome shared by every report page: inline CSS, the HTML skeleton, escaping.
+
+Every page (``reports/index.html``, ``reports/pages/*.html``) is one self-contained file: inline CSS and
+SVG, no scripts, nothing fetched. Other renderers (the monitoring pages) call ``page`` so all pages look
+alike; they must escape every value with ``e`` and pass figures through ``calibflow.report.svg``.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+CSS = " ".join(
+    [
+        "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px 40px}",
+        "h1{margin:18px 0 4px;font-size:26px}",
+        "h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}",
+        "h3{margin-top:26px} table{border-collapse:collapse;margin:8px 0 14px;font-size:13px}",
+        "th,td{border:1px solid #d6d6d6;padding:3px 7px;text-align:right;vertical-align:top}",
+        "th{background:#f2f2f4} td.l,th.l{text-align:left} td.best{background:#e3f4e1;font-weight:600}",
+        "small,.muted{color:#666} .ok{color:#17752c;font-weight:600} .fail{color:#b3261e;font-weight:600}",
+        "figure{margin:10px 0 18px} figcaption{color:#555;font-size:12px;margin-top:4px}",
+        ".svg svg{max-width:100%;height:auto} code{font-size:12px}",
+        "nav a{margin-right:14px;white-space:nowrap}",
+        "pre{background:#f6f6f8;padding:8px;overflow:auto;font-size:12px} details{margin:6px 0}",
+        "ul.notes li{margin:3px 0} .wide{overflow-x:auto;max-width:100%} summary{cursor:pointer}",
+        ".answers{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:12px}",
+        ".answer{border:1px solid #cfd8cf;border-left:5px solid #2e7d32;border-radius:4px;padding:8px 12px}",
+        ".answer.none{border-left-color:#9e9e9e} .answer h3{margin:0 0 4px;font-size:16px}",
+        ".answer .pick{font-size:18px;font-weight:600;margin:2px 0 6px} .answer table{width:100%}",
+        ".answer p{margin:4px 0} .gain{color:#17752c} .loss{color:#b3261e}",
+        ".answer td small{white-space:nowrap}",
+        ".svg{overflow-x:auto}",
+        # A phone: figures keep a readable size and scroll sideways in their box; the page never does.
+        "@media (max-width:600px){body{padding:0 8px 30px} h1{font-size:21px} table{font-size:12px}",
+        "th,td{padding:2px 4px} .svg svg{max-width:none} .answers{display:block}",
+        ".answer{margin-bottom:10px}}",
+    ]
+)
+
+
+def e(v: Any) -> str:
+    """HTML-escape any value (quotes included), the only way values reach a page."""
+    return html.escape(str(v), quote=True)
+
+
+def page(title: str, body: str, subtitle: str = "", back: str | None = None) -> str:
+    """A full page around ``body`` (already-escaped HTML); ``back`` links to the index from a sub-page."""
+    head = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
+    )
+    up = f'<p><a href="{e(back)}">← calibflow report</a></p>' if back else ""
+    return f"{head}<body>{up}<h1>{e(title)}</h1>{subtitle}{body}</body></html>\n"
