@@ -136,6 +136,7 @@ class Evaluate(_Strict):
     ci_level: float = Field(gt=0, lt=1)
     selection_alpha: float = Field(gt=0, le=1)
     hist_bins: int = Field(gt=0, le=10_000)
+    reliability_bins: Literal["quantile", "uniform"] = "quantile"
 
 
 class Reproduce(BaseModel):
@@ -156,15 +157,14 @@ class Reproduce(BaseModel):
                 raise ValueError(f"reproduce.{key} must be a mapping of profiles ({', '.join(PROFILES)})")
             for prof, cfg in block.items():
                 if not NAME.match(str(prof)):
-                    raise ValueError(f"reproduce.{key}.{prof!r}: a profile name is lowercase letters, digits, _")
+                    raise ValueError(f"reproduce.{key}.{prof!r}: use lowercase letters, digits and _")
                 if cfg is not None and not isinstance(cfg, dict):
                     raise ValueError(f"reproduce.{key}.{prof} must be a mapping")
         if self.profile not in PROFILES and not any(
             isinstance(b, dict) and self.profile in b for b in (self.model_extra or {}).values()
         ):
-            raise ValueError(
-                f"reproduce.profile {self.profile!r} is neither {', '.join(PROFILES)} nor a paper's own profile"
-            )
+            known = ", ".join(PROFILES)
+            raise ValueError(f"reproduce.profile {self.profile!r} is neither {known} nor a paper's own profile")
         return self
 
 
