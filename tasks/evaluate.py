@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from calibflow import metrics
+from calibflow import diagnostics, metrics
 from calibflow.io import write_json
 from calibflow.report.data import RANKING_BASELINES
 from tasks import _sources
@@ -200,6 +200,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
     for m, p in probs.items():
         rec: dict[str, Any] = {"n_test": int(y.size), "positive_rate": float(y.mean())}
         rec.update(metrics.summary(y, p, n_bins=n_bins))
+        rec.update(_diagnostics(y, p))
         if counts.shape[0]:
             rec["ci"] = {"level": level, **intervals(y, p, counts, n_bins, level)}
         _as_ratio(rec)
@@ -211,6 +212,17 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
             histogram_records(y, p, int(cfg.get("hist_bins", 30))),
         )
     return out
+
+
+def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    """Binning-free diagnostics (issue 18): smooth ECE, the Kuiper test's p-value (small = miscalibrated)
+    and the part of the log loss a perfect monotone recalibration would remove (CORP miscalibration)."""
+    tests = diagnostics.cumulative_tests(y, p)
+    return {
+        "smooth_ece": diagnostics.smooth_ece(y, p),
+        "kuiper_pvalue": tests.kuiper_pvalue,
+        "log_loss_miscalibration": diagnostics.decomposition(y, p, "log_loss").miscalibration,
+    }
 
 
 def _as_ratio(rec: dict[str, Any]) -> None:

@@ -15,8 +15,8 @@ from calibflow.results import Reproduction
 class MetricSpec:
     """A metric column: its key in the metrics JSON, a label, and which value is best.
 
-    ``goal`` is ``"min"`` (lower is better), ``"max"`` (higher is better) or ``"one"`` (closest to 1,
-    for the calibration ratio ``sum p / sum y``).
+    ``goal`` is ``"min"`` (lower is better), ``"max"`` (higher is better), ``"one"`` (closest to 1,
+    for the calibration ratio ``sum p / sum y``) or ``"info"`` (shown, never marked best: a p-value).
     """
 
     key: str
@@ -32,6 +32,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("ks", "KS", "min"),
     MetricSpec("calibration_ratio", "Σp / Σy", "one"),
     MetricSpec("auc", "AUC", "max"),
+    MetricSpec("smooth_ece", "smooth ECE", "min"),
+    MetricSpec("log_loss_miscalibration", "log loss removable by recalibration", "min"),
+    MetricSpec("kuiper_pvalue", "Kuiper p (small: miscalibrated)", "info"),
 )
 
 
@@ -136,7 +139,7 @@ def _finite(v: Any) -> bool:
 def best_methods(rows: dict[str, dict[str, Any]], spec: MetricSpec) -> set[str]:
     """Methods whose value of ``spec`` is best among ``rows`` (ties all marked; non-finite ignored)."""
     vals = {m: r.get(spec.key) for m, r in rows.items() if _finite(r.get(spec.key))}
-    if not vals:
+    if not vals or spec.goal == "info":  # a p-value is evidence, not a score to win
         return set()
     key = {"min": lambda v: v, "max": lambda v: -v, "one": lambda v: abs(v - 1.0)}[spec.goal]
     best = min(key(v) for v in vals.values())

@@ -55,7 +55,7 @@ def render_summary(data: ReportData) -> str:
         out += ["", "### Paper reproductions", ""]
         for r in data.reproductions:
             head = ", ".join(f"{k} = {fmt_num(v)}" for k, v in list(r.metrics.items())[:6])
-            line = f"- **{r.key}** ({r.profile}, {r.elapsed_s:.0f} s): {r.paper}"
+            line = f"- **{r.key}** ({r.profile} profile): {r.paper}"
             out.append(line + (f". {head}" if head else ""))
         out += [f"- **{k}**: no result file." for k in data.missing_reproductions]
     out += ["", "Best value per metric in bold; intervals, figures and notes in `reports/index.html`.", ""]
