@@ -141,14 +141,19 @@ def reliability_records(
 
     ``strategy="quantile"`` (the default) gives equal-mass bins: every bin holds about ``n / n_bins`` test
     rows, so at a 2% base rate the diagram still has ``n_bins`` points where equal-width bins would put
-    nearly all rows in the first one. ``low``/``high``: Jeffreys interval of the observed rate.
+    nearly all rows in the first one. ``low``/``high``: Jeffreys interval of the observed rate;
+    ``band_low``/``band_high``: the consistency band of a calibrated model at the bin's predictions.
     """
     rel = metrics.reliability(y, p, n_bins=n_bins, strategy=strategy)
     ok = rel.count > 0
     pos = np.round(rel.observed * rel.count)
     lo, hi = jeffreys_interval(pos[ok], rel.count[ok], level)
-    keys = ("count", "positives", "mean_pred", "observed", "low", "high")
-    cols = (rel.count[ok], pos[ok], rel.mean_pred[ok], rel.observed[ok], lo, hi)
+    # Consistency band (Broecker & Smith 2007): where a calibrated model's observed rate would fall in this
+    # bin, labels redrawn as Bernoulli(p) with a fixed seed; a point outside it is evidence of miscalibration.
+    band = diagnostics.consistency_bands(y, p, n_bins, strategy, level=level, n_draws=400, seed=0)
+    keys = ("count", "positives", "mean_pred", "observed", "low", "high", "band_low", "band_high")
+    cols = (rel.count[ok], pos[ok], rel.mean_pred[ok], rel.observed[ok], lo, hi, band.band_low[ok],
+            band.band_high[ok])
     return [
         {"bin": int(i), **{k: float(c[j]) for k, c in zip(keys, cols, strict=True)}}
         for j, i in enumerate(np.flatnonzero(ok))

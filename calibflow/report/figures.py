@@ -64,6 +64,9 @@ def reliability_panel(ax, records: list[dict[str, Any]], lim: float, title: str)
     count = _column(records, "count", 0.0)
     lo, hi = _column(records, "low"), _column(records, "high")
     ax.plot([0, lim], [0, lim], color="0.65", lw=0.8, ls="--")
+    blo, bhi = _column(records, "band_low"), _column(records, "band_high")
+    if x.size and np.isfinite(blo).all() and np.isfinite(bhi).all():
+        ax.fill_between(x, blo, bhi, color="0.55", alpha=0.25, lw=0, step=None)
     if np.isfinite(lo).all() and np.isfinite(hi).all() and x.size:
         err = np.vstack([np.clip(obs - lo, 0, None), np.clip(hi - obs, 0, None)])
         ax.errorbar(x, obs, yerr=err, fmt="none", ecolor="C0", elinewidth=0.7, alpha=0.55)

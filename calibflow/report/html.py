@@ -202,7 +202,8 @@ def _dataset_detail(ds: str, rows: dict[str, dict[str, Any]], data: ReportData, 
     if rel_main:
         ece = {m: rows[m]["ece"] for m in rel_main if m in rows and isinstance(rows[m].get("ece"), float)}
         cap = "Observed positive rate against mean prediction per equal-mass bin of the test split; bars: "
-        cap += "Jeffreys interval per bin; n/bin: test rows per bin; dashed: perfect calibration"
+        cap += "Jeffreys interval per bin; grey band: where a calibrated model's bins would fall "
+        cap += "(consistency band); n/bin: test rows per bin; dashed: perfect calibration"
         out.append(fig(figures.reliability_grid(rel_main, ece), f"Reliability diagrams, {ds}", cap))
     hist = data.histograms.get(ds) or {}
     hist_main = {m: hist[m] for m in method_order(list(hist)) if m not in RANKING_BASELINES}
@@ -241,7 +242,8 @@ def _calibration(data: ReportData, fig: _Figures) -> str:
         "calibration ratio, closest to 1, which is perfect; AUC highest). Brackets: percentile bootstrap "
         "intervals over test rows (level in each metrics file, 95% by default). Reliability diagrams use "
         "equal-mass bins (every bin holds the same number of test rows), axes zoomed to the data and "
-        "shared by all panels, with a Jeffreys interval per bin.</p>"
+        "shared by all panels, with a Jeffreys interval per bin and a grey consistency band (a point outside "
+        "it is evidence of miscalibration in that bin).</p>"
     )
     out += [_dataset_detail(ds, rows, data, fig) for ds, rows in data.evaluation.items()]
     out.append("</section>")
