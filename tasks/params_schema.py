@@ -164,7 +164,7 @@ class Reproduce(BaseModel):
             isinstance(b, dict) and self.profile in b for b in (self.model_extra or {}).values()
         ):
             known = ", ".join(PROFILES)
-            raise ValueError(f"reproduce.profile {self.profile!r}: use {known} or a paper's own profile")
+            raise ValueError(f"reproduce.profile: {self.profile!r} is not {known} or a paper's own profile")
         return self
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 from monitor_data import make_project
@@ -11,6 +13,9 @@ from monitor_data import make_project
 from calibflow.experiments.monitoring import DAY0
 from flows import registry
 from tasks import monitor as tm
+
+# The gto console script of this interpreter (make test does not activate the venv).
+GTO = str(Path(sys.executable).with_name("gto"))
 
 
 def _git(root, *args):
@@ -39,9 +44,9 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path):
     assert registry.registered(tmp_path, "ads") == {1, newest}
     tags = _git(tmp_path, "tag").split()
     assert f"ads-calibrator@v{newest}.0.0" in tags and any(t.startswith("ads-calibrator#prod#") for t in tags)
-    gto = subprocess.run(["gto", "show"], cwd=tmp_path, capture_output=True, text=True)
+    gto = subprocess.run([GTO, "show"], cwd=tmp_path, capture_output=True, text=True)
     assert "ads-calibrator" in gto.stdout and f"v{newest}.0.0" in gto.stdout
-    hist = subprocess.run(["gto", "history", "ads-calibrator"], cwd=tmp_path, capture_output=True, text=True)
+    hist = subprocess.run([GTO, "history", "ads-calibrator"], cwd=tmp_path, capture_output=True, text=True)
     assert hist.stdout.count("registration") == 2 and hist.stdout.count("assignment") == 2
 
     registry.rollback(tmp_path, "ads", 1)

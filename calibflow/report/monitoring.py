@@ -15,7 +15,8 @@ from typing import Any
 
 from calibflow.monitoring import ALL, MonitorState
 from calibflow.report._format import fmt_num
-from calibflow.report.html import _CSS, _table
+from calibflow.report.chrome import CSS as _CSS
+from calibflow.report.html import _table
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 230, 56, 16, 24, 34
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
