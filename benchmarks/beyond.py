@@ -23,26 +23,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 
 import numpy as np
 from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
+from benchmarks.calibrators import best_time
 from calibflow import calibrators as C
 from calibflow import diagnostics as D
 from calibflow import metrics as M
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    times: list[float] = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if sum(times) > 5.0:
-            break
-    return min(times)
 
 
 def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from calibflow.calibrators.base import BaseCalibrator, register
-from calibflow.calibrators.isotonic import pav
+from calibflow.calibrators.isotonic import pav, pool_ties
 
 
 @register("centered_isotonic")
@@ -35,14 +35,8 @@ class CenteredIsotonicCalibrator(BaseCalibrator):
         self.input = input
 
     def _fit(self, s, y, w) -> None:
-        keep = w > 0
-        s, y, w = s[keep], y[keep], w[keep]
-        order = np.argsort(s, kind="stable")
-        s, y, w = s[order], y[order], w[order]
-        first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        uniq = s[first]
-        ws = np.add.reduceat(w, first)
-        means, starts = pav(np.add.reduceat(w * y, first) / ws, ws)
+        uniq, ws, wy = pool_ties(s, y, w)
+        means, starts = pav(wy / ws, ws)
         # Weighted score centroid of each block: where CIR puts the block's mean.
         centroids = np.add.reduceat(ws * uniq, starts) / np.add.reduceat(ws, starts)
         # The end blocks are anchored at the data's extremes instead of their centroids, so the map also

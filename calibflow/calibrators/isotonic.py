@@ -21,6 +21,22 @@ def pav(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.floa
     return fitted[starts], starts
 
 
+def pool_ties(s, y, w) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Distinct scores (sorted) with their summed weight and summed positive weight; zero weights dropped.
+
+    The step every order-based method (isotonic, centered isotonic, Venn-Abers) starts from: equal scores
+    must get one value, so they are pooled before any fitting.
+    """
+    keep = w > 0
+    s, y, w = s[keep], y[keep], w[keep]
+    # Any sort will do (ties are pooled next), and the default one is the vectorised, faster one.
+    order = np.argsort(s)
+    s, y, w = s[order], y[order], w[order]
+    # s is sorted: the first index of each distinct value is where it changes (no second sort).
+    first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    return s[first], np.add.reduceat(w, first), np.add.reduceat(w * y, first)
+
+
 @register("isotonic")
 class IsotonicCalibrator(BaseCalibrator):
     """Non-decreasing step map from score to probability, fitted by weighted PAV.
@@ -38,18 +54,9 @@ class IsotonicCalibrator(BaseCalibrator):
         self.input = input
 
     def _fit(self, s, y, w) -> None:
-        keep = w > 0
-        s, y, w = s[keep], y[keep], w[keep]
-        # Any sort will do (ties are pooled next), and the default one is the vectorised, faster one.
-        order = np.argsort(s)
-        s, y, w = s[order], y[order], w[order]
         # Pool ties first so equal scores always get one value (as scikit-learn does).
-        # s is sorted: the first index of each distinct value is where it changes (no second sort).
-        first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        uniq = s[first]
-        ws = np.add.reduceat(w, first)
-        ys = np.add.reduceat(w * y, first) / ws
-        means, starts = pav(ys, ws)
+        uniq, ws, wy = pool_ties(s, y, w)
+        means, starts = pav(wy / ws, ws)
         ends = np.append(starts[1:], uniq.size) - 1
         # Keep both ends of each block so interpolation reproduces the step exactly inside blocks.
         xs = np.column_stack([uniq[starts], uniq[ends]]).ravel()

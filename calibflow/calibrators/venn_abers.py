@@ -35,6 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import check_labels, check_scores
 from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.isotonic import pool_ties
 
 
 @numba.njit(cache=True, inline="always")
@@ -127,14 +128,8 @@ class VennAbersCalibrator(BaseCalibrator):
         self.input = input
 
     def _fit(self, s, y, w) -> None:
-        keep = w > 0
-        s, y, w = s[keep], y[keep], w[keep]
-        order = np.argsort(s, kind="stable")
-        s, y, w = s[order], y[order], w[order]
-        first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        cw = np.r_[0.0, np.cumsum(np.add.reduceat(w, first))]
-        cy = np.r_[0.0, np.cumsum(np.add.reduceat(w * y, first))]
-        self.scores_ = s[first]
+        self.scores_, ws, wy = pool_ties(s, y, w)
+        cw, cy = np.r_[0.0, np.cumsum(ws)], np.r_[0.0, np.cumsum(wy)]
         self.p0_ = bridge_slopes(cw, cy, 0.0)
         self.p1_ = bridge_slopes(cw, cy, 1.0)
 
