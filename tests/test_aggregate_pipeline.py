@@ -1,0 +1,95 @@
+"""Issue 17 wired in: a score source above ``scale.row_threshold`` runs calibrate, evaluate and select on the
+aggregate path (DuckDB bucket tables) and agrees with the row path on the same prepared split.
+
+Reduced size: 6000 generated rows (tests/source_data.py) and ``row_threshold: 1000``; the row path is the
+same pipeline with the threshold above the row count.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from source_data import scores_frame, write
+from test_sources_pipeline import _params
+
+from calibflow.io import read_json
+from calibflow.report.answers import answer_block
+from tasks import calibrate, evaluate, fetch, fingerprint, prepare, select, train
+
+METHODS = ["platt", "isotonic"]
+
+
+def _downstream(params: dict, root: Path) -> None:
+    for m in METHODS:
+        calibrate.run(m, params, root)
+    evaluate.run(params, root)
+    select.run(params, root)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    rows = tmp_path_factory.mktemp("rows")
+    path = write(scores_frame(n=6000, days=30, seed=5), "parquet", rows / "userdata")
+    params = _params(str(path.relative_to(rows)), with_features=False)
+    params["calibrate"]["methods"] = METHODS
+    params["evaluate"].update(n_bootstrap=40, reliability_bins="uniform")
+    fingerprint.run("ads", params, rows)
+    fetch.run(params, rows)
+    prepare.run(params, rows)
+    train.run(params, rows)
+    agg = tmp_path_factory.mktemp("agg")
+    shutil.copytree(rows / "data", agg / "data")
+    row_params = {**params, "scale": {"row_threshold": 10**9}}
+    agg_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40}}
+    _downstream(row_params, rows)
+    _downstream(agg_params, agg)
+    return rows, agg
+
+
+def _rec(root: Path, method: str) -> dict:
+    return read_json(root / "metrics/evaluation/ads" / f"{method}.json")
+
+
+def test_path_is_recorded(both):
+    rows, agg = both
+    assert _rec(rows, "platt")["path"] == "rows" and _rec(agg, "platt")["path"] == "aggregate"
+    assert read_json(agg / "data/calibrated/platt/fit.json")["datasets"]["ads"]["path"] == "aggregate"
+    card = read_json(agg / "models/ads/card.json")
+    assert card["path"] == "aggregate" and read_json(rows / "models/ads/card.json")["path"] == "rows"
+    assert "computed from: aggregate" in answer_block(card)
+
+
+def test_uncalibrated_metrics_match_rows(both):
+    rows, agg = both
+    r, a = _rec(rows, "uncalibrated"), _rec(agg, "uncalibrated")
+    assert a["n_test"] == r["n_test"]
+    for k in ("log_loss", "brier", "calibration_ratio"):  # summed per row in the pass: exact
+        assert a[k] == pytest.approx(r[k], rel=1e-9), k
+    assert abs(a["ece"] - r["ece"]) < 1e-3  # only rows of buckets straddling a bin edge can move
+    assert abs(a["auc"] - r["auc"]) <= a["auc_tie_bound"] + 1e-12
+
+
+@pytest.mark.parametrize(("method", "tol"), [("platt", 1e-5), ("isotonic", 1e-3)])
+def test_calibrated_metrics_match_rows(both, method, tol):
+    """Platt (smooth) within 1e-5; isotonic (a step map fitted on two rows per bucket) within 1e-3."""
+    rows, agg = both
+    r, a = _rec(rows, method), _rec(agg, method)
+    for k in ("log_loss", "brier", "ece"):
+        assert abs(a[k] - r[k]) < tol, (k, a[k], r[k])
+    assert abs(a["calibration_ratio"] - r["calibration_ratio"]) < 10 * tol
+    # Poisson intervals hold the point estimate and have the rows' bootstrap width within a factor 2
+    for k in ("log_loss", "ece"):
+        lo, hi = a["ci"][k]["low"], a["ci"][k]["high"]
+        rw = r["ci"][k]["high"] - r["ci"][k]["low"]
+        assert lo <= a[k] <= hi and 0.5 * rw < hi - lo < 2 * rw, (k, lo, hi, rw)
+
+
+def test_selection_agrees(both):
+    rows, agg = both
+    cr, ca = read_json(rows / "models/ads/card.json"), read_json(agg / "models/ads/card.json")
+    assert ca["method"] == cr["method"]
+    ll = ca["metrics"]["log_loss"]
+    assert ll["delta_ci"][0] <= ll["delta"] <= ll["delta_ci"][1]
+    assert ll["calibrated"] == pytest.approx(cr["metrics"]["log_loss"]["calibrated"], abs=5e-3)
