@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from calibflow.aggregate import aggregate_sql, metrics_from_table
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
+from calibflow.aggregate.table import distinct_scores_sql
 from tasks._common import Layout, StageError
 
 ROWS, AGGREGATE = "rows", "aggregate"
@@ -62,8 +63,14 @@ def split_table(
         "(SELECT *, file_row_number AS k FROM read_parquet($path, file_row_number = true)"
         " WHERE split = $split)"
     )
-    sql = aggregate_sql(src, "margin", "y", "logit", (), weight, cfg.grid, replicates, cfg.seed)
-    table = duckdb.connect().execute(sql, {"path": str(path), "split": split}).df()
+    con, args = duckdb.connect(), {"path": str(path), "split": split}
+    distinct = bool(cfg.distinct_max) and (
+        con.execute(distinct_scores_sql(src, "margin"), args).fetchone()[0] <= cfg.distinct_max
+    )
+    sql = aggregate_sql(
+        src, "margin", "y", "logit", (), weight, cfg.grid, replicates, cfg.seed, distinct=distinct
+    )
+    table = con.execute(sql, args).df()
     if table.empty or table["label"].nunique() < 2:
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
     return table

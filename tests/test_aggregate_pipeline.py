@@ -43,9 +43,13 @@ def both(tmp_path_factory):
     shutil.copytree(rows / "data", agg / "data")
     row_params = {**params, "scale": {"row_threshold": 10**9}}
     agg_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40}}
+    grid = tmp_path_factory.mktemp("grid")
+    shutil.copytree(rows / "data", grid / "data")
+    grid_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40, "distinct_max": 0}}
     _downstream(row_params, rows)
     _downstream(agg_params, agg)
-    return rows, agg
+    _downstream(grid_params, grid)
+    return rows, agg, grid
 
 
 def _rec(root: Path, method: str) -> dict:
@@ -53,7 +57,7 @@ def _rec(root: Path, method: str) -> dict:
 
 
 def test_path_is_recorded(both):
-    rows, agg = both
+    rows, agg, _ = both
     assert _rec(rows, "platt")["path"] == "rows" and _rec(agg, "platt")["path"] == "aggregate"
     assert read_json(agg / "data/calibrated/platt/fit.json")["datasets"]["ads"]["path"] == "aggregate"
     card = read_json(agg / "models/ads/card.json")
@@ -62,7 +66,7 @@ def test_path_is_recorded(both):
 
 
 def test_uncalibrated_metrics_match_rows(both):
-    rows, agg = both
+    rows, agg, _ = both
     r, a = _rec(rows, "uncalibrated"), _rec(agg, "uncalibrated")
     assert a["n_test"] == r["n_test"]
     for k in ("log_loss", "brier", "calibration_ratio"):  # summed per row in the pass: exact
@@ -71,14 +75,16 @@ def test_uncalibrated_metrics_match_rows(both):
     assert abs(a["auc"] - r["auc"]) <= a["auc_tie_bound"] + 1e-12
 
 
-@pytest.mark.parametrize(("method", "tol"), [("platt", 1e-5), ("isotonic", 1e-3)])
+@pytest.mark.parametrize(("method", "tol"), [("platt", 1e-6), ("isotonic", 1e-9)])
 def test_calibrated_metrics_match_rows(both, method, tol):
-    """Platt (smooth) within 1e-5; isotonic (a step map fitted on two rows per bucket) within 1e-3."""
-    rows, agg = both
+    """6000 continuous scores are below ``scale.distinct_max``: one group per distinct score, so isotonic
+    (a step map) matches the row fit to 1e-9 and Platt (fitted by iterations) to 1e-6."""
+    rows, agg, _ = both
     r, a = _rec(rows, method), _rec(agg, method)
     for k in ("log_loss", "brier", "ece"):
         assert abs(a[k] - r[k]) < tol, (k, a[k], r[k])
     assert abs(a["calibration_ratio"] - r["calibration_ratio"]) < 10 * tol
+    assert abs(a["auc"] - r["auc"]) <= a["auc_tie_bound"] + 1e-12
     # Poisson intervals hold the point estimate and have the rows' bootstrap width within a factor 2
     for k in ("log_loss", "ece"):
         lo, hi = a["ci"][k]["low"], a["ci"][k]["high"]
@@ -87,9 +93,22 @@ def test_calibrated_metrics_match_rows(both, method, tol):
 
 
 def test_selection_agrees(both):
-    rows, agg = both
+    rows, agg, _ = both
     cr, ca = read_json(rows / "models/ads/card.json"), read_json(agg / "models/ads/card.json")
     assert ca["method"] == cr["method"]
     ll = ca["metrics"]["log_loss"]
     assert ll["delta_ci"][0] <= ll["delta"] <= ll["delta_ci"][1]
     assert ll["calibrated"] == pytest.approx(cr["metrics"]["log_loss"]["calibrated"], abs=5e-3)
+
+
+def test_logit_grid_close_to_rows(both):
+    """``distinct_max: 0``: the 65,536-cell logit grid. Raw-score metrics exact, Platt within 1e-4, and
+    isotonic (its steps move to bucket boundaries) within 2e-3 of the rows."""
+    rows, _, grid = both
+    assert _rec(grid, "uncalibrated")["log_loss"] == pytest.approx(
+        _rec(rows, "uncalibrated")["log_loss"], rel=1e-9
+    )
+    for method, tol in (("platt", 1e-4), ("isotonic", 2e-3)):
+        r, g = _rec(rows, method), _rec(grid, method)
+        for k in ("log_loss", "brier", "ece", "calibration_ratio"):
+            assert abs(g[k] - r[k]) < tol, (method, k, g[k], r[k])
