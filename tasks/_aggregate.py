@@ -4,9 +4,9 @@ evaluated from bucket tables (``calibflow.aggregate``) instead of row arrays.
 Which rows. The tables are built by DuckDB from the source's predictions file
 (``data/predictions/<name>.parquet``: the prepared split, in train's layout), with the split applied as a
 ``WHERE split = ...`` filter. So the split assignment is exactly the one prepare made (time windows or the
-seeded random split) and is not reproduced in SQL a second time. The score is the margin (logit) of each row;
-a declared ``weight`` column weighs the fit
-(as on the row path).
+seeded random split) and is not reproduced in SQL a second time. The score is the column the calibrators
+receive (``margin``, or ``prob`` for ``calibrate.input: probability``); a declared ``weight`` column weighs
+the fit (as on the row path).
 
 Intervals come from the table's Poisson-bootstrap replicates (``scale.replicates``, ``scale.seed``); the
 paired comparisons of select use the same replicate weights for both probability vectors.
@@ -49,9 +49,17 @@ def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
 
 
 def split_table(
-    lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0, weighted: bool = False
+    lay: Layout,
+    name: str,
+    split: str,
+    cfg: ScaleConfig,
+    replicates: int = 0,
+    weighted: bool = False,
+    input_kind: str = "logit",
 ) -> pd.DataFrame:
-    """The bucket table of one split of ``name``'s predictions (score: the margin, a logit).
+    """The bucket table of one split of ``name``'s predictions, on the column the calibrators receive
+    (``calibrate.input``: ``prob`` for "probability", else ``margin``), so a distinct-score table hands
+    them the very values the row path does.
 
     ``weighted``: rows weighed by the source's ``weight`` column, as the row path weighs the fit (its
     evaluation is unweighted, so the test tables are too).
@@ -63,13 +71,12 @@ def split_table(
         "(SELECT *, file_row_number AS k FROM read_parquet($path, file_row_number = true)"
         " WHERE split = $split)"
     )
+    col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
     con, args = duckdb.connect(), {"path": str(path), "split": split}
     distinct = bool(cfg.distinct_max) and (
-        con.execute(distinct_scores_sql(src, "margin"), args).fetchone()[0] <= cfg.distinct_max
+        con.execute(distinct_scores_sql(src, col), args).fetchone()[0] <= cfg.distinct_max
     )
-    sql = aggregate_sql(
-        src, "margin", "y", "logit", (), weight, cfg.grid, replicates, cfg.seed, distinct=distinct
-    )
+    sql = aggregate_sql(src, col, "y", kind, (), weight, cfg.grid, replicates, cfg.seed, distinct=distinct)
     table = con.execute(sql, args).df()
     if table.empty or table["label"].nunique() < 2:
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")

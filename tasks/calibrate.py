@@ -78,7 +78,8 @@ def calibrate_aggregate(
     """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
     from calibflow.aggregate import fit_from_table
 
-    table = _aggregate.split_table(lay, name, "calib", _aggregate.scale_config(params), weighted=True)
+    scale = _aggregate.scale_config(params)
+    table = _aggregate.split_table(lay, name, "calib", scale, weighted=True, input_kind=input_kind)
     try:
         calibrator = fit_from_table(table, method, input_kind, **options)
     except ValueError as exc:

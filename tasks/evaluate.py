@@ -267,12 +267,12 @@ def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_li
     Smooth ECE, Kuiper, KS and the selection metrics need the rows and are left out of these records.
     """
     scale = _aggregate.scale_config(params)
-    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates)
+    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
     texts = {
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in method_list
     }
-    input_kind = str(section(params, "calibrate").get("input", "logit"))
     tables = {UNCALIBRATED: test, **_aggregate.calibrated_tables(test, texts, input_kind)}
     return _aggregate.evaluate_tables(tables, section(params, "evaluate"))
 

@@ -257,12 +257,12 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     """Test log loss per candidate and a ``compare`` for a method, from bucket tables (issue 17)."""
     scale = _aggregate.scale_config(params)
     cfg = section(params, "evaluate")
-    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates)
+    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
     texts = {
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in methods(params)
     }
-    input_kind = str(section(params, "calibrate").get("input", "logit"))
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
     n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))

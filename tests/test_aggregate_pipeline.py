@@ -43,13 +43,20 @@ def both(tmp_path_factory):
     shutil.copytree(rows / "data", agg / "data")
     row_params = {**params, "scale": {"row_threshold": 10**9}}
     agg_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40}}
+    roots: dict[str, Path] = {}
     grid = tmp_path_factory.mktemp("grid")
     shutil.copytree(rows / "data", grid / "data")
     grid_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40, "distinct_max": 0}}
     _downstream(row_params, rows)
     _downstream(agg_params, agg)
     _downstream(grid_params, grid)
-    return rows, agg, grid
+    for label, scale in (("prob_rows", {"row_threshold": 10**9}), ("prob_agg", {"row_threshold": 1000})):
+        root = tmp_path_factory.mktemp(label)
+        shutil.copytree(rows / "data", root / "data")
+        cal = {**params["calibrate"], "input": "probability"}
+        _downstream({**params, "scale": scale, "calibrate": cal}, root)
+        roots[label] = root
+    return rows, agg, grid, roots
 
 
 def _rec(root: Path, method: str) -> dict:
@@ -57,7 +64,7 @@ def _rec(root: Path, method: str) -> dict:
 
 
 def test_path_is_recorded(both):
-    rows, agg, _ = both
+    rows, agg, _, _ = both
     assert _rec(rows, "platt")["path"] == "rows" and _rec(agg, "platt")["path"] == "aggregate"
     assert read_json(agg / "data/calibrated/platt/fit.json")["datasets"]["ads"]["path"] == "aggregate"
     card = read_json(agg / "models/ads/card.json")
@@ -66,7 +73,7 @@ def test_path_is_recorded(both):
 
 
 def test_uncalibrated_metrics_match_rows(both):
-    rows, agg, _ = both
+    rows, agg, _, _ = both
     r, a = _rec(rows, "uncalibrated"), _rec(agg, "uncalibrated")
     assert a["n_test"] == r["n_test"]
     for k in ("log_loss", "brier", "calibration_ratio"):  # summed per row in the pass: exact
@@ -79,7 +86,7 @@ def test_uncalibrated_metrics_match_rows(both):
 def test_calibrated_metrics_match_rows(both, method, tol):
     """6000 continuous scores are below ``scale.distinct_max``: one group per distinct score, so isotonic
     (a step map) matches the row fit to 1e-9 and Platt (fitted by iterations) to 1e-6."""
-    rows, agg, _ = both
+    rows, agg, _, _ = both
     r, a = _rec(rows, method), _rec(agg, method)
     for k in ("log_loss", "brier", "ece"):
         assert abs(a[k] - r[k]) < tol, (k, a[k], r[k])
@@ -93,7 +100,7 @@ def test_calibrated_metrics_match_rows(both, method, tol):
 
 
 def test_selection_agrees(both):
-    rows, agg, _ = both
+    rows, agg, _, _ = both
     cr, ca = read_json(rows / "models/ads/card.json"), read_json(agg / "models/ads/card.json")
     assert ca["method"] == cr["method"]
     ll = ca["metrics"]["log_loss"]
@@ -104,7 +111,7 @@ def test_selection_agrees(both):
 def test_logit_grid_close_to_rows(both):
     """``distinct_max: 0``: the 65,536-cell logit grid. Raw-score metrics exact, Platt within 1e-4, and
     isotonic (its steps move to bucket boundaries) within 2e-3 of the rows."""
-    rows, _, grid = both
+    rows, _, grid, _ = both
     assert _rec(grid, "uncalibrated")["log_loss"] == pytest.approx(
         _rec(rows, "uncalibrated")["log_loss"], rel=1e-9
     )
@@ -112,3 +119,14 @@ def test_logit_grid_close_to_rows(both):
         r, g = _rec(rows, method), _rec(grid, method)
         for k in ("log_loss", "brier", "ece", "calibration_ratio"):
             assert abs(g[k] - r[k]) < tol, (method, k, g[k], r[k])
+
+
+def test_probability_input_matches_rows(both):
+    """``calibrate.input: probability``: tables built on ``prob``, so the fits see the rows' own values."""
+    roots = both[3]
+    rows, agg = roots["prob_rows"], roots["prob_agg"]
+    for method, tol in (("uncalibrated", 1e-12), ("platt", 1e-6), ("isotonic", 1e-9)):
+        r, a = _rec(rows, method), _rec(agg, method)
+        assert a["path"] == "aggregate" and r["path"] == "rows"
+        for k in ("log_loss", "brier", "ece", "calibration_ratio", "auc"):
+            assert abs(a[k] - r[k]) < tol, (method, k, a[k], r[k])
