@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dask-rows", type=int, default=0, help="0: skip the Dask comparison")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--accuracy-rows", type=int, default=0, help="only max |p_agg - p_exact| at this size")
+    ap.add_argument("--methods", default="", help="methods for --accuracy-rows (comma-separated)")
     a = ap.parse_args(argv)
     if a.accuracy_rows:
-        print(json.dumps(accuracy(a.accuracy_rows), indent=1))
+        print(json.dumps(accuracy(a.accuracy_rows, [m for m in a.methods.split(",") if m]), indent=1))
         return
     import duckdb
     import numpy as np
@@ -213,33 +214,51 @@ def dask_compare(files, a, table_rows: int, con) -> dict:
     }
 
 
-def accuracy(rows: int) -> dict:
-    """max |p_agg - p_exact| per method at ``rows`` rows: on a 2001-point grid and on the rows themselves."""
+def accuracy(rows: int, methods: list[str] | None = None) -> dict:
+    """max |p_agg - p_exact| per method at ``rows`` rows: on a 2001-point grid and on the rows themselves.
+
+    Two tables of the same files: the 65,536-cell logit grid (``distinct_max=0``) and one group per
+    distinct score (``scale.distinct_max``'s default, used when the source's distinct scores fit under it).
+    """
     import duckdb
     import numpy as np
     import pyarrow.parquet as pq
 
     from calibflow.aggregate import aggregate_duckdb, fit_from_table
+    from calibflow.aggregate.switch import ScaleConfig
     from calibflow.calibrators import make
 
     folder = tempfile.mkdtemp(prefix="calibflow_acc_", dir="/tmp")
     try:
         files = generate(folder, rows, 2, duckdb.connect())
-        table = aggregate_duckdb(files, "score", "label", segments=["seg"])
         cols = [pq.read_table(f, columns=["score", "label"]) for f in files]
         s = np.concatenate([c["score"].to_numpy() for c in cols]).astype(np.float64)
         y = np.concatenate([c["label"].to_numpy() for c in cols]).astype(np.float64)
         grid = np.linspace(s.min(), s.max(), 2001)
-        out = {"rows": rows, "table_rows": len(table)}
-        for m in METHODS:
-            agg, ex = fit_from_table(table, m), make(m, input="probability").fit(s, y)
-            out[m] = {"grid": float(np.abs(agg.predict(grid) - ex.predict(grid)).max()),
-                      "rows": float(np.abs(agg.predict(s) - ex.predict(s)).max()),
-                      "rows_p99": float(np.quantile(np.abs(agg.predict(s) - ex.predict(s)), 0.99))}
+        out: dict = {"rows": rows, "distinct_scores": int(np.unique(s).size)}
+        tables = {}
+        for mode, dmax in (("grid", 0), ("distinct", ScaleConfig().distinct_max)):
+            t0 = time.perf_counter()
+            tables[mode] = aggregate_duckdb(files, "score", "label", segments=["seg"], distinct_max=dmax)
+            out[f"{mode}_table"] = {
+                "rows": len(tables[mode]),
+                "per_score": "score_probability" in tables[mode].columns,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        for m in methods or METHODS:
+            ex = make(m, input="probability").fit(s, y)
+            pg, ps = ex.predict(grid), ex.predict(s)
+            for mode, table in tables.items():
+                agg = fit_from_table(table, m)
+                d = np.abs(agg.predict(s) - ps)
+                out.setdefault(m, {})[mode] = {
+                    "grid": float(np.abs(agg.predict(grid) - pg).max()),
+                    "rows": float(d.max()),
+                    "rows_p99": float(np.quantile(d, 0.99)),
+                }
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -271,7 +271,8 @@ def bench_e2e(work: Path, n: int, methods: list[str], n_boot: int) -> dict:
             "err": proc.stderr.strip().splitlines()[-3:] if proc.returncode else [],
         }
     card = root / "models/big/card.json"
-    out["card_reason"] = json.loads(card.read_text())["reason"] if card.exists() else None
+    got = json.loads(card.read_text()) if card.exists() else {}
+    out["card_reason"], out["card_path"] = got.get("reason"), got.get("path")  # path: rows | aggregate
     return out
 
 
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                 v = r[k]
                 print(f"e2e {k}: {v['seconds']:.1f} s, peak {v['peak_mb']} MB, ok={v['ok']} {v['err']}")
                 print("  " + json.dumps({s: round(x, 2) for s, x in v["steps"].items()}))
-            print(f"  card: {r['card_reason']}", flush=True)
+            print(f"  card ({r['card_path']} path): {r['card_reason']}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

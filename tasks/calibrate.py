@@ -20,7 +20,7 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
-from tasks import _sources
+from tasks import _aggregate, _sources
 from tasks._common import (
     SPECIAL_METHODS,
     Layout,
@@ -72,6 +72,27 @@ def calibrate_one(
     return text, out
 
 
+def calibrate_aggregate(
+    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: dict[str, Any]
+) -> tuple[str, pd.DataFrame]:
+    """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
+    from calibflow.aggregate import fit_from_table
+
+    scale = _aggregate.scale_config(params)
+    table = _aggregate.split_table(lay, name, "calib", scale, weighted=True, input_kind=input_kind)
+    try:
+        calibrator = fit_from_table(table, method, input_kind, **options)
+    except ValueError as exc:
+        raise StageError(f"{name}: {exc}") from None
+    test = _aggregate.test_rows(lay, name)
+    text = calibrator.to_json()
+    prob = from_json(text).predict(test[_score_column(input_kind)].to_numpy(np.float64))
+    out = pd.DataFrame({"row": test["row"].to_numpy(), "y": test["y"].to_numpy(np.int64)})
+    out["margin"] = test["margin"].to_numpy(np.float64)
+    out["prob"] = prob
+    return text, out
+
+
 def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Calibrate every dataset with ``method``; ``data/calibrated/<method>`` is swapped in at the end."""
     if method in SPECIAL_METHODS:
@@ -89,13 +110,17 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
         for name in _sources.names(params):
             path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
             t0 = time.perf_counter()
-            text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
+            how = _aggregate.path_for(params, name, lay)
+            if how == _aggregate.AGGREGATE:
+                text, out = calibrate_aggregate(method, lay, name, input_kind, options, params)
+            else:
+                text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
             secs = time.perf_counter() - t0
             write_text(tmp / f"{name}.json", text + "\n")
             out.to_parquet(tmp / f"{name}.parquet", index=False)
             # No wall-clock time in this DVC output: same inputs must give the same bytes (timing: the log).
-            info["datasets"][name] = {"n_test": len(out)}
-            log.info("calibrated %s with %s in %.2f s", name, method, secs)
+            info["datasets"][name] = {"n_test": len(out), "path": how}
+            log.info("calibrated %s with %s in %.2f s (%s path)", name, method, secs, how)
         write_json(tmp / "fit.json", info)
     return info
 

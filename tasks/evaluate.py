@@ -27,7 +27,7 @@ from scipy import stats
 from calibflow import diagnostics, metrics
 from calibflow.io import write_json
 from calibflow.report.data import RANKING_BASELINES
-from tasks import _sources
+from tasks import _aggregate, _sources
 from tasks._common import (
     UNCALIBRATED,
     Layout,
@@ -204,6 +204,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
     out = {}
     for m, p in probs.items():
         rec: dict[str, Any] = {"n_test": int(y.size), "positive_rate": float(y.mean())}
+        rec["path"] = _aggregate.ROWS
         rec.update(metrics.summary(y, p, n_bins=n_bins))
         rec.update(_diagnostics(y, p))
         if counts.shape[0]:
@@ -265,6 +266,22 @@ def headline(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str
     return out
 
 
+def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_list: list[str]):
+    """The aggregate path (issue 17): every method from the test split's bucket table, Poisson intervals.
+
+    Smooth ECE, Kuiper, KS and the selection metrics need the rows and are left out of these records.
+    """
+    scale = _aggregate.scale_config(params)
+    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
+    texts = {
+        m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
+        for m in method_list
+    }
+    tables = {UNCALIBRATED: test, **_aggregate.calibrated_tables(test, texts, input_kind)}
+    return _aggregate.evaluate_tables(tables, section(params, "evaluate"))
+
+
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Evaluate every dataset x method; the three output folders are swapped in at the end."""
     lay = Layout(Path(root))
@@ -277,8 +294,11 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         atomic_dir(lay.plots / "histograms") as hdir,
     ):
         for name in _sources.names(params):
-            y, probs = _predictions(lay, name, method_list)
-            res = evaluate_dataset(y, probs, cfg, seed(params))
+            if _aggregate.path_for(params, name, lay) == _aggregate.AGGREGATE:
+                res = evaluate_aggregate(lay, params, name, method_list)
+            else:
+                y, probs = _predictions(lay, name, method_list)
+                res = evaluate_dataset(y, probs, cfg, seed(params))
             for m, (rec, rel, hist) in res.items():
                 write_json(mdir / name / f"{m}.json", rec)
                 write_json(rdir / name / f"{m}.json", rel)

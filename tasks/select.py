@@ -31,7 +31,7 @@ import pandas as pd
 from calibflow import metrics
 from calibflow.calibrators import get_class
 from calibflow.io import read_json, write_json, write_text
-from tasks import _sources
+from tasks import _aggregate, _sources
 from tasks._common import (
     UNCALIBRATED,
     Layout,
@@ -253,14 +253,33 @@ def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
     return preds[preds["split"] == "test"].sort_values("row").reset_index(drop=True)
 
 
+def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[dict[str, float], Any]:
+    """Test log loss per candidate and a ``compare`` for a method, from bucket tables (issue 17)."""
+    scale = _aggregate.scale_config(params)
+    cfg = section(params, "evaluate")
+    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
+    texts = {
+        m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
+        for m in methods(params)
+    }
+    tables = _aggregate.calibrated_tables(test, texts, input_kind)
+    ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
+    n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
+    return ll, lambda m: _aggregate.compare_tables(test, tables[m], n_bins, level)
+
+
 def select_one(
     lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
     """The chosen calibrator's JSON text and its card."""
     cfg = section(params, "evaluate")
+    cands = methods(params)
+    how = _aggregate.path_for(params, name, lay)
+    if how == _aggregate.AGGREGATE:
+        return _select_aggregate(lay, params, name, is_source, rule)
     test = _test_frame(lay, name)
     y = test["y"].to_numpy(np.float64)
-    cands = methods(params)
     probs: dict[str, np.ndarray] = {}
     for m in cands:
         cpath = require(
@@ -276,6 +295,40 @@ def select_one(
         lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
     ).read_text()
     met = compare(y, test["prob"].to_numpy(np.float64), probs[method], cfg, seed(params))
+    segs = segment_ratios(test, probs[method], cfg, seed(params))
+    return text, _card(lay, params, name, is_source, rule, method, met, ll, segs, how)
+
+
+def _select_aggregate(
+    lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
+) -> tuple[str, dict[str, Any]]:
+    """Select from bucket tables: no per-row segment ratios (the table carries no segment columns)."""
+    ll, compare_for = _aggregate_metrics(lay, params, name)
+    method = choose(methods(params), ll, rule)
+    text = require(
+        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
+    ).read_text()
+    met = compare_for(method)
+    return text, _card(lay, params, name, is_source, rule, method, met, ll, [], _aggregate.AGGREGATE)
+
+
+def _card(
+    lay: Layout,
+    params: dict[str, Any],
+    name: str,
+    is_source: bool,
+    rule: str,
+    method: str,
+    met: dict[str, Any],
+    ll: dict[str, float],
+    segments: Any,
+    how: str,
+) -> dict[str, Any]:
+    cfg = section(params, "evaluate")
+    cands = methods(params)
+    text = require(
+        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
+    ).read_text()
     n_mono = sum(get_class(m).monotone for m in cands)
     card = {
         "name": name,
@@ -285,7 +338,7 @@ def select_one(
         "rule": RULE_TEXT if rule == RULE_AUTO else f"named method: {rule}",
         "reason": _reason(method, n_mono, rule, met, float(cfg.get("ci_level", 0.95))),
         "metrics": met,
-        "segments": segment_ratios(test, probs[method], cfg, seed(params)),
+        "segments": segments,
         "candidates": {
             m: {"test_log_loss": v, "monotone": bool(get_class(m).monotone)} for m, v in ll.items()
         },
@@ -293,8 +346,9 @@ def select_one(
         "input": _input_record(params, name, is_source),
         "data": _data_record(lay, params, name, is_source),
         "calibflow_version": im.version("calibflow"),
+        "path": how,
     }
-    return text, card
+    return card
 
 
 def models_dir(root: str | os.PathLike[str]) -> Path:

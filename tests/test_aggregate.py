@@ -136,3 +136,23 @@ def test_scale_params_and_switch():
                      ({"replicates": -1}, "replicates"), ({"z_max": 0}, "z_max")):
         with pytest.raises(ValueError, match=msg):
             parse_scale(bad)
+
+
+def test_distinct_scores_make_step_maps_exact(tmp_path):
+    """Few distinct scores (float32 rounded to 3 decimals): one group per score, so the step maps fitted on
+    the table are the row fits (1e-12), and AUC is exact; with a lower bound the grid is used instead."""
+    rng = np.random.default_rng(11)
+    z = rng.normal(-1, 1.5, 20_000)
+    s = np.round(1 / (1 + np.exp(-z)), 3).astype(np.float32)
+    y = (rng.random(z.size) < 1 / (1 + np.exp(-(0.8 * z - 0.3)))).astype(np.int64)
+    path = tmp_path / "few.parquet"
+    pq.write_table(pa.table({"score": s, "label": y}), path)
+    table = aggregate_duckdb(str(path), "score", "label", distinct_max=100_000)
+    sd = s.astype(np.float64)
+    assert "score_probability" in table.columns and table["bucket"].max() + 1 == np.unique(sd).size
+    for m in ("isotonic", "histogram", "scaling_binning", "bbq"):
+        agg, ex = fit_from_table(table, m), make(m, input="probability").fit(sd, y.astype(float))
+        assert np.abs(agg.predict(sd) - ex.predict(sd)).max() < 1e-12, m
+    assert metrics_from_table(table)["overall"]["auc"] == pytest.approx(M.auc(y, sd), abs=1e-12)
+    coarse = aggregate_duckdb(str(path), "score", "label", distinct_max=100)
+    assert "score_probability" not in coarse.columns

@@ -35,6 +35,12 @@ def representatives(table: pd.DataFrame, scale: str, kind: str) -> tuple[np.ndar
 
     ``scale`` is where the mean is taken: "logit" or "probability".
     """
+    exact = f"score_{kind}"
+    if exact in table.columns:  # a distinct-score table built in the caller's kind: the rows' own scores
+        by = table.groupby(["bucket", "label"], sort=True)
+        g = by.agg(n=("n", "sum"), s=(exact, "first")).reset_index()
+        g = g[g["n"] > 0]
+        return g["s"].to_numpy(np.float64), g["label"].to_numpy(np.float64), g["n"].to_numpy(np.float64)
     col = "sum_z" if scale == "logit" else "sum_q"
     g = table.groupby(["bucket", "label"], sort=True)[["n", col]].sum().reset_index()
     g = g[g["n"] > 0]

@@ -106,8 +106,13 @@ def calibrated_table(table: pd.DataFrame, cal, kind: str = "probability") -> pd.
     t = table.copy()
     mean_z = t["sum_z"] / t["n"]
     s = expit(mean_z) if kind == "probability" else mean_z
-    p = cal.predict(s.to_numpy())
+    if f"score_{kind}" in t.columns:  # a distinct-score table: each group's own score, not a mean
+        s = t[f"score_{kind}"]
+    p = cal.predict(s.to_numpy(np.float64))
     pc = np.clip(p, 1e-15, 1 - 1e-15)
+    # Re-bucket on the calibrated value: groups a step map sends to one probability are ties for the AUC
+    # (as on the rows), and a non-monotone map's order is the one ranked.
+    t["bucket"] = np.unique(p, return_inverse=True)[1].astype(np.int32)
     t["sum_q"] = t["n"] * p
     t["sum_q2"] = t["n"] * p * p
     t["sum_ll"] = t["n"] * np.where(t["label"] == 1, -np.log(pc), -np.log1p(-pc))

@@ -1,6 +1,7 @@
 """The ``scale:`` params section and the choice between the row path and the aggregate path.
 
-    scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0}
+    scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0,
+            distinct_max: 1048576}
 
 Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
 instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
@@ -22,6 +23,9 @@ class ScaleConfig:
     z_max: float = 16.0
     replicates: int = 32
     seed: int = 0
+    #: At most this many distinct scores (HyperLogLog estimate): one group per distinct score, so step
+    #: maps (isotonic, histogram, scaling_binning, bbq) fit as on the rows; 0 turns it off.
+    distinct_max: int = 1_048_576
 
     @property
     def grid(self) -> BucketGrid:
@@ -35,7 +39,7 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     unknown = sorted(set(decl) - known)
     if unknown:
         raise ValueError(f"scale: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    for k in ("row_threshold", "buckets", "replicates", "seed"):
+    for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max"):
         v = decl.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")
@@ -45,5 +49,5 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
 
 
 def choose_path(n_rows: int, cfg: ScaleConfig) -> str:
-    """"aggregate" when ``n_rows`` exceeds the threshold, else "rows" (the exact in-memory path)."""
+    """ "aggregate" when ``n_rows`` exceeds the threshold, else "rows" (the exact in-memory path)."""
     return "aggregate" if n_rows > cfg.row_threshold else "rows"

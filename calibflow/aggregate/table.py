@@ -96,11 +96,13 @@ def aggregate_sql(
     replicates: int = 0,
     seed: int = 0,
     key: str = "k",
+    distinct: bool = False,
 ) -> str:
     """The one GROUP BY of the pass, over ``source`` (a FROM item exposing the columns and ``key``).
 
     ``key`` is a non-negative BIGINT unique per row (file index and row number), used only for the
-    Poisson draws.
+    Poisson draws. ``distinct``: one group per distinct score instead of per logit cell (``bucket`` is
+    then the score's rank among the distinct scores), so step maps fitted on the table are the row fit's.
     """
     z, q = _z_q(kind)
     seg = "".join(f'"{c}" AS seg_{i}, ' for i, c in enumerate(segments))
@@ -109,18 +111,42 @@ def aggregate_sql(
     qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
     boots = "".join(f", sum(w * {_poisson_expr(r, seed)}) AS b{r}" for r in range(replicates))
     mix = f"((({key} % {P_MOD}) * 48271 + {seed % P_MOD}) % {P_MOD})"
-    return f"""
+    if distinct:
+        bucket = "s"
+    else:
+        bucket = (
+            f"CAST(least(greatest(floor((least(greatest(z, -{grid.z_max}), {grid.z_max}) + {grid.z_max})"
+            f" * {grid.n_buckets / (2 * grid.z_max)!r}), 0), {grid.n_buckets - 1}) AS INTEGER)"
+        )
+    sql = f"""
 WITH r0 AS (
   SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS INTEGER) AS y, {w} AS w,
          ({mix} * {mix} + 12345) % {P_MOD} AS h
   FROM {source}
 ), r1 AS (SELECT *, {z} AS z FROM r0), r2 AS (SELECT *, {q} AS q FROM r1)
 SELECT {seg_keys}
-  CAST(least(greatest(floor((least(greatest(z, -{grid.z_max}), {grid.z_max}) + {grid.z_max})
-       * {grid.n_buckets / (2 * grid.z_max)!r}), 0), {grid.n_buckets - 1}) AS INTEGER) AS bucket,
+  {bucket} AS bucket,
   y AS label, sum(w) AS n, sum(w * z) AS sum_z, sum(w * q) AS sum_q,
   sum(w * CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END) AS sum_ll, sum(w * q * q) AS sum_q2{boots}
 FROM r2 GROUP BY ALL ORDER BY ALL"""
+    if not distinct:
+        return sql
+    # The score's rank among the distinct scores (0-based) replaces the score as the integer bucket; the
+    # score itself is kept, so fits see the rows' own values (a group mean can differ in the last bit).
+    rank = "CAST(dense_rank() OVER (ORDER BY bucket) - 1 AS INTEGER)"
+    return f"""
+SELECT * REPLACE ({rank} AS bucket), bucket AS {distinct_column(kind)}
+FROM ({sql}) ORDER BY ALL"""
+
+
+def distinct_column(kind: str) -> str:
+    """The column of a distinct-score table holding each group's score itself, in the source's ``kind``."""
+    return f"score_{kind}"
+
+
+def distinct_scores_sql(source: str, score: str) -> str:
+    """HyperLogLog estimate of the number of distinct scores (constant memory, a few % error)."""
+    return f'SELECT approx_count_distinct(CAST("{score}" AS DOUBLE)) FROM {source}'
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
@@ -150,8 +176,13 @@ def aggregate_duckdb(
     replicates: int = 0,
     seed: int = 0,
     con: duckdb.DuckDBPyConnection | None = None,
+    distinct_max: int = 0,
 ) -> pd.DataFrame:
-    """The bucket table of Parquet ``paths`` in one DuckDB pass (bounded memory: one hash table)."""
+    """The bucket table of Parquet ``paths`` in one DuckDB pass (bounded memory: one hash table).
+
+    ``distinct_max`` > 0: when the source holds at most that many distinct scores (estimated first), one
+    group per distinct score (``aggregate_sql(distinct=True)``); DuckDB engine only.
+    """
     files = expand(paths)
     con = con or duckdb.connect()
     # The file index comes from the (sorted) list of paths, so it matches the Dask engine's partition index.
@@ -159,5 +190,8 @@ def aggregate_duckdb(
         "(SELECT *, (list_position($files, filename) - 1) * CAST(4294967296 AS BIGINT) + file_row_number AS k"
         " FROM read_parquet($files, filename = true, file_row_number = true))"
     )
-    sql = aggregate_sql(src, score, label, kind, segments, weight, grid, replicates, seed)
+    distinct = bool(distinct_max) and (
+        con.execute(distinct_scores_sql(src, score), {"files": files}).fetchone()[0] <= distinct_max
+    )
+    sql = aggregate_sql(src, score, label, kind, segments, weight, grid, replicates, seed, distinct=distinct)
     return con.execute(sql, {"files": files}).df()

@@ -111,6 +111,8 @@ def answer_block(card: dict[str, Any]) -> str:
     table = f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>" if rows else ""
     reason = f"<p>{e(card['reason'])}</p>" if card.get("reason") else ""
     rule = f'<p class="muted">rule: {e(card["rule"])}</p>' if card.get("rule") else ""
+    if card.get("path"):  # issue 17: rows, or the bucket tables of the aggregate path
+        rule += f'<p class="muted">computed from: {e(card["path"])}</p>'
     return (
         f'<div class="answer" data-card="{e(name)}"><h3>{e(name)} <small>{e(kind)}</small></h3>'
         f'<p class="pick">{pick}</p>{reason}<div class="wide">{table}</div>{rule}'

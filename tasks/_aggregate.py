@@ -1,0 +1,205 @@
+"""The stages' aggregate path (issue 17): a score source above ``scale.row_threshold`` rows is fitted and
+evaluated from bucket tables (``calibflow.aggregate``) instead of row arrays.
+
+Which rows. The tables are built by DuckDB from the source's predictions file
+(``data/predictions/<name>.parquet``: the prepared split, in train's layout), with the split applied as a
+``WHERE split = ...`` filter. So the split assignment is exactly the one prepare made (time windows or the
+seeded random split) and is not reproduced in SQL a second time. The score is the column the calibrators
+receive (``margin``, or ``prob`` for ``calibrate.input: probability``); a declared ``weight`` column weighs
+the fit (as on the row path).
+
+Intervals come from the table's Poisson-bootstrap replicates (``scale.replicates``, ``scale.seed``); the
+paired comparisons of select use the same replicate weights for both probability vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from calibflow.aggregate import aggregate_sql, metrics_from_table
+from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
+from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
+from calibflow.aggregate.table import distinct_scores_sql
+from tasks._common import Layout, StageError
+
+ROWS, AGGREGATE = "rows", "aggregate"
+
+
+def scale_config(params: dict[str, Any]) -> ScaleConfig:
+    try:
+        return parse_scale(params.get("scale"))
+    except ValueError as exc:
+        raise StageError(f"params: {exc}") from None
+
+
+def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
+    """ "aggregate" for a score source whose predictions hold more than ``scale.row_threshold`` rows."""
+    decl = (params.get("sources") or {}).get(name)
+    if not isinstance(decl, dict) or decl.get("score") is None:
+        return ROWS  # built-in datasets and features sources keep the row path
+    preds = lay.predictions / f"{name}.parquet"
+    if not preds.exists():
+        return ROWS  # the stage's own `require` names the missing file
+    return choose_path(pq.ParquetFile(preds).metadata.num_rows, scale_config(params))
+
+
+def split_table(
+    lay: Layout,
+    name: str,
+    split: str,
+    cfg: ScaleConfig,
+    replicates: int = 0,
+    weighted: bool = False,
+    input_kind: str = "logit",
+) -> pd.DataFrame:
+    """The bucket table of one split of ``name``'s predictions, on the column the calibrators receive
+    (``calibrate.input``: ``prob`` for "probability", else ``margin``), so a distinct-score table hands
+    them the very values the row path does.
+
+    ``weighted``: rows weighed by the source's ``weight`` column, as the row path weighs the fit (its
+    evaluation is unweighted, so the test tables are too).
+    """
+    path = lay.predictions / f"{name}.parquet"
+    cols = pq.ParquetFile(path).schema_arrow.names
+    weight = "weight" if weighted and "weight" in cols else None
+    src = (
+        "(SELECT *, file_row_number AS k FROM read_parquet($path, file_row_number = true)"
+        " WHERE split = $split)"
+    )
+    col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
+    con, args = duckdb.connect(), {"path": str(path), "split": split}
+    distinct = bool(cfg.distinct_max) and (
+        con.execute(distinct_scores_sql(src, col), args).fetchone()[0] <= cfg.distinct_max
+    )
+    sql = aggregate_sql(src, col, "y", kind, (), weight, cfg.grid, replicates, cfg.seed, distinct=distinct)
+    table = con.execute(sql, args).df()
+    if table.empty or table["label"].nunique() < 2:
+        raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
+    return table
+
+
+def test_rows(lay: Layout, name: str) -> pd.DataFrame:
+    """The test rows' ``row``, ``y``, ``margin``, ``prob`` (read with a split filter, not the whole file)."""
+    path = lay.predictions / f"{name}.parquet"
+    cols = ["row", "y", "margin", "prob"]
+    return pd.read_parquet(path, columns=cols, filters=[("split", "==", "test")])
+
+
+def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
+    """``metrics_from_table``'s overall block in evaluate's record shape."""
+    rec: dict[str, Any] = {
+        "n_test": int(res["n"]),
+        "positive_rate": res["positives"] / res["n"],
+        **{k: res[k] for k in ("ece", "mce", "brier", "log_loss", "calibration_ratio", "auc")},
+        "auc_tie_bound": res["auc_tie_bound"],
+        "path": AGGREGATE,
+    }
+    if "ci" in res:
+        rec["ci"] = {"level": level, **{k: {"low": v[0], "high": v[1]} for k, v in res["ci"].items()}}
+        rec["replicates"] = res["replicates"]
+    return rec
+
+
+def reliability_from_table(t: pd.DataFrame, n_bins: int, level: float) -> list[dict[str, float]]:
+    """Equal-width reliability bins from group means (a group falls in the bin of its mean probability)."""
+    from tasks.evaluate import jeffreys_interval
+
+    g = _collapse(t)
+    n, y = g["n"].to_numpy(), g["label"].to_numpy()
+    idx = np.minimum((g["sum_q"].to_numpy() / n * n_bins).astype(np.intp), n_bins - 1)
+    cnt = np.bincount(idx, weights=n, minlength=n_bins)
+    pos = np.bincount(idx, weights=n * y, minlength=n_bins)
+    sq = np.bincount(idx, weights=g["sum_q"].to_numpy(), minlength=n_bins)
+    ok = cnt > 0
+    lo, hi = jeffreys_interval(pos[ok], cnt[ok], level)
+    return [
+        {
+            "bin": int(i),
+            "count": float(cnt[i]),
+            "positives": float(pos[i]),
+            "mean_pred": float(sq[i] / cnt[i]),
+            "observed": float(pos[i] / cnt[i]),
+            "low": float(lo[j]),
+            "high": float(hi[j]),
+        }
+        for j, i in enumerate(np.flatnonzero(ok))
+    ]
+
+
+def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
+    g = _collapse(t)
+    n, y = g["n"].to_numpy(), g["label"].to_numpy()
+    idx = np.minimum((g["sum_q"].to_numpy() / n * bins).astype(np.intp), bins - 1)
+    neg = np.bincount(idx, weights=np.where(y == 0, n, 0.0), minlength=bins)
+    pos = np.bincount(idx, weights=np.where(y == 1, n, 0.0), minlength=bins)
+    return [
+        {
+            "bin_low": i / bins,
+            "bin_high": (i + 1) / bins,
+            "negatives": int(round(neg[i])),
+            "positives": int(round(pos[i])),
+        }
+        for i in range(bins)
+    ]
+
+
+def evaluate_tables(
+    tables: dict[str, pd.DataFrame], cfg: dict[str, Any]
+) -> dict[str, tuple[dict, list, list]]:
+    """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table.
+
+    Reliability bins are equal-width here (``evaluate.reliability_bins: quantile`` would need the rows).
+    """
+    n_bins = int(cfg.get("n_bins", 15))
+    level = float(cfg.get("ci_level", 0.95))
+    out = {}
+    for m, t in tables.items():
+        res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
+        rec = _metric_record(res, level)
+        hist = histogram_from_table(t, int(cfg.get("hist_bins", 30)))
+        out[m] = (rec, reliability_from_table(t, n_bins, level), hist)
+    return out
+
+
+def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str) -> dict[str, pd.DataFrame]:
+    """The test table under each fitted calibrator (JSON text), the calibrator applied at group means."""
+    from calibflow.calibrators import from_json
+
+    return {m: calibrated_table(test, from_json(t), input_kind) for m, t in texts.items()}
+
+
+def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float) -> dict[str, Any]:
+    """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights)."""
+    from tasks.select import _ci
+
+    gu, gc = _collapse(unc), _collapse(cal)
+    pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)
+    reps = _replicate_cols(gu)
+    du = [_point(gu, gu[c].to_numpy(), n_bins, False) for c in reps]
+    dc = [_point(gc, gc[c].to_numpy(), n_bins, False) for c in reps]
+    out: dict[str, Any] = {}
+    for m in ("log_loss", "ece", "brier"):
+        diff = np.array([c[m] - u[m] for u, c in zip(du, dc, strict=True)])
+        out[m] = {
+            "uncalibrated": pu[m],
+            "calibrated": pc[m],
+            "delta": pc[m] - pu[m],
+            "delta_ci": _ci(diff, level) if reps else None,
+        }
+    ratio = np.array([c["calibration_ratio"] for c in dc])
+    out["calibration_ratio"] = {
+        "uncalibrated": pu["calibration_ratio"],
+        "calibrated": pc["calibration_ratio"],
+        "ci": _ci(ratio, level) if reps else None,
+    }
+    return out
+
+
+def table_log_loss(t: pd.DataFrame) -> float:
+    g = _collapse(t)
+    return float(g["sum_ll"].sum() / g["n"].sum())
