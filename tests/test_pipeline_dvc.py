@@ -39,6 +39,7 @@ TINY = {
     "sources": {},
     "validate": {"min_class_count": 10},
     "select": {"rule": "auto"},
+    "scale": {"row_threshold": 5_000_000},
     "papers": ["fake"],
     "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}, "full": {"n": 50}}},
 }

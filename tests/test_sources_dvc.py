@@ -36,6 +36,7 @@ def _params() -> dict:
     }
     params["validate"] = {"min_class_count": 10}
     params["select"] = {"rule": "auto"}
+    params["scale"] = {"row_threshold": 5_000_000}
     return params
 
 
