@@ -24,7 +24,7 @@ CSS = " ".join(
         "nav a{margin-right:14px;white-space:nowrap}",
         "pre{background:#f6f6f8;padding:8px;overflow:auto;font-size:12px} details{margin:6px 0}",
         "ul.notes li{margin:3px 0} .wide{overflow-x:auto;max-width:100%} summary{cursor:pointer}",
-        ".answers{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:12px}",
+        ".answers{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}",
         ".answer{border:1px solid #cfd8cf;border-left:5px solid #2e7d32;border-radius:4px;padding:8px 12px}",
         ".answer.none{border-left-color:#9e9e9e} .answer h3{margin:0 0 4px;font-size:16px}",
         ".answer .pick{font-size:18px;font-weight:600;margin:2px 0 6px} .answer table{width:100%}",
