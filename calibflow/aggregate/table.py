@@ -21,9 +21,7 @@ same weights for the same row.
 
 from __future__ import annotations
 
-import glob as _glob
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -150,18 +148,22 @@ def distinct_scores_sql(source: str, score: str) -> str:
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
-    """Parquet files of a path, folder or glob (sorted: the file index is part of each row's key)."""
-    items = [paths] if isinstance(paths, str) else list(paths)
+    """Parquet files of a path, folder or glob (sorted: the file index is part of each row's key).
+
+    Each path is resolved by :func:`calibflow.sources.files`, the one resolver user sources use; the
+    aggregate engines read Parquet only, so a CSV source is refused here with the fix.
+    """
+    from calibflow.sources import files
+
     out: list[str] = []
-    for p in items:
-        if os.path.isdir(p):
-            out += sorted(_glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True))
-        elif any(ch in p for ch in "*?["):
-            out += sorted(_glob.glob(p, recursive=True))
-        else:
-            out.append(p)
-    if not out:
-        raise ValueError(f"no Parquet files at {paths!r}; give a file, a folder of .parquet files or a glob")
+    for p in [paths] if isinstance(paths, str) else list(paths):
+        try:
+            out += files(str(p))
+        except FileNotFoundError as exc:
+            raise ValueError(f"no Parquet files at {p!r} ({exc}); give a file, a folder or a glob") from None
+    csv = [f for f in out if not f.lower().endswith((".parquet", ".pq", ".parq"))]
+    if csv:
+        raise ValueError(f"{csv[0]}: the aggregate path reads Parquet only; convert the source to Parquet")
     return out
 
 
