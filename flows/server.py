@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import flows  # noqa: F401
+from tasks._common import pid_alive
 
 DEFAULT_PORT = 4200
 PIDFILE = "calibflow-temp-server.pid"
@@ -110,21 +111,11 @@ def reap_orphan() -> int | None:
     except (OSError, ValueError):
         return None
     path.unlink(missing_ok=True)
-    if _alive(parent) or not _alive(pid) or "uvicorn" not in _cmdline(pid):
+    if pid_alive(parent) or not pid_alive(pid) or "uvicorn" not in _cmdline(pid):
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     return pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _cmdline(pid: int) -> str:

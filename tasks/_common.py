@@ -169,7 +169,8 @@ def seed(params: dict[str, Any]) -> int:
     return int(params["seed"])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal still counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -194,7 +195,7 @@ def remove_stale_temps(target: str | os.PathLike[str]) -> list[Path]:
         if entry.suffix not in (".tmp", ".old"):
             continue
         middle = entry.name[len(dst.name) + 2 :].split(".", 1)[0]
-        if middle.isdigit() and int(middle) != os.getpid() and _pid_alive(int(middle)):
+        if middle.isdigit() and int(middle) != os.getpid() and pid_alive(int(middle)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
