@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibflow.calibrators.base import BaseCalibrator, register
-from calibflow.calibrators.isotonic import pav, pool_ties
+from calibflow.calibrators.base import register
+from calibflow.calibrators.isotonic import IsotonicCalibrator, pav, pool_ties
 
 
 @register("centered_isotonic")
-class CenteredIsotonicCalibrator(BaseCalibrator):
-    """Strictly increasing piecewise-linear map through the PAV block centroids (CIR)."""
+class CenteredIsotonicCalibrator(IsotonicCalibrator):
+    """Strictly increasing piecewise-linear map through the PAV block centroids (CIR).
 
-    expects = "any"
-    _state_fields = ("x_", "y_")
-    _state_spec = {"x_": ("f", 1), "y_": ("f", 1)}
-
-    def __init__(self, input: str = "score") -> None:
-        self.input = input
+    Isotonic regression's state (``x_``, ``y_``) and prediction (linear interpolation, flat outside);
+    only the points differ: block centroids instead of block ends.
+    """
 
     def _fit(self, s, y, w) -> None:
         uniq, ws, wy = pool_ties(s, y, w)
@@ -42,8 +39,4 @@ class CenteredIsotonicCalibrator(BaseCalibrator):
         # The end blocks are anchored at the data's extremes instead of their centroids, so the map also
         # rises across the end blocks (a first block with mean 0 would otherwise stay flat at 0 there).
         x = np.r_[uniq[0], centroids[1:-1], uniq[-1]] if centroids.size >= 2 else centroids
-        v = means
-        self.x_, self.y_ = x, v
-
-    def _predict(self, s):
-        return np.interp(s, self.x_, self.y_)
+        self.x_, self.y_ = x, means
