@@ -109,12 +109,18 @@ def ks_error(y: ArrayLike, p: ArrayLike, sample_weight=None) -> float:
 
 
 def calibration_ratio(y: ArrayLike, p: ArrayLike, sample_weight=None) -> float:
-    """``sum p / sum y - 1``: the calibration error E of Fan et al. (VAD paper), eq. (1)."""
+    """``sum p / sum y``: 1 is perfect (the ads convention); Fan et al.'s calibration error E (VAD paper,
+    eq. 1) is this minus 1 (:func:`calibration_error_e`)."""
     yy, pp, w = _prep(y, p, sample_weight)
     sy = w @ yy
     if sy <= 0:
         raise ValueError("calibration_ratio is undefined without positive labels")
-    return float(w @ pp / sy - 1.0)
+    return float(w @ pp / sy)
+
+
+def calibration_error_e(y: ArrayLike, p: ArrayLike, sample_weight=None) -> float:
+    """``sum p / sum y - 1``: the calibration error E of Fan et al. (VAD paper), eq. (1)."""
+    return calibration_ratio(y, p, sample_weight) - 1.0
 
 
 def auc(y: ArrayLike, score: ArrayLike, sample_weight=None) -> float:
@@ -181,7 +187,7 @@ def selection_metrics(
     m = top_alpha_mask(rs, alpha)
     ys, ps = yy[m], pp[m]
     out = {"alpha": float(alpha), "n_selected": int(m.sum()), "positives": float(ys.sum())}
-    out["E"] = calibration_ratio(ys, ps) if ys.sum() > 0 else float("nan")
+    out["E"] = calibration_error_e(ys, ps) if ys.sum() > 0 else float("nan")
     out["ece"] = ece(ys, ps, n_bins=n_bins)
     out["mce"] = mce(ys, ps, n_bins=n_bins)
     out["brier"] = brier(ys, ps)

@@ -89,7 +89,7 @@ def bootstrap_metrics(y: np.ndarray, p: np.ndarray, W: np.ndarray, n_bins: int) 
         "brier": W @ (p - y) ** 2 / tot,
         "log_loss": W @ nll / tot,
         "ks": ks,
-        "calibration_ratio": (W @ p) / (W @ y) - 1.0,
+        "calibration_ratio": (W @ p) / (W @ y),
         "auc": _weighted_auc(p[order], y[order], Ws),
     }
 
@@ -209,7 +209,6 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
         rec.update(_diagnostics(y, p))
         if counts.shape[0]:
             rec["ci"] = {"level": level, **intervals(y, p, counts, n_bins, level)}
-        _as_ratio(rec)
         if alpha:
             rec["selection"] = metrics.selection_metrics(y, p, alpha=float(alpha), n_bins=10)
         out[m] = (
@@ -229,19 +228,6 @@ def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
         "kuiper_pvalue": tests.kuiper_pvalue,
         "log_loss_miscalibration": diagnostics.decomposition(y, p, "log_loss").miscalibration,
     }
-
-
-def _as_ratio(rec: dict[str, Any]) -> None:
-    """``calibration_ratio`` as ``sum p / sum y`` (1 is perfect; the ads convention, INTERFACES.md).
-
-    ``calibflow.metrics.calibration_ratio`` returns Fan et al.'s ``E = sum p / sum y - 1``; the stage
-    outputs and the report use the ratio itself, so the bootstrap bounds move with it.
-    """
-    rec["calibration_ratio"] += 1.0
-    ci = (rec.get("ci") or {}).get("calibration_ratio")
-    if ci:
-        ci["low"] += 1.0
-        ci["high"] += 1.0
 
 
 def headline(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:

@@ -276,7 +276,7 @@ def _selection_table(y, preds: dict[str, NDArray], rank: NDArray, alphas, n_bins
             k = int(np.ceil(a * len(y)))  # the top ceil(alpha n) items, as calibflow.metrics.top_alpha_mask
             yy, pp = ys[:k], qs[:k]
             vals = {
-                "E": M.calibration_ratio(yy, pp) if yy.sum() > 0 else float("nan"),
+                "E": M.calibration_error_e(yy, pp) if yy.sum() > 0 else float("nan"),
                 "ece": M.ece(yy, pp, n_bins, binning),
                 "mce": M.mce(yy, pp, n_bins, binning),
                 "ece_other": M.ece(yy, pp, n_bins, other),
