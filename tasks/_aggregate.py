@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from calibflow.aggregate import aggregate_sql, metrics_from_table
+from calibflow.aggregate import aggregate_query, metrics_from_table
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
-from calibflow.aggregate.table import distinct_scores_sql
 from tasks._common import Layout, StageError
 
 ROWS, AGGREGATE = "rows", "aggregate"
@@ -67,17 +65,15 @@ def split_table(
     path = lay.predictions / f"{name}.parquet"
     cols = pq.ParquetFile(path).schema_arrow.names
     weight = "weight" if weighted and "weight" in cols else None
-    src = (
-        "(SELECT *, file_row_number AS k FROM read_parquet($path, file_row_number = true)"
-        " WHERE split = $split)"
-    )
+    src = "(SELECT * FROM read_parquet($path) WHERE split = $split)"
     col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
-    con, args = duckdb.connect(), {"path": str(path), "split": split}
-    distinct = bool(cfg.distinct_max) and (
-        con.execute(distinct_scores_sql(src, col), args).fetchone()[0] <= cfg.distinct_max
-    )
-    sql = aggregate_sql(src, col, "y", kind, (), weight, cfg.grid, replicates, cfg.seed, distinct=distinct)
-    table = con.execute(sql, args).df()
+    try:
+        table = aggregate_query(
+            src, {"path": str(path), "split": split}, col, "y", kind, (), weight, cfg.grid, replicates,
+            cfg.seed, distinct_max=cfg.distinct_max,
+        )
+    except ValueError as exc:
+        raise StageError(f"{name} ({split}): {exc}") from None
     if table.empty or table["label"].nunique() < 2:
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
     return table

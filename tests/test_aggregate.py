@@ -156,3 +156,66 @@ def test_distinct_scores_make_step_maps_exact(tmp_path):
     assert metrics_from_table(table)["overall"]["auc"] == pytest.approx(M.auc(y, sd), abs=1e-12)
     coarse = aggregate_duckdb(str(path), "score", "label", distinct_max=100)
     assert "score_probability" not in coarse.columns
+
+
+def _assert_same_table(a, b, keys):
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    assert a[keys].reset_index(drop=True).equals(b[keys].reset_index(drop=True))  # NaN keys compare equal
+    assert (a["n"].to_numpy() == b["n"].to_numpy()).all()
+    for c in ("sum_z", "sum_q", "sum_ll", "sum_q2"):
+        np.testing.assert_allclose(a[c], b[c], rtol=1e-12, atol=1e-300)
+
+
+def test_kernel_equals_duckdb_group_by(files, monkeypatch):
+    """The flat-array pass and DuckDB's GROUP BY (the reference) give one table, segments included; a key
+    space over ``KEYS_MAX`` falls back to the GROUP BY by itself."""
+    from calibflow.aggregate import table as T
+
+    kw = {"segments": ["seg"], "replicates": 4, "seed": 1}
+    fast = aggregate_duckdb(files, "score", "label", engine="kernel", **kw)
+    ref = aggregate_duckdb(files, "score", "label", engine="sql", **kw)
+    _assert_same_table(fast, ref, ["seg_0", "bucket", "label"])
+    assert (fast[["b0", "b3"]].to_numpy() == ref[["b0", "b3"]].to_numpy()).all()  # draws follow the table
+    monkeypatch.setattr(T, "KEYS_MAX", 1000)
+    _assert_same_table(aggregate_duckdb(files, "score", "label", **kw), ref, ["seg_0", "bucket", "label"])
+
+
+def test_kernel_string_and_null_segments_and_logit_scores(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 30_000
+    z = rng.normal(0, 2, n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-z))).astype(np.int64)
+    country = np.array(["de", "fr", None, "us"], dtype=object)[rng.integers(0, 4, n)]
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"margin": z, "y": y, "country": country, "w": rng.integers(1, 4, n)}), path)
+    kw = {"kind": "logit", "segments": ["country"], "weight": "w"}
+    fast = aggregate_duckdb(str(path), "margin", "y", engine="kernel", **kw)
+    ref = aggregate_duckdb(str(path), "margin", "y", engine="sql", **kw)
+    _assert_same_table(fast, ref, ["seg_0", "bucket", "label"])
+    assert fast["seg_0"].isna().any()  # a missing segment value is a segment of its own, as in GROUP BY
+    assert fast["n"].sum() == pq.read_table(path)["w"].to_numpy().sum()
+
+
+@pytest.mark.parametrize("engine", ["kernel", "sql"])
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [("label", 2, "outside"), ("score", np.nan, "not probabilities"), ("score", 1.5, "not probabilities")],
+)
+def test_invalid_rows_are_refused_with_their_count(tmp_path, engine, column, value, message):
+    t = {"score": np.linspace(0.01, 0.99, 100), "label": np.tile([0, 1], 50).astype(np.float64)}
+    t[column][[3, 7]] = value
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table(t), path)
+    with pytest.raises(ValueError, match=f"^2 rows .*{message}"):
+        aggregate_duckdb(str(path), "score", "label", engine=engine)
+
+
+def test_group_replicate_counts_are_poisson_of_the_group_size(table):
+    """A group's replicate count is the sum of its rows' Poisson(1) draws: Poisson(n), so its variance is
+    n (dispersion ~1 across groups and replicates), and the draws depend on the seed only."""
+    reps = [c for c in table.columns if c.startswith("b") and c[1:].isdigit()]
+    n = table["n"].to_numpy()[:, None]
+    b = table[reps].to_numpy()
+    dispersion = ((b - n) ** 2).sum() / (n.sum() * len(reps))  # E (b - n)^2 = n for Poisson(n)
+    assert 0.9 < dispersion < 1.1, dispersion
+    assert (b == np.round(b)).all() and b.min() >= 0

@@ -9,11 +9,19 @@ and Poisson-bootstrap replicate weights. ``fit.fit_from_table`` fits any score+l
 
 from calibflow.aggregate.fit import fit_from_table, representatives
 from calibflow.aggregate.metrics import metrics_from_table
-from calibflow.aggregate.table import BucketGrid, aggregate_duckdb, aggregate_sql
+from calibflow.aggregate.table import (
+    BucketGrid,
+    add_replicates,
+    aggregate_duckdb,
+    aggregate_query,
+    aggregate_sql,
+)
 
 __all__ = [
     "BucketGrid",
+    "add_replicates",
     "aggregate_duckdb",
+    "aggregate_query",
     "aggregate_sql",
     "fit_from_table",
     "metrics_from_table",

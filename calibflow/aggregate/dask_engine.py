@@ -1,10 +1,11 @@
 """The same bucket table from a Dask cluster: one ``dask.dataframe`` partition per Parquet file.
 
-Each partition is read with pyarrow on a worker, given the same row key as the DuckDB engine (file
-index * 2^32 + row number in the file) and reduced with the *same* SQL (``table.aggregate_sql``, DuckDB
-embedded in the worker), so the bucket of a score and the Poisson draws of a row are computed by one
-definition; the partial tables are then summed by Dask (``groupby().sum()``). Integer counts agree
-exactly with ``aggregate_duckdb``; float sums to summation order (~1e-12 relative).
+Each partition is one file reduced on a worker by the single-machine pass itself
+(``table.aggregate_duckdb`` on that file: DuckDB embedded in the worker, one thread per task), so a
+score's bucket is computed by one definition; Dask sums the partial tables (``groupby().sum()``), and the
+Poisson-bootstrap replicates are drawn from the summed table on the client (``table.add_replicates``),
+exactly as the single-machine path draws them. Integer counts (and so the replicate draws) agree exactly
+with ``aggregate_duckdb``; float sums to summation order (~1e-12 relative).
 
 Point it at an existing cluster with ``client = distributed.Client("tcp://scheduler:8786")`` and pass
 ``client``; every worker must be able to open the source paths (a shared filesystem or an object store
@@ -14,22 +15,25 @@ URL pyarrow reads), and must have calibflow, duckdb and pyarrow installed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import duckdb
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from calibflow.aggregate.table import DEFAULT_GRID, BucketGrid, aggregate_sql, expand
+from calibflow.aggregate.table import (
+    DEFAULT_GRID,
+    BucketGrid,
+    add_replicates,
+    aggregate_duckdb,
+    aggregate_query,
+    expand,
+)
 
 
-def _partition(path: str, index: int, read_columns: list[str], sql_args: dict) -> pd.DataFrame:
-    tab = pq.read_table(path, columns=read_columns)
-    key = pa.array(range(index << 32, (index << 32) + tab.num_rows), pa.int64())
-    part = tab.append_column("k", key)  # noqa: F841 - read by DuckDB's replacement scan below
+def _partition(path: str, args: dict) -> pd.DataFrame:
     con = duckdb.connect()
     con.execute("SET threads TO 1")  # one partition per worker thread: Dask does the parallelism
-    return con.execute(aggregate_sql("part", **sql_args)).df()
+    return aggregate_duckdb(path, con=con, **args)
 
 
 def aggregate_dask(
@@ -48,31 +52,14 @@ def aggregate_dask(
     import dask.dataframe as dd
 
     files = expand(paths)
-    columns = [score, label, *segments, *([weight] if weight else [])]
-    args = {
-        "score": score,
-        "label": label,
-        "kind": kind,
-        "segments": tuple(segments),
-        "weight": weight,
-        "grid": grid,
-        "replicates": replicates,
-        "seed": seed,
-    }
-    # Dask's meta (column names and dtypes) from the same SQL on an empty table of the first file's schema.
-    empty = pq.read_schema(files[0]).empty_table().select(columns)
-    part = empty.append_column("k", pa.array([], pa.int64()))  # noqa: F841 - DuckDB replacement scan
-    meta = duckdb.connect().execute(aggregate_sql("part", **args)).df()
-    parts = dd.from_map(
-        _partition,
-        files,
-        list(range(len(files))),
-        read_columns=columns,
-        sql_args=args,
-        enforce_metadata=False,
-        meta=meta,
-    )
+    args = {"score": score, "label": label, "kind": kind, "segments": tuple(segments), "weight": weight,
+            "grid": grid}
+    # Dask's meta (column names and dtypes): the pass over no rows of the first file.
+    empty = "(SELECT * FROM read_parquet($files) LIMIT 0)"
+    meta = aggregate_query(empty, {"files": files[:1]}, **args)
+    parts = dd.from_map(partial(_partition, args=args), files, enforce_metadata=False, meta=meta)
     keys = [f"seg_{i}" for i in range(len(segments))] + ["bucket", "label"]
     reduced = parts.groupby(keys, sort=False).sum(split_out=1)
     out = reduced.compute() if client is None else client.compute(reduced).result()
-    return out.reset_index().sort_values(keys, kind="stable").reset_index(drop=True)
+    table = out.reset_index().sort_values(keys, kind="stable").reset_index(drop=True)
+    return add_replicates(table[meta.columns], replicates, seed)

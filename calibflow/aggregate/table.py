@@ -1,4 +1,4 @@
-"""The bucket table, built by DuckDB in one streaming GROUP BY over Parquet files.
+"""The bucket table of a score source, built in one streaming pass.
 
 Buckets. One uniform grid on the logit, ``z`` clipped to ``[-z_max, z_max]`` and cut into ``n_buckets``
 cells of width ``dz = 2 z_max / n_buckets``. Since ``dp/dz = p (1 - p) <= 1/4``, a logit cell is at
@@ -8,15 +8,15 @@ logit, binning methods on the probability): the default ``dz = 32 / 65536 = 4.9e
 
 Rows per group. Each (segments..., bucket, label) group keeps its summed frequency weight ``n``,
 ``sum w z``, ``sum w q`` (q the probability), ``sum w ll`` (the exact log loss of each row, as
-``calibflow.metrics.log_loss`` with eps 1e-15) and ``sum w q^2`` (Brier exactly), and ``b0..b{R-1}``:
-``sum w k_r`` with ``k_r ~ Poisson(1)`` drawn per row and per replicate (the Poisson bootstrap of
-Hanley & MacGibbon / Chamandy et al. 2012: no resampled copy of the data, one pass).
+``calibflow.metrics.log_loss`` with eps 1e-15) and ``sum w q^2`` (Brier exactly), and ``b0..b{R-1}``,
+the Poisson-bootstrap replicate counts (:func:`add_replicates`).
 
-Poisson draws. A row's key is ``(file index, row number in the file)``; a fixed integer hash (squaring
-modulo the prime 2^31 - 1, all products < 2^62 so BIGINT arithmetic never overflows) maps (key, seed,
-r) to a uniform integer, turned into a Poisson(1) count by the inverse CDF (table below, truncated at
-9: P(K > 9) = 1.1e-7). The same SQL runs per partition in the Dask engine, so both engines draw the
-same weights for the same row.
+The pass. DuckDB reads the source (Parquet files, projection, any filter, the segment columns turned
+into small integer codes) and streams Arrow batches into a compiled kernel that adds every row into a
+flat accumulator indexed by (segment code, bucket, label) (``kernel.accumulate``: ~10x cheaper per row
+than a hash GROUP BY on this machine, see docs/benchmarks/scale.md). The same sums as one DuckDB
+``GROUP BY`` (:func:`aggregate_sql`) remain the reference the tests compare against, and the engine for
+key spaces too large for a flat array (many segment values) and for one group per distinct score.
 """
 
 from __future__ import annotations
@@ -26,11 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pandas as pd
 
-P_MOD = 2_147_483_647  # 2^31 - 1
-_POISSON_MAX = 9
+from calibflow.aggregate import kernel
+
 _KINDS = ("probability", "logit", "score")
+# The flat accumulator's size limit (keys = segment codes x buckets x 2 labels): 4M keys are 160 MB per
+# thread. Above it (many segment values) the pass is DuckDB's GROUP BY.
+KEYS_MAX = 1 << 22
+BATCH_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -54,25 +59,6 @@ class BucketGrid:
 DEFAULT_GRID = BucketGrid()
 
 
-def _poisson_thresholds() -> list[int]:
-    """Integer thresholds T_k = floor(P(K <= k) P_MOD) of Poisson(1), k = 0.._POISSON_MAX - 1."""
-    cdf, term, out = 0.0, math.exp(-1.0), []
-    for k in range(_POISSON_MAX):
-        cdf += term
-        term /= k + 1
-        out.append(int(cdf * P_MOD))
-    return out
-
-
-def _poisson_expr(r: int, seed: int) -> str:
-    """SQL for replicate r's Poisson(1) count of the row whose mixed key is ``h``."""
-    m = 48_271 + 7_919 * r  # a distinct multiplier per replicate (all < 2^31)
-    c = (seed * 69_069 + 1_013_904_223 * (r + 1)) % P_MOD
-    x = f"(((h * {m} + {c}) % {P_MOD}) * ((h * {m} + {c}) % {P_MOD}) % {P_MOD})"
-    cases = " ".join(f"WHEN {x} < {t} THEN {k}" for k, t in enumerate(_poisson_thresholds()))
-    return f"(CASE {cases} ELSE {_POISSON_MAX} END)"
-
-
 def _z_q(kind: str) -> tuple[str, str]:
     """SQL for the logit ``z`` and the probability ``q`` of the double ``s`` (as calibrators convert)."""
     if kind == "probability":
@@ -83,6 +69,51 @@ def _z_q(kind: str) -> tuple[str, str]:
     raise ValueError(f"score_kind must be one of {_KINDS}, got {kind!r}")
 
 
+def _bucket_sql(grid: BucketGrid) -> str:
+    """The logit cell of ``z`` (rows beyond ``z_max`` go to the end cells)."""
+    return (
+        f"CAST(least(greatest(floor((least(greatest(z, -{grid.z_max}), {grid.z_max}) + {grid.z_max})"
+        f" * {grid.n_buckets / (2 * grid.z_max)!r}), 0), {grid.n_buckets - 1}) AS INTEGER)"
+    )
+
+
+def _row_sql(
+    source: str,
+    score: str,
+    label: str,
+    kind: str,
+    segments: Sequence[str],
+    weight: str | None,
+    grid: BucketGrid,
+    distinct: bool = False,
+) -> str:
+    """A CTE ``rows``: per row ``seg_i``, ``w``, the logit ``z``, probability ``q``, exact log loss ``ll``,
+    ``bucket`` (the logit cell, or the score itself when ``distinct``), ``label`` and ``bad`` (0: valid,
+    1: a label outside {0, 1}, 2: a score that is missing, not finite or, for probabilities, outside
+    [0, 1]). Both engines read this one definition, so they put a row in the same group."""
+    z, q = _z_q(kind)
+    seg = "".join(f'"{c}" AS seg_{i}, ' for i, c in enumerate(segments))
+    w = f'CAST("{weight}" AS DOUBLE)' if weight else "CAST(1 AS DOUBLE)"
+    # isfinite() also catches NaN; a NULL makes the test NULL, hence the coalesce
+    invalid = "NOT isfinite(s)" + (" OR s < 0 OR s > 1" if kind == "probability" else "")
+    qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
+    bucket = "s" if distinct else _bucket_sql(grid)
+    return f"""
+WITH r0 AS (
+  SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS DOUBLE) AS y, {w} AS w FROM {source}
+), r1 AS (
+  SELECT *, {z} AS z,
+    CASE WHEN coalesce(y NOT IN (0, 1), true) THEN 1 WHEN coalesce({invalid}, true) THEN 2 ELSE 0 END AS bad
+  FROM r0
+), r2 AS (SELECT *, {q} AS q FROM r1),
+rows AS (
+  SELECT *, CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END AS ll,
+    CASE WHEN bad = 0 THEN {bucket} ELSE 0 END AS bucket,
+    CASE WHEN bad = 0 THEN CAST(y AS INTEGER) ELSE 0 END AS label
+  FROM r2
+)"""
+
+
 def aggregate_sql(
     source: str,
     score: str,
@@ -91,50 +122,59 @@ def aggregate_sql(
     segments: Sequence[str] = (),
     weight: str | None = None,
     grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
-    key: str = "k",
     distinct: bool = False,
 ) -> str:
-    """The one GROUP BY of the pass, over ``source`` (a FROM item exposing the columns and ``key``).
+    """The table as one DuckDB GROUP BY over ``source`` (a FROM item exposing the columns), no replicates.
 
-    ``key`` is a non-negative BIGINT unique per row (file index and row number), used only for the
-    Poisson draws. ``distinct``: one group per distinct score instead of per logit cell (``bucket`` is
-    then the score's rank among the distinct scores), so step maps fitted on the table are the row fit's.
+    Invalid rows form groups of their own (``bad`` > 0, ``rows`` their row count); :func:`aggregate_query`
+    refuses them. ``distinct``: one group per distinct score instead of per logit cell (``bucket`` is then
+    the score's rank among the distinct scores), so step maps fitted on the table are the row fit's.
     """
-    z, q = _z_q(kind)
-    seg = "".join(f'"{c}" AS seg_{i}, ' for i, c in enumerate(segments))
     seg_keys = "".join(f"seg_{i}, " for i in range(len(segments)))
-    w = f'CAST("{weight}" AS DOUBLE)' if weight else "1.0"
-    qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
-    boots = "".join(f", sum(w * {_poisson_expr(r, seed)}) AS b{r}" for r in range(replicates))
-    mix = f"((({key} % {P_MOD}) * 48271 + {seed % P_MOD}) % {P_MOD})"
-    if distinct:
-        bucket = "s"
-    else:
-        bucket = (
-            f"CAST(least(greatest(floor((least(greatest(z, -{grid.z_max}), {grid.z_max}) + {grid.z_max})"
-            f" * {grid.n_buckets / (2 * grid.z_max)!r}), 0), {grid.n_buckets - 1}) AS INTEGER)"
-        )
-    sql = f"""
-WITH r0 AS (
-  SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS INTEGER) AS y, {w} AS w,
-         ({mix} * {mix} + 12345) % {P_MOD} AS h
-  FROM {source}
-), r1 AS (SELECT *, {z} AS z FROM r0), r2 AS (SELECT *, {q} AS q FROM r1)
-SELECT {seg_keys}
-  {bucket} AS bucket,
-  y AS label, sum(w) AS n, sum(w * z) AS sum_z, sum(w * q) AS sum_q,
-  sum(w * CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END) AS sum_ll, sum(w * q * q) AS sum_q2{boots}
-FROM r2 GROUP BY ALL ORDER BY ALL"""
+    sql = f"""{_row_sql(source, score, label, kind, segments, weight, grid, distinct)}
+SELECT {seg_keys}bucket, label, bad, count(*) AS rows, sum(w) AS n, sum(w * z) AS sum_z, sum(w * q) AS sum_q,
+  sum(w * ll) AS sum_ll, sum(w * q * q) AS sum_q2
+FROM rows GROUP BY ALL ORDER BY ALL"""
     if not distinct:
         return sql
     # The score's rank among the distinct scores (0-based) replaces the score as the integer bucket; the
     # score itself is kept, so fits see the rows' own values (a group mean can differ in the last bit).
-    rank = "CAST(dense_rank() OVER (ORDER BY bucket) - 1 AS INTEGER)"
+    rank = "CAST(dense_rank() OVER (PARTITION BY bad ORDER BY bucket) - 1 AS INTEGER)"
     return f"""
 SELECT * REPLACE ({rank} AS bucket), bucket AS {distinct_column(kind)}
 FROM ({sql}) ORDER BY ALL"""
+
+
+def _kernel_sql(
+    source: str, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None,
+    grid: BucketGrid,
+) -> str:
+    """Per row: the accumulator key (negative for invalid rows: -bad), w, z, q, ll."""
+    key = f"CASE WHEN bad > 0 THEN -bad ELSE (code * {grid.n_buckets} + bucket) * 2 + label END"
+    rows = _row_sql(source, score, label, kind, segments, weight, grid)
+    if not segments:
+        return f"{rows} SELECT CAST({key} AS BIGINT), w, z, q, ll FROM (SELECT *, 0 AS code FROM rows)"
+    on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
+    return f"{rows} SELECT CAST({key} AS BIGINT), w, z, q, ll FROM rows r JOIN calibflow_levels l ON {on}"
+
+
+def add_replicates(table: pd.DataFrame, replicates: int, seed: int = 0) -> pd.DataFrame:
+    """Poisson-bootstrap replicate counts ``b0..b{R-1}`` of each group (Chamandy et al. 2012).
+
+    The per-row Poisson bootstrap gives every row a weight ``k ~ Poisson(1)`` per replicate; a group's
+    replicate count is the sum of its rows' draws, which is exactly ``Poisson(n)`` (a sum of independent
+    Poisson variables), independent across groups and replicates. So it is drawn once per group from
+    ``n`` instead of once per row: the same distribution, no per-row work, and the same draws for any
+    engine or partitioning that yields the same table (the table is sorted by its keys). Metrics use a
+    group's per-row quantities at their group means either way. With frequency weights ``n`` is the
+    summed weight (a row of weight w stands for w rows).
+    """
+    if replicates <= 0 or table.empty:
+        return table.assign(**{f"b{r}": np.zeros(len(table)) for r in range(max(replicates, 0))})
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5CA1E]))
+    n = np.clip(table["n"].to_numpy(np.float64), 0.0, None)
+    draws = rng.poisson(n[:, None], size=(n.size, replicates)).astype(np.float64)
+    return table.assign(**{f"b{r}": draws[:, r] for r in range(replicates)})
 
 
 def distinct_column(kind: str) -> str:
@@ -148,7 +188,7 @@ def distinct_scores_sql(source: str, score: str) -> str:
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
-    """Parquet files of a path, folder or glob (sorted: the file index is part of each row's key).
+    """Parquet files of a path, folder or glob (sorted, so every engine lists them in one order).
 
     Each path is resolved by :func:`calibflow.sources.files`, the one resolver user sources use; the
     aggregate engines read Parquet only, so a CSV source is refused here with the fix.
@@ -167,6 +207,102 @@ def expand(paths: str | Sequence[str]) -> list[str]:
     return out
 
 
+def _levels(con: duckdb.DuckDBPyConnection, source: str, params: dict, segments: Sequence[str]):
+    """The segment columns' distinct value tuples, sorted (their row index is the segment code)."""
+    cols = ", ".join(f'"{c}" AS seg_{i}' for i, c in enumerate(segments))
+    return con.sql(f"SELECT DISTINCT {cols} FROM {source} ORDER BY ALL", params=params).df()
+
+
+def _kernel_pass(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    params: dict,
+    score: str,
+    label: str,
+    kind: str,
+    segments: Sequence[str],
+    weight: str | None,
+    grid: BucketGrid,
+    levels: pd.DataFrame,
+) -> pd.DataFrame:
+    n_codes = max(len(levels), 1)
+    acc, bad = kernel.new_accumulator(n_codes * grid.n_buckets * 2)
+    if segments:
+        con.register("calibflow_levels", levels.assign(code=np.arange(len(levels), dtype=np.int64)))
+    sql = _kernel_sql(source, score, label, kind, segments, weight, grid)
+    try:
+        for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
+            kernel.accumulate(*(batch.column(i).to_numpy(zero_copy_only=False) for i in range(5)), acc, bad)
+    finally:
+        if segments:
+            con.unregister("calibflow_levels")
+    _check_bad(bad.sum(0), score, label, kind)
+    return _table_from(acc.sum(0), levels, segments, grid.n_buckets)
+
+
+def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
+    if bad[0]:
+        raise ValueError(f"{bad[0]:,} rows have a {label!r} outside {{0, 1}}: labels must be 0 or 1")
+    if bad[1]:
+        what = "finite" if kind != "probability" else "probabilities in [0, 1]"
+        raise ValueError(f"{bad[1]:,} rows have a {score!r} that is not {what}: drop or fix those rows")
+
+
+def _table_from(
+    acc: np.ndarray, levels: pd.DataFrame, segments: Sequence[str], n_buckets: int
+) -> pd.DataFrame:
+    """The non-empty keys of the accumulator as the table (sorted by segment code, bucket, label)."""
+    keys = np.flatnonzero(acc[:, 0] != 0)
+    code, rest = np.divmod(keys, 2 * n_buckets)
+    out = {f"seg_{i}": levels[f"seg_{i}"].to_numpy()[code] for i in range(len(segments))}
+    out["bucket"] = (rest // 2).astype(np.int32)
+    out["label"] = (rest % 2).astype(np.int32)
+    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
+    return pd.DataFrame(out)
+
+
+def aggregate_query(
+    source: str,
+    params: dict,
+    score: str,
+    label: str,
+    kind: str = "probability",
+    segments: Sequence[str] = (),
+    weight: str | None = None,
+    grid: BucketGrid = DEFAULT_GRID,
+    replicates: int = 0,
+    seed: int = 0,
+    con: duckdb.DuckDBPyConnection | None = None,
+    distinct_max: int = 0,
+    engine: str = "auto",
+) -> pd.DataFrame:
+    """The bucket table of DuckDB FROM item ``source`` (with its query ``params``) in one pass.
+
+    ``distinct_max`` > 0: when the source holds at most that many distinct scores (HyperLogLog estimate
+    first), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
+    compiled kernel when the key space fits ``KEYS_MAX``, else the GROUP BY), "kernel" or "sql".
+    """
+    if engine not in ("auto", "kernel", "sql"):
+        raise ValueError(f"engine must be auto, kernel or sql, got {engine!r}")
+    _z_q(kind)  # validates kind
+    con = con or duckdb.connect()
+    distinct = bool(distinct_max) and (
+        con.execute(distinct_scores_sql(source, score), params).fetchall()[0][0] <= distinct_max
+    )
+    levels = _levels(con, source, params, segments) if segments and not distinct and engine != "sql" else None
+    keys = (len(levels) if levels is not None else 1) * grid.n_buckets * 2
+    if distinct or engine == "sql" or (engine == "auto" and keys > KEYS_MAX):
+        sql = aggregate_sql(source, score, label, kind, segments, weight, grid, distinct=distinct)
+        table = con.execute(sql, params).df()
+        bad = table["bad"].to_numpy()
+        _check_bad(np.array([table["rows"][bad == k].sum() for k in (1, 2)]), score, label, kind)
+        table = table[bad == 0].drop(columns=["bad", "rows"]).reset_index(drop=True)
+    else:
+        table = _kernel_pass(con, source, params, score, label, kind, segments, weight, grid,
+                             levels if levels is not None else pd.DataFrame())
+    return add_replicates(table, replicates, seed)
+
+
 def aggregate_duckdb(
     paths: str | Sequence[str],
     score: str,
@@ -179,21 +315,13 @@ def aggregate_duckdb(
     seed: int = 0,
     con: duckdb.DuckDBPyConnection | None = None,
     distinct_max: int = 0,
+    engine: str = "auto",
 ) -> pd.DataFrame:
-    """The bucket table of Parquet ``paths`` in one DuckDB pass (bounded memory: one hash table).
+    """The bucket table of Parquet ``paths`` (a file, folder, glob or list) in one pass (bounded memory).
 
-    ``distinct_max`` > 0: when the source holds at most that many distinct scores (estimated first), one
-    group per distinct score (``aggregate_sql(distinct=True)``); DuckDB engine only.
+    See :func:`aggregate_query` for ``distinct_max`` and ``engine``.
     """
-    files = expand(paths)
-    con = con or duckdb.connect()
-    # The file index comes from the (sorted) list of paths, so it matches the Dask engine's partition index.
-    src = (
-        "(SELECT *, (list_position($files, filename) - 1) * CAST(4294967296 AS BIGINT) + file_row_number AS k"
-        " FROM read_parquet($files, filename = true, file_row_number = true))"
+    return aggregate_query(
+        "read_parquet($files)", {"files": expand(paths)}, score, label, kind, segments, weight, grid,
+        replicates, seed, con, distinct_max, engine,
     )
-    distinct = bool(distinct_max) and (
-        con.execute(distinct_scores_sql(src, score), {"files": files}).fetchone()[0] <= distinct_max
-    )
-    sql = aggregate_sql(src, score, label, kind, segments, weight, grid, replicates, seed, distinct=distinct)
-    return con.execute(sql, {"files": files}).df()
