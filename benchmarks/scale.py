@@ -3,12 +3,14 @@
     python -m benchmarks scale                       # defaults below
     python -m benchmarks.scale --rows 100000000 --parts 10 --replicates 8 --peer-rows 10000000
 
-Generates the data with DuckDB ``COPY ... TO`` in parts under /tmp (deleted afterwards), then times:
-a plain read of the same columns (the floor), the aggregate pass (bucket table + exact log loss +
-Poisson replicates), every score+label calibrator fitted from the table, all metrics with intervals;
-the Dask LocalCluster (2 workers) on the same files and its equality with DuckDB; and in a child
-process capped at 6 GB (``RLIMIT_AS``), scikit-learn's IsotonicRegression / LogisticRegression and
-betacal on ``--peer-rows`` rows in memory. Peak memory is ``ru_maxrss`` of the process (or child).
+Generates the data with DuckDB ``COPY ... TO`` in parts under /tmp (in a child process; deleted
+afterwards), then times: a plain read of the same columns (the floor), the aggregate pass (bucket table +
+exact log loss + Poisson replicates), every score+label calibrator fitted from the table, all metrics
+with intervals; the same table by DuckDB's GROUP BY (the reference engine: the peer of the pass); the
+Dask LocalCluster (2 workers) on the same files and its equality with DuckDB; and in a child process
+capped at 6 GB (``RLIMIT_AS``), scikit-learn's IsotonicRegression / LogisticRegression and betacal on
+``--peer-rows`` rows in memory. Peak memory is ``ru_maxrss`` of the process (or child), taken after
+the pass, fits and metrics.
 """
 
 from __future__ import annotations
@@ -112,8 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--replicates", type=int, default=8)
-    ap.add_argument("--peer-rows", type=int, default=2_000_000)
+    ap.add_argument("--peer-rows", type=int, default=2_000_000, help="0: skip the in-memory peers")
     ap.add_argument("--dask-rows", type=int, default=0, help="0: skip the Dask comparison")
+    ap.add_argument("--no-sql-pass", dest="sql_pass", action="store_false",
+                    help="skip the reference DuckDB GROUP BY pass (the peer of the kernel pass)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--accuracy-rows", type=int, default=0, help="only max |p_agg - p_exact| at this size")
     ap.add_argument("--methods", default="", help="methods for --accuracy-rows (comma-separated)")
@@ -131,23 +135,20 @@ def main(argv: list[str] | None = None) -> None:
     if free < 3 * need:
         raise SystemExit(f"/tmp has {free / 1e9:.1f} GB free, need ~{3 * need / 1e9:.1f} GB: lower --rows")
     folder = tempfile.mkdtemp(prefix="calibflow_scale_", dir="/tmp")
-    con = duckdb.connect()
-    con.execute(f"SET threads TO {a.threads}")
-    con.execute("SET memory_limit = '4GB'")
     res: dict = {"rows": a.rows, "parts": a.parts, "replicates": a.replicates, "threads": a.threads}
     try:
         t = time.perf_counter()
-        files = generate(folder, a.rows, a.parts, con)
+        files = generate_in_child(folder, a.rows, a.parts, a.threads)
         res["generate_s"] = time.perf_counter() - t
         res["disk_mb"] = sum(os.path.getsize(f) for f in files) / 1e6
+        con = duckdb.connect()
+        con.execute(f"SET threads TO {a.threads}")
+        con.execute("SET memory_limit = '4GB'")
         t = time.perf_counter()
         con.execute(
             "SELECT sum(score), sum(label), count(DISTINCT seg) FROM read_parquet($f)", {"f": files}
         ).fetchall()
         res["plain_read_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=0, con=con)
-        res["pass_no_bootstrap_s"] = time.perf_counter() - t
         t = time.perf_counter()
         table = aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=a.replicates, con=con)
         res["pass_s"] = time.perf_counter() - t
@@ -159,26 +160,46 @@ def main(argv: list[str] | None = None) -> None:
         met = metrics_from_table(table)
         res["metrics_s"] = time.perf_counter() - t
         res["end_to_end_s"] = res["pass_s"] + res["fit_all_s"] + res["metrics_s"]
-        res["ns_per_row_pass"] = 1e9 * res["pass_no_bootstrap_s"] / a.rows
+        res["peak_mb"] = _rss_mb()  # before the reference GROUP BY below, which holds its own hash table
+        res["ns_per_row_pass"] = 1e9 * res["pass_s"] / a.rows
         res["ns_per_row_read"] = 1e9 * res["plain_read_s"] / a.rows
-        res["pass_over_read"] = res["pass_no_bootstrap_s"] / res["plain_read_s"]
-        res["peak_mb"] = _rss_mb()
+        res["pass_over_read"] = res["pass_s"] / res["plain_read_s"]
         o = met["overall"]
         res["overall"] = {
             k: o[k] for k in ("log_loss", "brier", "calibration_ratio", "ece", "auc", "auc_tie_bound")
         }
         res["overall_ci"] = o.get("ci")
         res["platt"] = fits["platt"].to_json()
+        if a.sql_pass:
+            t = time.perf_counter()
+            ref = aggregate_duckdb(files, "score", "label", segments=["seg"], con=con, engine="sql")
+            res["sql_group_by_s"] = time.perf_counter() - t
+            res["sql_over_pass"] = res["sql_group_by_s"] / res["pass_s"]
+            res["sql_counts_equal"] = bool((ref["n"].to_numpy() == table["n"].to_numpy()).all())
         if a.dask_rows:
             res["dask"] = dask_compare(files, a, table_rows=a.dask_rows, con=con)
         res["peers"] = [
             run_peer(k, folder, a.peer_rows) for k in ("sklearn_isotonic", "sklearn_logistic", "betacal")
-        ]
+        ] if a.peer_rows else []
         print(json.dumps(res, indent=1, default=float))
         print(f"ratio pass/plain read: {res['pass_over_read']:.2f}x (aim: 1)")
+        if a.sql_pass:
+            print(f"ratio DuckDB GROUP BY/pass: {res['sql_over_pass']:.2f}x")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     _ = np
+
+
+def generate_in_child(folder: str, rows: int, parts: int, threads: int) -> list[str]:
+    """``generate`` in a child process, so the parent's peak memory is the pass's alone."""
+    code = (
+        "import duckdb, json, sys; from benchmarks.scale import generate; con = duckdb.connect();"
+        f"con.execute('SET threads TO {int(threads)}');"
+        "print(json.dumps(generate(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), con)))"
+    )
+    cmd = [sys.executable, "-c", code, folder, str(rows), str(parts)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def dask_compare(files, a, table_rows: int, con) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -59,13 +60,17 @@ class BucketGrid:
 DEFAULT_GRID = BucketGrid()
 
 
-def _z_q(kind: str) -> tuple[str, str]:
-    """SQL for the logit ``z`` and the probability ``q`` of the double ``s`` (as calibrators convert)."""
+def _z_q_ll(kind: str) -> tuple[str, str, str]:
+    """SQL for the logit ``z``, the probability ``q`` and the log loss ``ll`` of the double score ``s``
+    with label ``y`` (as the calibrators convert and ``calibflow.metrics.log_loss`` clips: 1e-15)."""
+    qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
+    exact = f"CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END"
     if kind == "probability":
-        pc = "greatest(least(s, 1 - 1e-12), 1e-12)"
-        return f"(ln({pc}) - ln(1 - {pc}))", "s"
+        # Inside [1e-12, 1 - 1e-12] neither clip acts, so the log loss reuses the logit's two logs.
+        inner = "CASE WHEN y = 1 THEN -lp ELSE -l1p END"
+        return "(lp - l1p)", "s", f"CASE WHEN s BETWEEN 1e-12 AND 1 - 1e-12 THEN {inner} ELSE {exact} END"
     if kind in ("logit", "score"):
-        return "s", "(1 / (1 + exp(-s)))"
+        return "s", "(1 / (1 + exp(-s)))", exact
     raise ValueError(f"score_kind must be one of {_KINDS}, got {kind!r}")
 
 
@@ -91,26 +96,26 @@ def _row_sql(
     ``bucket`` (the logit cell, or the score itself when ``distinct``), ``label`` and ``bad`` (0: valid,
     1: a label outside {0, 1}, 2: a score that is missing, not finite or, for probabilities, outside
     [0, 1]). Both engines read this one definition, so they put a row in the same group."""
-    z, q = _z_q(kind)
+    z, q, ll = _z_q_ll(kind)
     seg = "".join(f'"{c}" AS seg_{i}, ' for i, c in enumerate(segments))
     w = f'CAST("{weight}" AS DOUBLE)' if weight else "CAST(1 AS DOUBLE)"
     # isfinite() also catches NaN; a NULL makes the test NULL, hence the coalesce
     invalid = "NOT isfinite(s)" + (" OR s < 0 OR s > 1" if kind == "probability" else "")
-    qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
+    pc = "greatest(least(s, 1 - 1e-12), 1e-12)"
+    logs = f", ln({pc}) AS lp, ln(1 - {pc}) AS l1p" if kind == "probability" else ""
     bucket = "s" if distinct else _bucket_sql(grid)
     return f"""
 WITH r0 AS (
-  SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS DOUBLE) AS y, {w} AS w FROM {source}
+  SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS DOUBLE) AS y, {w} AS w{logs} FROM {source}
 ), r1 AS (
-  SELECT *, {z} AS z,
+  SELECT *, {z} AS z, {q} AS q,
     CASE WHEN coalesce(y NOT IN (0, 1), true) THEN 1 WHEN coalesce({invalid}, true) THEN 2 ELSE 0 END AS bad
   FROM r0
-), r2 AS (SELECT *, {q} AS q FROM r1),
-rows AS (
-  SELECT *, CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END AS ll,
+), rows AS (
+  SELECT *, {ll} AS ll,
     CASE WHEN bad = 0 THEN {bucket} ELSE 0 END AS bucket,
-    CASE WHEN bad = 0 THEN CAST(y AS INTEGER) ELSE 0 END AS label
-  FROM r2
+    CASE WHEN bad = 0 THEN CAST(y AS INTEGER) ELSE -bad END AS label
+  FROM r1
 )"""
 
 
@@ -149,13 +154,13 @@ def _kernel_sql(
     source: str, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None,
     grid: BucketGrid,
 ) -> str:
-    """Per row: the accumulator key (negative for invalid rows: -bad), w, z, q, ll."""
-    key = f"CASE WHEN bad > 0 THEN -bad ELSE (code * {grid.n_buckets} + bucket) * 2 + label END"
+    """Per row: segment code, label (-1 / -2 for an invalid label / score), w, z, q, ll."""
     rows = _row_sql(source, score, label, kind, segments, weight, grid)
+    cols = "w, z, q, ll FROM rows"
     if not segments:
-        return f"{rows} SELECT CAST({key} AS BIGINT), w, z, q, ll FROM (SELECT *, 0 AS code FROM rows)"
+        return f"{rows} SELECT CAST(0 AS BIGINT) AS code, CAST(label AS BIGINT), {cols}"
     on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
-    return f"{rows} SELECT CAST({key} AS BIGINT), w, z, q, ll FROM rows r JOIN calibflow_levels l ON {on}"
+    return f"{rows} SELECT l.code, CAST(r.label AS BIGINT), {cols} r JOIN calibflow_levels l ON {on}"
 
 
 def add_replicates(table: pd.DataFrame, replicates: int, seed: int = 0) -> pd.DataFrame:
@@ -231,13 +236,25 @@ def _kernel_pass(
         con.register("calibflow_levels", levels.assign(code=np.arange(len(levels), dtype=np.int64)))
     sql = _kernel_sql(source, score, label, kind, segments, weight, grid)
     try:
-        for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
-            kernel.accumulate(*(batch.column(i).to_numpy(zero_copy_only=False) for i in range(5)), acc, bad)
+        _stream_into(con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS), grid, acc, bad)
     finally:
         if segments:
             con.unregister("calibflow_levels")
-    _check_bad(bad.sum(0), score, label, kind)
-    return _table_from(acc.sum(0), levels, segments, grid.n_buckets)
+    _check_bad(bad, score, label, kind)
+    return _table_from(acc, levels, segments, grid.n_buckets)
+
+
+def _stream_into(reader, grid: BucketGrid, acc: np.ndarray, bad: np.ndarray) -> None:
+    """Sum each Arrow batch into ``acc`` on a worker thread while DuckDB produces the next one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for batch in reader:
+            cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(6)]
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(kernel.accumulate, *cols, grid.z_max, grid.n_buckets, acc, bad)
+        if pending is not None:
+            pending.result()
 
 
 def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
@@ -284,7 +301,7 @@ def aggregate_query(
     """
     if engine not in ("auto", "kernel", "sql"):
         raise ValueError(f"engine must be auto, kernel or sql, got {engine!r}")
-    _z_q(kind)  # validates kind
+    _z_q_ll(kind)  # validates kind
     con = con or duckdb.connect()
     distinct = bool(distinct_max) and (
         con.execute(distinct_scores_sql(source, score), params).fetchall()[0][0] <= distinct_max
