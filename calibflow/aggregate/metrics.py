@@ -113,6 +113,7 @@ def calibrated_table(table: pd.DataFrame, cal, kind: str = "probability") -> pd.
     # Re-bucket on the calibrated value: groups a step map sends to one probability are ties for the AUC
     # (as on the rows), and a non-monotone map's order is the one ranked.
     t["bucket"] = np.unique(p, return_inverse=True)[1].astype(np.int32)
+    t["prob"] = p  # the group's probability itself (sum_q / n can be one ulp off)
     t["sum_q"] = t["n"] * p
     t["sum_q2"] = t["n"] * p * p
     t["sum_ll"] = t["n"] * np.where(t["label"] == 1, -np.log(pc), -np.log1p(-pc))
