@@ -119,20 +119,23 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
     return rec
 
 
-def diagnostics_record(t: pd.DataFrame, cfg: dict[str, Any], level: float) -> dict[str, Any]:
+def diagnostics_record(
+    t: pd.DataFrame, cfg: dict[str, Any], level: float, g: pd.DataFrame | None = None
+) -> dict[str, Any]:
     """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
     bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
     miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval."""
-    cum = agg_diag.cumulative_from_table(t)
+    g = agg_diag.groups(t) if g is None else g
+    cum = agg_diag.cumulative_from_table(t, g)
     rec: dict[str, Any] = {
         "ks": cum["ks"],
         "ks_bound": cum["ks_bound"],
-        "smooth_ece": agg_diag.smooth_ece_from_table(t),
+        "smooth_ece": agg_diag.smooth_ece_from_table(t, g),
         "kuiper_pvalue": cum["kuiper_pvalue"],
         "kuiper_pvalue_low": cum["kuiper_pvalue_low"],
-        "log_loss_miscalibration": agg_diag.log_loss_miscalibration_from_table(t),
+        "log_loss_miscalibration": agg_diag.log_loss_miscalibration_from_table(t, g),
     }
-    reps = agg_diag.ks_replicates(t)
+    reps = agg_diag.ks_replicates(t, g)
     reps = reps[np.isfinite(reps)]
     if reps.size:
         tail = (1.0 - level) / 2.0
@@ -140,18 +143,22 @@ def diagnostics_record(t: pd.DataFrame, cfg: dict[str, Any], level: float) -> di
         rec["ks_ci"] = {"low": float(lo), "high": float(hi)}
     alpha = cfg.get("selection_alpha")
     if alpha:
-        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(alpha), n_bins=10)
+        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(alpha), n_bins=10, g=g)
     return rec
 
 
 def reliability_from_table(
-    t: pd.DataFrame, n_bins: int, level: float, strategy: str = "quantile"
+    t: pd.DataFrame,
+    n_bins: int,
+    level: float,
+    strategy: str = "quantile",
+    g: pd.DataFrame | None = None,
 ) -> list[dict[str, float]]:
     """Evaluate's reliability records from the table: equal-mass (edges from cumulative weights) or
     equal-width bins, each with its Jeffreys interval and consistency band, as the row path writes them."""
     from tasks.evaluate import jeffreys_interval
 
-    rel = agg_diag.reliability_bins(t, n_bins, strategy, level=level)
+    rel = agg_diag.reliability_bins(t, n_bins, strategy, level=level, g=g)
     cnt, pos = rel["count"], rel["positives"]
     ok = cnt > 0
     lo, hi = jeffreys_interval(pos[ok], cnt[ok], level)
@@ -199,13 +206,14 @@ def evaluate_tables(
     for m, t in tables.items():
         res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
         rec = _metric_record(res, level)
-        diag = diagnostics_record(t, cfg, level)
+        g = agg_diag.groups(t)
+        diag = diagnostics_record(t, cfg, level, g)
         ks_ci = diag.pop("ks_ci", None)
         rec.update(diag)
         if ks_ci and "ci" in rec:
             rec["ci"]["ks"] = ks_ci
         hist = histogram_from_table(t, int(cfg.get("hist_bins", 30)))
-        out[m] = (rec, reliability_from_table(t, n_bins, level, strategy), hist)
+        out[m] = (rec, reliability_from_table(t, n_bins, level, strategy, g), hist)
     return out
 
 

@@ -43,11 +43,14 @@ from calibflow.diagnostics import brownian_range_cdf, smooth_ece
 
 _EPS = 1e-15
 #: Above this many group draws, consistency bands use the normal approximation (see reliability_bins).
-BAND_DRAW_LIMIT = 20_000_000
+BAND_DRAW_LIMIT = 4_000_000
 
 
 def groups(table: pd.DataFrame) -> pd.DataFrame:
-    """Non-empty (bucket, label) groups in bucket order, segments summed, with their mean probability."""
+    """Non-empty (bucket, label) groups in bucket order, segments summed, with their mean probability.
+
+    Every function below takes the table and, optionally, ``g = groups(table)`` computed once (the
+    collapse is the costly step on a table of a million groups)."""
     g = _collapse(table)
     # Where the table holds each group's probability itself (a calibrated table's ``prob``, a distinct-score
     # probability table's score), use it: ``sum_q / n`` can be one ulp off, which moves a tie at an edge.
@@ -84,14 +87,14 @@ def ks_from_groups(g: pd.DataFrame, w: np.ndarray | None = None) -> float:
     return float(np.max(np.abs(path)))
 
 
-def cumulative_from_table(table: pd.DataFrame) -> dict[str, float]:
+def cumulative_from_table(table: pd.DataFrame, g: pd.DataFrame | None = None) -> dict[str, float]:
     """``ks`` (``calibflow.metrics.ks_error``), ``ks_bound``, the Kuiper range and its p-value
     (``calibflow.diagnostics.cumulative_tests``) with the p-value at the highest range the rows allow.
 
     The Brownian scale ``sigma = sqrt(sum_i p_i (1 - p_i)) / N`` is exact from the pass
     (``sum q - sum q^2``).
     """
-    g = groups(table)
+    g = groups(table) if g is None else g
     path, hi, lo, tot = _paths(g, g["n"].to_numpy())
     ks = float(np.max(np.abs(path)))
     ks_high = max(ks, float(np.max(np.abs(hi))), float(np.max(np.abs(lo))))
@@ -110,14 +113,14 @@ def cumulative_from_table(table: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def ks_replicates(table: pd.DataFrame) -> np.ndarray:
+def ks_replicates(table: pd.DataFrame, g: pd.DataFrame | None = None) -> np.ndarray:
     """KS on each Poisson replicate's counts (the interval's draws), one replicate at a time."""
-    g = groups(table)
+    g = groups(table) if g is None else g
     return np.array([ks_from_groups(g, g[c].to_numpy()) for c in _replicate_cols(g)])
 
 
 # ---- smooth ECE and the log-loss miscalibration term ------------------------------------------------------
-def smooth_ece_from_table(table: pd.DataFrame) -> float:
+def smooth_ece_from_table(table: pd.DataFrame, g: pd.DataFrame | None = None) -> float:
     """Smooth ECE (Blasiok & Nakkiran 2024) of the groups as weighted points.
 
     Error on the logit grid: a point sits at its group's mean probability instead of at each row's, at
@@ -127,13 +130,13 @@ def smooth_ece_from_table(table: pd.DataFrame) -> float:
     bandwidth is found by 10 bisection steps (as relplot), and a shift that flips one step moves the
     result by the value's change over one step of ``sigma`` (2^-10). Measured: docs/benchmarks/scale.md.
     """
-    g = groups(table)
+    g = groups(table) if g is None else g
     return float(smooth_ece(g["label"].to_numpy(np.float64), g["p"].to_numpy(), g["n"].to_numpy()))
 
 
-def log_loss_miscalibration_from_table(table: pd.DataFrame) -> float:
+def log_loss_miscalibration_from_table(table: pd.DataFrame, g: pd.DataFrame | None = None) -> float:
     """CORP's MCB for the log loss: exact log loss minus the log loss of the PAV recalibration on buckets."""
-    g = groups(table)
+    g = groups(table) if g is None else g
     n, y = g["n"].to_numpy(), g["label"].to_numpy()
     first = _block_starts(g["bucket"].to_numpy())
     nb = np.add.reduceat(n, first)
@@ -173,6 +176,7 @@ def reliability_bins(
     n_draws: int = 400,
     seed: int = 0,
     draw_limit: int = BAND_DRAW_LIMIT,
+    g: pd.DataFrame | None = None,
 ) -> dict[str, np.ndarray]:
     """Per bin: count, positives, mean prediction, observed rate, and the consistency band of a calibrated
     model's observed rate (Broecker & Smith 2007), as ``calibflow.diagnostics.consistency_bands``.
@@ -185,7 +189,7 @@ def reliability_bins(
     the normal approximation of each bin's sum (mean sum n p, variance sum n p (1 - p)).
     """
     n_bins = check_n_bins(n_bins)
-    g = groups(table)
+    g = groups(table) if g is None else g
     n, y, p = g["n"].to_numpy(), g["label"].to_numpy(), g["p"].to_numpy()
     if strategy == "quantile":
         idx = np.searchsorted(quantile_edges(p, n, n_bins), p, side="right")
@@ -221,7 +225,9 @@ def _bands(idx, n, p, cnt, n_bins, level, n_draws, seed, draw_limit) -> tuple[np
 
 
 # ---- selection-set metrics --------------------------------------------------------------------------------
-def selection_from_table(table: pd.DataFrame, alpha: float = 0.1, n_bins: int = 10) -> dict[str, float]:
+def selection_from_table(
+    table: pd.DataFrame, alpha: float = 0.1, n_bins: int = 10, g: pd.DataFrame | None = None
+) -> dict[str, float]:
     """``calibflow.metrics.selection_metrics`` (Fan et al., eq. 1-2) on the top ``ceil(alpha N)`` rows by p.
 
     Groups are taken whole from the highest probability down; the last one is taken in part (its rows
@@ -231,7 +237,7 @@ def selection_from_table(table: pd.DataFrame, alpha: float = 0.1, n_bins: int = 
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    g = groups(table)
+    g = groups(table) if g is None else g
     g = g.iloc[np.argsort(-g["p"].to_numpy(), kind="stable")]
     n, y, p = g["n"].to_numpy(), g["label"].to_numpy(), g["p"].to_numpy()
     k = math.ceil(alpha * n.sum())
