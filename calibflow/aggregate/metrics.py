@@ -24,7 +24,12 @@ def _replicate_cols(table: pd.DataFrame) -> list[str]:
 
 
 def _collapse(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (bucket, label), segments summed, sorted by (bucket, label)."""
     cols = ["n", "sum_z", "sum_q", "sum_ll", "sum_q2", *_replicate_cols(table)]
+    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
+    if b.size > 1 and np.all((b[1:] > b[:-1]) | ((b[1:] == b[:-1]) & (y[1:] > y[:-1]))):
+        # Already one row per (bucket, label) in order (the pass's ORDER BY, no segments): no groupby.
+        return table[["bucket", "label", *cols]].reset_index(drop=True)
     return table.groupby(["bucket", "label"], sort=True)[cols].sum().reset_index()
 
 
