@@ -126,7 +126,8 @@ def smooth_ece_from_table(table: pd.DataFrame, g: pd.DataFrame | None = None) ->
     Error on the logit grid: a point sits at its group's mean probability instead of at each row's, at
     most ``h = dz / 4`` away (1.2e-4 on the default grid). At a fixed bandwidth ``sigma`` the smoothed
     residual is Lipschitz in the points' positions, so ``smECE_sigma`` moves by at most about
-    ``h (1 + 2 phi(0) / sigma)`` (``phi(0) = 0.399``, the Gaussian kernel's slope integral); the automatic
+    ``h (1 + 2 phi(0) / sigma)`` (``2 phi(0) / sigma = 0.8 / sigma`` is the integral of the kernel's
+    |slope|; reflection at 0 and 1 only folds that integral); the automatic
     bandwidth is found by 10 bisection steps (as relplot), and a shift that flips one step moves the
     result by the value's change over one step of ``sigma`` (2^-10). Measured: docs/benchmarks/scale.md.
     """
