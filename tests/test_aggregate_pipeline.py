@@ -217,3 +217,14 @@ def test_card_segment_ratios_match_rows(both):
         lo, hi = sa["ratio_ci"]
         assert lo < sa["ratio"] < hi and hi - lo < 3 * (sr["ratio_ci"][1] - sr["ratio_ci"][0])
     assert "Σp / Σy by segment" in answer_block(ca)
+
+
+def test_report_metric_table_has_no_gaps(both):
+    """The report's metric table fills every column on the aggregate path (no "–" for a missing key)."""
+    from calibflow.report.data import METRICS
+    from calibflow.report.html import _metric_table
+
+    agg = both[1]
+    rows = {m: _rec(agg, m) for m in ("uncalibrated", *METHODS)}
+    html = _metric_table(rows)
+    assert "–" not in html and all(s.key in rows["isotonic"] for s in METRICS)
