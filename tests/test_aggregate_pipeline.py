@@ -186,6 +186,8 @@ def test_diagnostics_on_logit_grid(both):
     # PAV constant inside each bucket: a lower bound of the row path's term
     assert g["log_loss_miscalibration"] <= r["log_loss_miscalibration"] + 1e-12
     assert r["log_loss_miscalibration"] - g["log_loss_miscalibration"] < 1e-3
+    assert g["selection"]["n_selected"] == r["selection"]["n_selected"]
+    assert abs(g["selection"]["E"] - r["selection"]["E"]) < 1e-3  # only the boundary bucket is split
     for m in METHODS:
         r, g = _rec(rows, m), _rec(grid, m)
         for k in ("ks", "smooth_ece", "log_loss_miscalibration"):
