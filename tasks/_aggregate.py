@@ -21,9 +21,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from calibflow.aggregate import aggregate_query, metrics_from_table
+from calibflow.aggregate import diagnostics as agg_diag
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
 from tasks._common import Layout, StageError
+from tasks._sources import SEGMENT_PREFIX
 
 ROWS, AGGREGATE = "rows", "aggregate"
 
@@ -54,29 +56,39 @@ def split_table(
     replicates: int = 0,
     weighted: bool = False,
     input_kind: str = "logit",
+    segments: bool = False,
 ) -> pd.DataFrame:
     """The bucket table of one split of ``name``'s predictions, on the column the calibrators receive
     (``calibrate.input``: ``prob`` for "probability", else ``margin``), so a distinct-score table hands
     them the very values the row path does.
 
     ``weighted``: rows weighed by the source's ``weight`` column, as the row path weighs the fit (its
-    evaluation is unweighted, so the test tables are too).
+    evaluation is unweighted, so the test tables are too). ``segments``: the source's declared segment
+    columns (``s:<name>`` in the predictions) become the table's ``seg_0..`` keys, in
+    :func:`segment_names` order.
     """
     path = lay.predictions / f"{name}.parquet"
     cols = pq.ParquetFile(path).schema_arrow.names
     weight = "weight" if weighted and "weight" in cols else None
+    seg_cols = [c for c in cols if c.startswith(SEGMENT_PREFIX)] if segments else []
     src = "(SELECT * FROM read_parquet($path) WHERE split = $split)"
     col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
     try:
         table = aggregate_query(
-            src, {"path": str(path), "split": split}, col, "y", kind, (), weight, cfg.grid, replicates,
-            cfg.seed, distinct_max=cfg.distinct_max,
+            src, {"path": str(path), "split": split}, col, "y", kind, seg_cols, weight, cfg.grid,
+            replicates, cfg.seed, distinct_max=cfg.distinct_max,
         )
     except ValueError as exc:
         raise StageError(f"{name} ({split}): {exc}") from None
     if table.empty or table["label"].nunique() < 2:
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
     return table
+
+
+def segment_names(lay: Layout, name: str) -> list[str]:
+    """The declared segment columns of ``name``'s predictions (without the ``s:`` prefix), in file order."""
+    cols = pq.ParquetFile(lay.predictions / f"{name}.parquet").schema_arrow.names
+    return [c[len(SEGMENT_PREFIX) :] for c in cols if c.startswith(SEGMENT_PREFIX)]
 
 
 def test_rows(lay: Layout, name: str) -> pd.DataFrame:
@@ -101,27 +113,57 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
     return rec
 
 
-def reliability_from_table(t: pd.DataFrame, n_bins: int, level: float) -> list[dict[str, float]]:
-    """Equal-width reliability bins from group means (a group falls in the bin of its mean probability)."""
+def diagnostics_record(
+    t: pd.DataFrame, cfg: dict[str, Any], level: float, g: pd.DataFrame | None = None
+) -> dict[str, Any]:
+    """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
+    bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
+    miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval."""
+    g = agg_diag.groups(t) if g is None else g
+    cum = agg_diag.cumulative_from_table(t, g)
+    rec: dict[str, Any] = {
+        "ks": cum["ks"],
+        "ks_bound": cum["ks_bound"],
+        "smooth_ece": agg_diag.smooth_ece_from_table(t, g),
+        "kuiper_pvalue": cum["kuiper_pvalue"],
+        "kuiper_pvalue_low": cum["kuiper_pvalue_low"],
+        "log_loss_miscalibration": agg_diag.log_loss_miscalibration_from_table(t, g),
+    }
+    reps = agg_diag.ks_replicates(t, g)
+    reps = reps[np.isfinite(reps)]
+    if reps.size:
+        tail = (1.0 - level) / 2.0
+        lo, hi = np.quantile(reps, [tail, 1.0 - tail])
+        rec["ks_ci"] = {"low": float(lo), "high": float(hi)}
+    alpha = cfg.get("selection_alpha")
+    if alpha:
+        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(alpha), n_bins=10, g=g)
+    return rec
+
+
+def reliability_from_table(
+    t: pd.DataFrame,
+    n_bins: int,
+    level: float,
+    strategy: str = "quantile",
+    g: pd.DataFrame | None = None,
+) -> list[dict[str, float]]:
+    """Evaluate's reliability records from the table: equal-mass (edges from cumulative weights) or
+    equal-width bins, each with its Jeffreys interval and consistency band, as the row path writes them."""
     from tasks.evaluate import jeffreys_interval
 
-    g = _collapse(t)
-    n, y = g["n"].to_numpy(), g["label"].to_numpy()
-    idx = np.minimum((g["sum_q"].to_numpy() / n * n_bins).astype(np.intp), n_bins - 1)
-    cnt = np.bincount(idx, weights=n, minlength=n_bins)
-    pos = np.bincount(idx, weights=n * y, minlength=n_bins)
-    sq = np.bincount(idx, weights=g["sum_q"].to_numpy(), minlength=n_bins)
+    rel = agg_diag.reliability_bins(t, n_bins, strategy, level=level, g=g)
+    cnt, pos = rel["count"], rel["positives"]
     ok = cnt > 0
     lo, hi = jeffreys_interval(pos[ok], cnt[ok], level)
+    keys = ("count", "positives", "mean_pred", "observed", "band_low", "band_high")
     return [
         {
             "bin": int(i),
-            "count": float(cnt[i]),
-            "positives": float(pos[i]),
-            "mean_pred": float(sq[i] / cnt[i]),
-            "observed": float(pos[i] / cnt[i]),
+            **{k: float(rel[k][i]) for k in keys[:4]},
             "low": float(lo[j]),
             "high": float(hi[j]),
+            **{k: float(rel[k][i]) for k in keys[4:]},
         }
         for j, i in enumerate(np.flatnonzero(ok))
     ]
@@ -147,18 +189,25 @@ def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
 def evaluate_tables(
     tables: dict[str, pd.DataFrame], cfg: dict[str, Any]
 ) -> dict[str, tuple[dict, list, list]]:
-    """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table.
-
-    Reliability bins are equal-width here (``evaluate.reliability_bins: quantile`` would need the rows).
-    """
+    """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table,
+    with the row path's keys (``evaluate.reliability_bins``: quantile or uniform, as on the rows)."""
     n_bins = int(cfg.get("n_bins", 15))
     level = float(cfg.get("ci_level", 0.95))
+    strategy = str(cfg.get("reliability_bins", "quantile"))
+    if strategy not in ("quantile", "uniform"):
+        raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     out = {}
     for m, t in tables.items():
         res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
         rec = _metric_record(res, level)
+        g = agg_diag.groups(t)
+        diag = diagnostics_record(t, cfg, level, g)
+        ks_ci = diag.pop("ks_ci", None)
+        rec.update(diag)
+        if ks_ci and "ci" in rec:
+            rec["ci"]["ks"] = ks_ci
         hist = histogram_from_table(t, int(cfg.get("hist_bins", 30)))
-        out[m] = (rec, reliability_from_table(t, n_bins, level), hist)
+        out[m] = (rec, reliability_from_table(t, n_bins, level, strategy, g), hist)
     return out
 
 
@@ -194,6 +243,13 @@ def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: flo
         "ci": _ci(ratio, level) if reps else None,
     }
     return out
+
+
+def segment_ratios(
+    unc: pd.DataFrame, cal: pd.DataFrame, names: list[str], level: float, top: int
+) -> list[dict[str, Any]]:
+    """Select's per-segment ``sum p / sum y`` from two tables keyed by the same ``seg_i`` columns."""
+    return agg_diag.segment_ratios(unc, cal, names, level=level, top=top)
 
 
 def table_log_loss(t: pd.DataFrame) -> float:

@@ -255,7 +255,8 @@ def headline(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str
 def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_list: list[str]):
     """The aggregate path (issue 17): every method from the test split's bucket table, Poisson intervals.
 
-    Smooth ECE, Kuiper, KS and the selection metrics need the rows and are left out of these records.
+    Same keys as the row path's records (``calibflow.aggregate.diagnostics`` for KS, smooth ECE, Kuiper,
+    the log-loss miscalibration term and the selection metrics), plus their bucket-resolution bounds.
     """
     scale = _aggregate.scale_config(params)
     input_kind = str(section(params, "calibrate").get("input", "logit"))

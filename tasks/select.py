@@ -258,7 +258,9 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     scale = _aggregate.scale_config(params)
     cfg = section(params, "evaluate")
     input_kind = str(section(params, "calibrate").get("input", "logit"))
-    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
+    test = _aggregate.split_table(
+        lay, name, "test", scale, scale.replicates, input_kind=input_kind, segments=True
+    )
     texts = {
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in methods(params)
@@ -266,7 +268,13 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
     n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
-    return ll, lambda m: _aggregate.compare_tables(test, tables[m], n_bins, level)
+    names = _aggregate.segment_names(lay, name)
+
+    def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        segs = _aggregate.segment_ratios(test, tables[m], names, level, MAX_SEGMENTS)
+        return _aggregate.compare_tables(test, tables[m], n_bins, level), segs
+
+    return ll, compare_for
 
 
 def select_one(
@@ -302,14 +310,15 @@ def select_one(
 def _select_aggregate(
     lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
-    """Select from bucket tables: no per-row segment ratios (the table carries no segment columns)."""
+    """Select from bucket tables keyed by the source's segment columns (per-segment ratios with the
+    Poisson replicates' intervals in place of the row bootstrap's)."""
     ll, compare_for = _aggregate_metrics(lay, params, name)
     method = choose(methods(params), ll, rule)
     text = require(
         lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
     ).read_text()
-    met = compare_for(method)
-    return text, _card(lay, params, name, is_source, rule, method, met, ll, [], _aggregate.AGGREGATE)
+    met, segs = compare_for(method)
+    return text, _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE)
 
 
 def _card(

@@ -34,7 +34,7 @@ def both(tmp_path_factory):
     path = write(scores_frame(n=6000, days=30, seed=5), "parquet", rows / "userdata")
     params = _params(str(path.relative_to(rows)), with_features=False)
     params["calibrate"]["methods"] = METHODS
-    params["evaluate"].update(n_bootstrap=40, reliability_bins="uniform")
+    params["evaluate"].update(n_bootstrap=40, reliability_bins="quantile")
     fingerprint.run("ads", params, rows)
     fetch.run(params, rows)
     prepare.run(params, rows)
@@ -130,3 +130,103 @@ def test_probability_input_matches_rows(both):
         assert a["path"] == "aggregate" and r["path"] == "rows"
         for k in ("log_loss", "brier", "ece", "calibration_ratio", "auc"):
             assert abs(a[k] - r[k]) < tol, (method, k, a[k], r[k])
+
+
+def _plot(root: Path, method: str) -> list[dict]:
+    return read_json(root / "plots/reliability/ads" / f"{method}.json")
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_records_have_the_row_paths_keys(both, which):
+    """Every key of a row-path record (and of its ``ci`` and ``selection``) is in the aggregate record;
+    reliability records carry the same keys."""
+    rows, root = both[0], both[which]
+    for m in ("uncalibrated", *METHODS):
+        r, a = _rec(rows, m), _rec(root, m)
+        assert set(r) <= set(a), (m, set(r) - set(a))
+        assert set(r["ci"]) <= set(a["ci"]) and set(r["selection"]) == set(a["selection"]), m
+        assert [set(b) for b in _plot(rows, m)] == [set(b) for b in _plot(root, m)], m
+
+
+@pytest.mark.parametrize(("method", "tol"), [("uncalibrated", 1e-12), ("platt", 1e-6)])
+def test_diagnostics_match_rows_distinct(both, method, tol):
+    """One group per distinct score, no tied predictions: KS, smooth ECE, Kuiper p, the log-loss
+    miscalibration term and the selection-set metrics are the row path's."""
+    rows, agg = both[0], both[1]
+    r, a = _rec(rows, method), _rec(agg, method)
+    for k in ("ks", "smooth_ece", "kuiper_pvalue", "log_loss_miscalibration"):
+        assert abs(a[k] - r[k]) < tol, (k, a[k], r[k])
+    assert a["ks_bound"] < 2 / a["n_test"]  # one row per group: nothing left unknown but float noise
+    for k, v in r["selection"].items():
+        assert abs(a["selection"][k] - v) < tol * max(1.0, abs(v)), (k, a["selection"][k], v)
+    lo, hi = a["ci"]["ks"]["low"], a["ci"]["ks"]["high"]
+    rw = r["ci"]["ks"]["high"] - r["ci"]["ks"]["low"]
+    assert lo < hi and 0.3 * rw < hi - lo < 3 * rw
+
+
+def test_isotonic_ties_within_bounds(both):
+    """Isotonic predictions are tied in blocks: the table pools a tie block (as ``cumulative_tests`` and
+    CORP's PAV do), the row path's KS takes its max inside the block in row order: within ``ks_bound``."""
+    rows, agg = both[0], both[1]
+    r, a = _rec(rows, "isotonic"), _rec(agg, "isotonic")
+    assert a["ks"] - 1e-9 <= r["ks"] <= a["ks"] + a["ks_bound"] + 1e-9
+    for k in ("smooth_ece", "kuiper_pvalue", "log_loss_miscalibration"):
+        assert abs(a[k] - r[k]) < 1e-9, (k, a[k], r[k])
+    assert a["selection"]["n_selected"] == r["selection"]["n_selected"]
+    assert abs(a["selection"]["E"] - r["selection"]["E"]) < 0.05
+
+
+def test_diagnostics_on_logit_grid(both):
+    """``distinct_max: 0``: raw scores on the 65,536-cell grid are within the stated bounds."""
+    rows, grid = both[0], both[2]
+    r, g = _rec(rows, "uncalibrated"), _rec(grid, "uncalibrated")
+    assert g["ks"] - 1e-12 <= r["ks"] <= g["ks"] + g["ks_bound"] + 1e-12
+    assert g["kuiper_pvalue_low"] - 1e-12 <= r["kuiper_pvalue"] <= g["kuiper_pvalue"] + 1e-12
+    assert abs(g["smooth_ece"] - r["smooth_ece"]) < 1e-4
+    # PAV constant inside each bucket: a lower bound of the row path's term
+    assert g["log_loss_miscalibration"] <= r["log_loss_miscalibration"] + 1e-12
+    assert r["log_loss_miscalibration"] - g["log_loss_miscalibration"] < 1e-3
+    assert g["selection"]["n_selected"] == r["selection"]["n_selected"]
+    assert abs(g["selection"]["E"] - r["selection"]["E"]) < 1e-3  # only the boundary bucket is split
+    for m in METHODS:
+        r, g = _rec(rows, m), _rec(grid, m)
+        for k in ("ks", "smooth_ece", "log_loss_miscalibration"):
+            assert abs(g[k] - r[k]) < 2e-3, (m, k, g[k], r[k])
+
+
+def test_equal_mass_reliability_matches_rows(both):
+    rows, agg = both[0], both[1]
+    for m, tol in (("uncalibrated", 1e-12), ("platt", 1e-6)):  # Platt's two fits differ by ~1e-9
+        r, a = _plot(rows, m), _plot(agg, m)
+        assert [b["count"] for b in a] == [b["count"] for b in r], m
+        for ba, br in zip(a, r, strict=True):
+            for k in ("mean_pred", "observed", "low", "high"):
+                assert ba[k] == pytest.approx(br[k], abs=tol), (m, k)
+            for k in ("band_low", "band_high"):  # same law, different draws
+                assert ba[k] == pytest.approx(br[k], abs=0.06), (m, k)
+
+
+def test_card_segment_ratios_match_rows(both):
+    rows, agg = both[0], both[1]
+    cr, ca = read_json(rows / "models/ads/card.json"), read_json(agg / "models/ads/card.json")
+    assert ca["method"] == cr["method"] and cr["segments"]
+    assert [(s["column"], s["value"], s["n"], s["positives"]) for s in ca["segments"]] == [
+        (s["column"], s["value"], s["n"], s["positives"]) for s in cr["segments"]
+    ]
+    for sa, sr in zip(ca["segments"], cr["segments"], strict=True):
+        assert sa["ratio_uncalibrated"] == pytest.approx(sr["ratio_uncalibrated"], rel=1e-9)
+        assert sa["ratio"] == pytest.approx(sr["ratio"], rel=1e-6)
+        lo, hi = sa["ratio_ci"]
+        assert lo < sa["ratio"] < hi and hi - lo < 3 * (sr["ratio_ci"][1] - sr["ratio_ci"][0])
+    assert "Σp / Σy by segment" in answer_block(ca)
+
+
+def test_report_metric_table_has_no_gaps(both):
+    """The report's metric table fills every column on the aggregate path (no "–" for a missing key)."""
+    from calibflow.report.data import METRICS
+    from calibflow.report.html import _metric_table
+
+    agg = both[1]
+    rows = {m: _rec(agg, m) for m in ("uncalibrated", *METHODS)}
+    html = _metric_table(rows)
+    assert "–" not in html and all(s.key in rows["isotonic"] for s in METRICS)

@@ -24,7 +24,12 @@ def _replicate_cols(table: pd.DataFrame) -> list[str]:
 
 
 def _collapse(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (bucket, label), segments summed, sorted by (bucket, label)."""
     cols = ["n", "sum_z", "sum_q", "sum_ll", "sum_q2", *_replicate_cols(table)]
+    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
+    if b.size > 1 and np.all((b[1:] > b[:-1]) | ((b[1:] == b[:-1]) & (y[1:] > y[:-1]))):
+        # Already one row per (bucket, label) in order (the pass's ORDER BY, no segments): no groupby.
+        return table[["bucket", "label", *cols]].reset_index(drop=True)
     return table.groupby(["bucket", "label"], sort=True)[cols].sum().reset_index()
 
 
@@ -113,6 +118,7 @@ def calibrated_table(table: pd.DataFrame, cal, kind: str = "probability") -> pd.
     # Re-bucket on the calibrated value: groups a step map sends to one probability are ties for the AUC
     # (as on the rows), and a non-monotone map's order is the one ranked.
     t["bucket"] = np.unique(p, return_inverse=True)[1].astype(np.int32)
+    t["prob"] = p  # the group's probability itself (sum_q / n can be one ulp off)
     t["sum_q"] = t["n"] * p
     t["sum_q2"] = t["n"] * p * p
     t["sum_ll"] = t["n"] * np.where(t["label"] == 1, -np.log(pc), -np.log1p(-pc))
