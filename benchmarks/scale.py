@@ -145,9 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         con.execute(f"SET threads TO {a.threads}")
         con.execute("SET memory_limit = '4GB'")
         t = time.perf_counter()
-        con.execute(
-            "SELECT sum(score), sum(label), count(DISTINCT seg) FROM read_parquet($f)", {"f": files}
-        ).fetchall()
+        # The floor: read the same three columns and reduce them to a number each (no hash table).
+        con.execute("SELECT sum(score), sum(label), max(seg) FROM read_parquet($f)", {"f": files}).fetchall()
         res["plain_read_s"] = time.perf_counter() - t
         t = time.perf_counter()
         table = aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=a.replicates, con=con)
