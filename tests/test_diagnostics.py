@@ -33,6 +33,15 @@ def test_smooth_ece_frequency_weights_equal_repeated_rows(rng):
     assert D.smooth_ece(y, p, w) == pytest.approx(D.smooth_ece(np.repeat(y, w), np.repeat(p, w)), abs=1e-12)
 
 
+def test_brownian_cdfs_are_monotone_and_reach_one_for_large_statistics():
+    """The theta series need more terms as x grows: with a fixed 60 they stopped short of 1 at x ~ 90."""
+    xs = np.array([0.5, 1, 2, 5, 10, 30, 60, 90.9, 200, 1000])
+    for cdf in (D.brownian_max_abs_cdf, D.brownian_range_cdf):
+        v = np.array([cdf(x) for x in xs])
+        assert np.all(np.diff(v) >= -1e-15), v
+        assert v[-3:] == pytest.approx(1.0, abs=1e-12)
+
+
 def test_brownian_distributions_match_published_values():
     # MAPIE's documented values (Tygert 2022): P(sup|B| <= 1) and P(range <= 1).
     assert D.brownian_max_abs_cdf(1.0) == pytest.approx(0.3708, abs=5e-5)
