@@ -5,8 +5,9 @@ Why not DuckDB's GROUP BY: on the 2-core development machine its hash aggregate 
 ~200-350 ns a row (each aggregate is a scattered update of a hash-table entry), 9-10x a plain read of
 the same columns. The keys here are small dense integers, so a flat array indexed by the key does the
 same sums in a few ns a row. DuckDB still does all the per-row work (reading, projection, filters, the
-segment codes, and each row's logit, probability and log loss, in vectorised SQL shared with the
-GROUP BY reference: ``table._row_sql``); only the bucket and the summing happen here.
+segment codes, the logarithms each row needs, in vectorised SQL); the cheap per-row arithmetic (the
+logit from the logarithms, the log loss, the bucket, validation) and the summing happen here. The
+GROUP BY reference (``table._row_sql``) computes the same expressions in SQL.
 """
 
 from __future__ import annotations
@@ -19,29 +20,56 @@ import numpy as np
 SUMS = ("n", "sum_z", "sum_q", "sum_ll", "sum_q2")
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _clipped_log_loss(q: float, y: float) -> float:
+    qc = min(max(q, 1e-15), 1.0 - 1e-15)
+    return -math.log(qc) if y == 1.0 else -math.log(1.0 - qc)
+
+
 @numba.njit(nogil=True, cache=True)
-def accumulate(code, label, w, z, q, ll, z_max, n_buckets, acc, bad):
-    """Add one batch into ``acc`` (keys x 5) at ``key = (code * n_buckets + bucket) * 2 + label``, the
-    bucket the logit cell of ``z`` (as ``table._bucket_sql``, operation for operation). A label of -1
-    (outside {0, 1}) or -2 (an invalid score) is counted in ``bad[0]`` / ``bad[1]`` and not added.
+def accumulate(code, y, w, s, q, a, b, logit_kind, z_max, n_buckets, acc, bad):  # noqa: PLR0913
+    """Add one batch into ``acc`` (keys x 5) at ``key = (code * n_buckets + bucket) * 2 + y``.
+
+    Per row, from DuckDB: the segment code, label ``y`` and score ``s`` as doubles, the weight ``w`` (an
+    empty array: unit weights), the probability ``q`` and two logarithms. Probability scores: ``a, b =
+    ln(pc), ln(1 - pc)`` with ``pc`` clipped to [1e-12, 1 - 1e-12], so ``z = a - b`` and, where neither
+    clip acts, the log loss is ``-a`` or ``-b``. Logit scores: ``z = s``, ``a, b = ln(qc), ln(1 - qc)``
+    with the log-loss clip 1e-15. These are ``table._row_sql``'s expressions, operation for operation
+    (the tests compare the two engines). Rows with a label outside {0, 1} (``bad[0]``) or a missing,
+    non-finite or (probabilities) out-of-[0, 1] score (``bad[1]``) are counted and not added.
 
     One thread, without the GIL: the caller sums batch i while DuckDB produces batch i + 1 (a parallel
     loop over a ~1e5-row batch cost more in thread wake-ups than it saved, measured).
     """
     per_z = n_buckets / (2.0 * z_max)
+    unit = w.size == 0
     for i in range(code.size):
-        y = label[i]
-        if y < 0:
-            bad[-1 - y] += 1
+        yi = y[i]
+        si = s[i]
+        if yi != 0.0 and yi != 1.0:
+            bad[0] += 1
             continue
-        b = int(math.floor((min(max(z[i], -z_max), z_max) + z_max) * per_z))
-        k = (code[i] * n_buckets + min(max(b, 0), n_buckets - 1)) * 2 + y
-        wi = w[i]
+        if logit_kind:
+            if not math.isfinite(si):
+                bad[1] += 1
+                continue
+            z = si
+            ll = -a[i] if yi == 1.0 else -b[i]
+        else:
+            if not (0.0 <= si <= 1.0):  # NaN fails too
+                bad[1] += 1
+                continue
+            z = a[i] - b[i]
+            inside = 1e-12 <= si <= 1.0 - 1e-12  # neither clip acts: the logit's logs are the loss's
+            ll = (-a[i] if yi == 1.0 else -b[i]) if inside else _clipped_log_loss(si, yi)
         qi = q[i]
+        bk = int(math.floor((min(max(z, -z_max), z_max) + z_max) * per_z))
+        k = (code[i] * n_buckets + min(max(bk, 0), n_buckets - 1)) * 2 + int(yi)
+        wi = 1.0 if unit else w[i]
         acc[k, 0] += wi
-        acc[k, 1] += wi * z[i]
+        acc[k, 1] += wi * z
         acc[k, 2] += wi * qi
-        acc[k, 3] += wi * ll[i]
+        acc[k, 3] += wi * ll
         acc[k, 4] += wi * qi * qi
 
 

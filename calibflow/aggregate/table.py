@@ -151,16 +151,31 @@ FROM ({sql}) ORDER BY ALL"""
 
 
 def _kernel_sql(
-    source: str, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None,
-    grid: BucketGrid,
+    source: str, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None
 ) -> str:
-    """Per row: segment code, label (-1 / -2 for an invalid label / score), w, z, q, ll."""
-    rows = _row_sql(source, score, label, kind, segments, weight, grid)
-    cols = "w, z, q, ll FROM rows"
+    """Per row, for ``kernel.accumulate``: code, y, s, [q,] a, b[, w] (see its docstring). No CASE and
+    no validation here: a plain projection with two logarithms is ~2x cheaper per row (measured)."""
+    s = f'CAST("{score}" AS DOUBLE)'
+    if kind == "probability":
+        pc = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
+        cols = f"{s} AS s, ln({pc}) AS a, ln(1 - {pc}) AS b"
+    else:
+        q = f"(1 / (1 + exp(-{s})))"
+        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
+        cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
+    cols = f'CAST("{label}" AS DOUBLE) AS y, {cols}'
+    if weight:
+        cols += f', CAST("{weight}" AS DOUBLE) AS w'
     if not segments:
-        return f"{rows} SELECT CAST(0 AS BIGINT) AS code, CAST(label AS BIGINT), {cols}"
+        return f"SELECT CAST(0 AS BIGINT) AS code, {cols} FROM {source}"
+    seg = ", ".join(f'"{c}" AS seg_{i}' for i, c in enumerate(segments))
     on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
-    return f"{rows} SELECT l.code, CAST(r.label AS BIGINT), {cols} r JOIN calibflow_levels l ON {on}"
+    return f"SELECT l.code, r.* EXCLUDE ({_seg_list(segments)}) FROM (SELECT {seg}, {cols} FROM {source}) r" \
+        f" JOIN calibflow_levels l ON {on}"
+
+
+def _seg_list(segments: Sequence[str]) -> str:
+    return ", ".join(f"seg_{i}" for i in range(len(segments)))
 
 
 def add_replicates(table: pd.DataFrame, replicates: int, seed: int = 0) -> pd.DataFrame:
@@ -234,9 +249,9 @@ def _kernel_pass(
     acc, bad = kernel.new_accumulator(n_codes * grid.n_buckets * 2)
     if segments:
         con.register("calibflow_levels", levels.assign(code=np.arange(len(levels), dtype=np.int64)))
-    sql = _kernel_sql(source, score, label, kind, segments, weight, grid)
+    sql = _kernel_sql(source, score, label, kind, segments, weight)
     try:
-        _stream_into(con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS), grid, acc, bad)
+        _stream_into(con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS), kind, grid, acc, bad)
     finally:
         if segments:
             con.unregister("calibflow_levels")
@@ -244,17 +259,25 @@ def _kernel_pass(
     return _table_from(acc, levels, segments, grid.n_buckets)
 
 
-def _stream_into(reader, grid: BucketGrid, acc: np.ndarray, bad: np.ndarray) -> None:
+def _stream_into(reader, kind: str, grid: BucketGrid, acc: np.ndarray, bad: np.ndarray) -> None:
     """Sum each Arrow batch into ``acc`` on a worker thread while DuckDB produces the next one."""
+    logit_kind = kind != "probability"
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
         for batch in reader:
-            cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(6)]
+            col = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.schema.names}
+            args = (
+                col["code"], col["y"], col.get("w", _UNIT), col["s"], col.get("q", col["s"]), col["a"],
+                col["b"], logit_kind, grid.z_max, grid.n_buckets, acc, bad,
+            )
             if pending is not None:
                 pending.result()
-            pending = pool.submit(kernel.accumulate, *cols, grid.z_max, grid.n_buckets, acc, bad)
+            pending = pool.submit(kernel.accumulate, *args)
         if pending is not None:
             pending.result()
+
+
+_UNIT = np.empty(0)  # no weight column: unit weights
 
 
 def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
