@@ -463,6 +463,8 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
 
 from flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)
 _register_sources(app)
+from flows.cli_scale import register as _register_scale  # noqa: E402, I001  (issue 17: fit at scale)
+_register_scale(app)
 
 if __name__ == "__main__":
     app()

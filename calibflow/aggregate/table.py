@@ -21,6 +21,7 @@ key spaces too large for a flat array (many segment values) and for one group pe
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -280,6 +281,16 @@ def _stream_into(reader, kind: str, grid: BucketGrid, acc: np.ndarray, bad: np.n
 _UNIT = np.empty(0)  # no weight column: unit weights
 
 
+def _check_columns(con: duckdb.DuckDBPyConnection, source: str, params: dict, wanted: list[str]) -> None:
+    """A missing column is one line naming it and the closest existing one (not DuckDB's binder error)."""
+    have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}", params).fetchall()]
+    for c in wanted:
+        if c not in have:
+            close = difflib.get_close_matches(c, have, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"columns: {', '.join(have[:12])}"
+            raise ValueError(f"no column {c!r} in the source; {hint}")
+
+
 def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
     if bad[0]:
         raise ValueError(f"{bad[0]:,} rows have a {label!r} outside {{0, 1}}: labels must be 0 or 1")
@@ -326,6 +337,7 @@ def aggregate_query(
         raise ValueError(f"engine must be auto, kernel or sql, got {engine!r}")
     _z_q_ll(kind)  # validates kind
     con = con or duckdb.connect()
+    _check_columns(con, source, params, [score, label, *segments, *([weight] if weight else [])])
     distinct = bool(distinct_max) and (
         con.execute(distinct_scores_sql(source, score), params).fetchall()[0][0] <= distinct_max
     )
