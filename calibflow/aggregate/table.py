@@ -61,6 +61,11 @@ class BucketGrid:
 DEFAULT_GRID = BucketGrid()
 
 
+def _ident(name: str) -> str:
+    """A column name as a quoted SQL identifier (a quote inside it doubled)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
 def _z_q_ll(kind: str) -> tuple[str, str, str]:
     """SQL for the logit ``z``, the probability ``q`` and the log loss ``ll`` of the double score ``s``
     with label ``y`` (as the calibrators convert and ``calibflow.metrics.log_loss`` clips: 1e-15)."""
@@ -98,8 +103,8 @@ def _row_sql(
     1: a label outside {0, 1}, 2: a score that is missing, not finite or, for probabilities, outside
     [0, 1]). Both engines read this one definition, so they put a row in the same group."""
     z, q, ll = _z_q_ll(kind)
-    seg = "".join(f'"{c}" AS seg_{i}, ' for i, c in enumerate(segments))
-    w = f'CAST("{weight}" AS DOUBLE)' if weight else "CAST(1 AS DOUBLE)"
+    seg = "".join(f"{_ident(c)} AS seg_{i}, " for i, c in enumerate(segments))
+    w = f"CAST({_ident(weight)} AS DOUBLE)" if weight else "CAST(1 AS DOUBLE)"
     # isfinite() also catches NaN; a NULL makes the test NULL, hence the coalesce
     invalid = "NOT isfinite(s)" + (" OR s < 0 OR s > 1" if kind == "probability" else "")
     pc = "greatest(least(s, 1 - 1e-12), 1e-12)"
@@ -107,7 +112,8 @@ def _row_sql(
     bucket = "s" if distinct else _bucket_sql(grid)
     return f"""
 WITH r0 AS (
-  SELECT {seg}CAST("{score}" AS DOUBLE) AS s, CAST("{label}" AS DOUBLE) AS y, {w} AS w{logs} FROM {source}
+  SELECT {seg}CAST({_ident(score)} AS DOUBLE) AS s, CAST({_ident(label)} AS DOUBLE) AS y, {w} AS w{logs}
+  FROM {source}
 ), r1 AS (
   SELECT *, {z} AS z, {q} AS q,
     CASE WHEN coalesce(y NOT IN (0, 1), true) THEN 1 WHEN coalesce({invalid}, true) THEN 2 ELSE 0 END AS bad
@@ -156,7 +162,7 @@ def _kernel_sql(
 ) -> str:
     """Per row, for ``kernel.accumulate``: code, y, s, [q,] a, b[, w] (see its docstring). No CASE and
     no validation here: a plain projection with two logarithms is ~2x cheaper per row (measured)."""
-    s = f'CAST("{score}" AS DOUBLE)'
+    s = f"CAST({_ident(score)} AS DOUBLE)"
     if kind == "probability":
         pc = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
         cols = f"{s} AS s, ln({pc}) AS a, ln(1 - {pc}) AS b"
@@ -164,12 +170,12 @@ def _kernel_sql(
         q = f"(1 / (1 + exp(-{s})))"
         qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
         cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
-    cols = f'CAST("{label}" AS DOUBLE) AS y, {cols}'
+    cols = f"CAST({_ident(label)} AS DOUBLE) AS y, {cols}"
     if weight:
-        cols += f', CAST("{weight}" AS DOUBLE) AS w'
+        cols += f", CAST({_ident(weight)} AS DOUBLE) AS w"
     if not segments:
         return f"SELECT CAST(0 AS BIGINT) AS code, {cols} FROM {source}"
-    seg = ", ".join(f'"{c}" AS seg_{i}' for i, c in enumerate(segments))
+    seg = ", ".join(f"{_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
     on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
     return f"SELECT l.code, r.* EXCLUDE ({_seg_list(segments)}) FROM (SELECT {seg}, {cols} FROM {source}) r" \
         f" JOIN calibflow_levels l ON {on}"
@@ -205,7 +211,7 @@ def distinct_column(kind: str) -> str:
 
 def distinct_scores_sql(source: str, score: str) -> str:
     """HyperLogLog estimate of the number of distinct scores (constant memory, a few % error)."""
-    return f'SELECT approx_count_distinct(CAST("{score}" AS DOUBLE)) FROM {source}'
+    return f"SELECT approx_count_distinct(CAST({_ident(score)} AS DOUBLE)) FROM {source}"
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
@@ -230,7 +236,7 @@ def expand(paths: str | Sequence[str]) -> list[str]:
 
 def _levels(con: duckdb.DuckDBPyConnection, source: str, params: dict, segments: Sequence[str]):
     """The segment columns' distinct value tuples, sorted (their row index is the segment code)."""
-    cols = ", ".join(f'"{c}" AS seg_{i}' for i, c in enumerate(segments))
+    cols = ", ".join(f"{_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
     return con.sql(f"SELECT DISTINCT {cols} FROM {source} ORDER BY ALL", params=params).df()
 
 
