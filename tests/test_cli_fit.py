@@ -72,3 +72,22 @@ def test_fit_errors_are_one_line_and_write_nothing(logs, tmp_path, args, message
     assert r.returncode == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
     assert not out.exists()
+
+
+def test_apply_streams_in_batches_of_the_chunk_size(logs, tmp_path):
+    """Memory of `calibflow apply` is bounded by its chunk: each batch is read, mapped and written on its
+    own, so the output's row groups are never larger than ``batch_rows`` (checked structurally, not timed)."""
+    from calibflow.calibrators import make
+    from flows.cli_sources import apply_file
+
+    rows = pq.read_table(logs / "test.parquet")
+    s = rows["p"].to_numpy().astype(np.float64)
+    cal = make("platt", input="probability").fit(s, rows["y"].to_numpy().astype(np.float64))
+    path = tmp_path / "platt.json"
+    path.write_text(cal.to_json())
+    out = tmp_path / "scored.parquet"
+    n = apply_file(path, str(logs / "test.parquet"), "p", out, score_kind="probability", batch_rows=7_000)
+    meta = pq.ParquetFile(out).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert n == rows.num_rows == sum(sizes) and max(sizes) <= 7_000 and len(sizes) >= rows.num_rows // 7_000
+    np.testing.assert_allclose(pq.read_table(out)["calibrated"].to_numpy(), cal.predict(s), rtol=1e-12)
