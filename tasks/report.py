@@ -148,15 +148,32 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     return {"html": html_path, "summary": md_path}
 
 
-def run_paper(key: str, root: str | os.PathLike[str] = ".") -> Path:
-    """Render ``reports/pages/paper-<key>.html`` from ``reports/reproductions/<key>.json``."""
+def run_paper(
+    key: str, root: str | os.PathLike[str] = ".", source: str | os.PathLike[str] | None = None
+) -> Path:
+    """Render ``reports/pages/paper-<key>.html`` from ``reports/reproductions/<key>.json``.
+
+    ``source``: a stored result instead (e.g. a larger profile's run committed under docs/reproductions/),
+    rendered as ``paper-<key>-<profile>.html`` beside the pipeline's page, which it leaves alone; the index
+    links every page in reports/pages/.
+    """
     if not re.fullmatch(r"[a-z0-9_]+", key):
         raise StageError(f"paper key {key!r}: use lowercase letters, digits and _ (a name in `papers`)")
     lay = Layout(Path(root))
-    src = lay.reproductions / f"{key}.json"
+    src = Path(source) if source else lay.reproductions / f"{key}.json"
     if not src.is_file():
-        raise StageError(f"reproduction missing: {src} (run reproduce@{key} first)")
-    out = write_text(lay.reports / "pages" / f"paper-{key}.html", render_paper_page(Reproduction.load(src)))
+        raise StageError(
+            f"reproduction missing: {src} "
+            + ("(check the --source path)" if source else f"(run reproduce@{key} first)")
+        )
+    rep = Reproduction.load(src)
+    if rep.key != key:
+        raise StageError(f"{src} holds paper {rep.key!r}, not {key!r}; pass --paper {rep.key}")
+    name = f"paper-{key}.html"
+    if source:
+        profile = re.sub(r"[^a-z0-9_]+", "_", rep.profile.lower()) or "stored"
+        name = f"paper-{key}-{profile}.html"
+    out = write_text(lay.reports / "pages" / name, render_paper_page(rep, stored=src.name if source else ""))
     log.info("paper page: %s (%d KiB)", out, out.stat().st_size // 1024)
     return out
 
@@ -164,9 +181,17 @@ def run_paper(key: str, root: str | os.PathLike[str] = ".") -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--paper", metavar="KEY", help="render only reports/pages/paper-KEY.html")
+    parser.add_argument(
+        "--source",
+        metavar="JSON",
+        help="with --paper: render this stored result (e.g. docs/reproductions/calem_standard.json) "
+        "as reports/pages/paper-KEY-PROFILE.html",
+    )
     args = parser.parse_args(argv)
+    if args.source and not args.paper:
+        parser.error("--source needs --paper KEY")
     if args.paper:
-        return cli(lambda: run_paper(args.paper, args.root))
+        return cli(lambda: run_paper(args.paper, args.root, args.source))
     return cli(lambda: run(load_params(args.params), args.root))
 
 

@@ -43,8 +43,12 @@ def test_run_tiny_profile():
     }
     rep = E.run(config, seed=3)
     t1, t2 = rep.tables[0], rep.tables[-1]
-    # clipped and literal Algorithm 3, RMS and squared L2: four Table-1 variants, then Table 2
-    assert len(rep.tables) == 5 and "literal" in rep.tables[2].title and "squared" in rep.tables[1].title
+    # clipped and literal Algorithm 3, RMS and squared L2: four Table-1 variants, the per-cell table, Table 2
+    assert len(rep.tables) == 6 and "literal" in rep.tables[2].title and "squared" in rep.tables[1].title
+    detail = rep.tables[4]
+    assert "per cell" in detail.title and detail.columns[2:6] == list(E.TABLE1_VARIANTS_SHORT.values())
+    assert detail.rows[0][:2] == ["g2/h1, P(Y)=0.3, 10% clean", "+46.96%"]
+    assert all(", p = " in c and c.count("[") == 1 for c in detail.rows[0][2:6])
     assert t1.rows[0][:2] == ["h1", "10%"]
     cell = t1.rows[0][t1.columns.index("g2, P(Y)=0.3")]
     assert cell.endswith("(paper +46.96%*)") and cell != "not run (paper +46.96%*)"
@@ -78,8 +82,12 @@ def test_concentration_sweep_and_squared_l2():
         "figure": False,
     }
     rep = E.run(config, seed=5)
-    assert len(rep.tables) == 3  # clipped RMS, clipped squared, sweep (literal off)
-    sweep = rep.tables[-1]
+    # clipped RMS, clipped squared, per-cell, sweep, sweep per cell (literal off)
+    assert len(rep.tables) == 5 and "per cell" in rep.tables[-1].title
+    assert [r[0] for r in rep.tables[-1].rows] == [
+        f"alpha + beta = {c}: g2/h1, P(Y)=0.3, 10% clean" for c in (2, 10)
+    ]
+    sweep = rep.tables[-2]
     assert [r[0] for r in sweep.rows] == ["2", "10"] and "paper +46.96%" in sweep.columns[1]
     assert rep.metrics["sweep_best_concentration"] in (2.0, 10.0)
     assert any("Concentration sweep" in n for n in rep.notes)
@@ -88,3 +96,30 @@ def test_concentration_sweep_and_squared_l2():
         [{"l2_gam": 2.0, "l2_em": 1.0, "n_iter": 1, "converged": True, "clipped_frac": 0.0}]
     )
     assert cell["improvement"] == pytest.approx(50.0) and cell["improvement_sq"] == pytest.approx(75.0)
+
+
+def test_cell_interval_is_the_paired_t_interval_in_percent():
+    """The per-cell interval: paired t interval of mean(GAM - EM) over mean(GAM); it excludes 0 exactly
+    when the paired t-test is significant at 5%, and is NaN with one replication."""
+    from scipy import stats
+
+    gam = np.array([1.0, 1.2, 0.9, 1.1, 1.0])
+    em = np.array([0.8, 1.0, 0.85, 0.9, 0.7])
+    lo, hi = E._improvement_ci(gam, em)
+    d = gam - em
+    half = stats.t.ppf(0.975, 4) * d.std(ddof=1) / np.sqrt(5)
+    assert (lo, hi) == pytest.approx(((d.mean() - half) * 100 / 1.04, (d.mean() + half) * 100 / 1.04))
+    imp, p = E._improvement(gam, em)
+    assert lo < imp < hi and lo > 0 and p < 0.05
+    noisy = np.array([1.1, 0.8, 1.2, 0.9, 1.0])
+    lo2, hi2 = E._improvement_ci(gam, noisy)
+    assert lo2 < 0 < hi2 and E._improvement(gam, noisy)[1] > 0.05
+    assert np.isnan(E._improvement_ci(gam[:1], em[:1])[0])
+    cell = E.summarise_cell(
+        [
+            {"l2_gam": g, "l2_em": e, "l2_lit": e, "n_iter": 3, "converged": True, "clipped_frac": 0.1}
+            for g, e in zip(gam, em, strict=True)
+        ]
+    )
+    assert E._fmt_detail(cell, "improvement").startswith(f"{imp:+.2f}% [{lo:+.1f}, {hi:+.1f}], p = ")
+    assert cell["ci_lit"] == pytest.approx(cell["ci"]) and cell["n_reps"] == 5

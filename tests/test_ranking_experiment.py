@@ -203,5 +203,20 @@ def test_yahoo_r3_path_runs_the_released_protocol(tmp_path):
     sweep = next(t for t in rep.tables if "num_neg sweep" in t.title)
     assert [r[0] for r in sweep.rows] == [2, 4]
     assert "yahoo_r3" in sweep.title
+    assert "naive - UERM released (paired p)" in sweep.columns
     ece = next(t for t in rep.tables if "Table 1" in t.title)
     assert ece.rows[-1][-5:] == R.PAPER_YAHOO["ece"][("gamma", "uerm")]
+
+
+def test_sweep_cells_carry_seed_spread_and_paired_test():
+    """Multi-seed sweep rows: mean ± s.e. over the finite seeds, a mark for seeds without a finite eq. 17
+    fit, and the naive - UERM gain with its paired t-test p (a gain that flips sign is not significant)."""
+    assert R._sweep_cell([0.1, 0.3]) == "0.2000 ± 0.1000"
+    assert R._sweep_cell([0.1, float("nan"), 0.3]) == "0.2000 ± 0.1000 [2/3]"
+    assert R._sweep_cell([float("nan")] * 2) == "nan"
+    assert R._sweep_cell([0.25]) == "0.2500"
+    steady = R._paired_gain([0.20, 0.21, 0.22], [0.10, 0.10, 0.12])
+    assert steady.startswith("+0.1033 (p = ") and float(steady.split("p = ")[1][:-1]) < 0.01
+    noisy = R._paired_gain([0.2, 0.1, 0.3], [0.1, 0.2, 0.1])
+    assert float(noisy.split("p = ")[1][:-1]) > 0.3
+    assert R._paired_gain([0.2], [0.1]) == "+0.1000"

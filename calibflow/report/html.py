@@ -276,10 +276,17 @@ def reproduction_body(rep: Reproduction, fig: _Figures) -> str:
     return "".join(out)
 
 
-def render_paper_page(rep: Reproduction) -> str:
-    """``reports/pages/paper-<key>.html``: one paper's reproduction, self-contained, linked from the index."""
+def render_paper_page(rep: Reproduction, stored: str = "") -> str:
+    """``reports/pages/paper-<key>.html``: one paper's reproduction, self-contained, linked from the index.
+
+    ``stored``: the file name of a stored (committed) result, shown in the title with its profile so the
+    index tells it apart from the pipeline's own run.
+    """
     body = reproduction_body(rep, _Figures())
-    return page(f"Paper reproduction: {rep.paper}", body, back="../index.html")
+    title = f"Paper reproduction: {rep.paper}"
+    if stored:
+        title += f" ({rep.profile} profile, stored result {stored})"
+    return page(title, body, back="../index.html")
 
 
 def _pages(data: ReportData) -> str:
