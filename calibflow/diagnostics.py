@@ -244,8 +244,12 @@ def consistency_bands(
         with np.errstate(invalid="ignore", divide="ignore"):
             rates[start : start + k] = sums / cnt
     alpha = (1 - level) / 2
-    low, high = np.nanquantile(rates, [alpha, 1 - alpha], axis=0) if cnt.any() else (cnt, cnt)
-    return ReliabilityBands(cnt, mean_pred, observed, np.asarray(low), np.asarray(high))
+    # Empty bins have no band (NaN), and are left out of the quantile so numpy does not warn about them.
+    low, high = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
+    full = cnt > 0
+    if full.any():
+        low[full], high[full] = np.quantile(rates[:, full], [alpha, 1 - alpha], axis=0)
+    return ReliabilityBands(cnt, mean_pred, observed, low, high)
 
 
 # ---- CORP decomposition ----------------------------------------------------------------------------------

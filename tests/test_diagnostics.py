@@ -110,3 +110,19 @@ def test_bad_input_is_named():
         D.cumulative_tests([0, 1, 1], [0.2, 0.3])
     with pytest.raises(ValueError, match="score must be"):
         D.decomposition([0, 1], [0.2, 0.3], "auc")
+
+
+def test_consistency_bands_leave_empty_bins_without_a_band_and_without_warnings():
+    """Uniform bins over predictions that never reach the top bins: those bins get NaN, silently."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.0, 0.5, 2_000)
+    y = (rng.random(p.size) < p).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        band = D.consistency_bands(y, p, 10, "uniform", n_draws=200, seed=0)
+    empty = band.count == 0
+    assert empty[5:].all() and np.isnan(band.band_low[empty]).all() and np.isnan(band.band_high[empty]).all()
+    lo, hi = band.band_low[~empty], band.band_high[~empty]
+    assert np.isfinite(lo).all() and (lo <= hi).all()
