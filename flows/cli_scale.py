@@ -43,7 +43,8 @@ def fit_files(
 
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
-    ctab = aggregate_duckdb(calib, score, label, kind, segments, weight, distinct_max=distinct_max)
+    opts = {"kind": kind, "segments": segments, "distinct_max": distinct_max}
+    ctab = aggregate_duckdb(calib, score, label, weight=weight, **opts)
     fits = {m: fit_from_table(ctab, m, kind) for m in methods}
     record: dict[str, Any] = {
         "path": "aggregate",
@@ -52,8 +53,7 @@ def fit_files(
         "methods": {},
     }
     if test:
-        ttab = aggregate_duckdb(test, score, label, kind, segments, None, replicates=replicates, seed=seed,
-                                distinct_max=distinct_max)
+        ttab = aggregate_duckdb(test, score, label, replicates=replicates, seed=seed, **opts)
         record["test"] = {"source": test, "rows": float(ttab["n"].sum()), "table_rows": len(ttab)}
         record["uncalibrated"] = _brief(metrics_from_table(ttab))
         for m, cal in fits.items():

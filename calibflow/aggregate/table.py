@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -240,6 +241,26 @@ def _levels(con: duckdb.DuckDBPyConnection, source: str, params: dict, segments:
     return con.sql(f"SELECT DISTINCT {cols} FROM {source} ORDER BY ALL", params=params).df()
 
 
+def _sql_pass(
+    con: duckdb.DuckDBPyConnection,
+    source: str,
+    params: dict,
+    score: str,
+    label: str,
+    kind: str,
+    segments: Sequence[str],
+    weight: str | None,
+    grid: BucketGrid,
+    distinct: bool,
+) -> pd.DataFrame:
+    """The table by DuckDB's GROUP BY (the reference engine); invalid rows refused with their count."""
+    sql = aggregate_sql(source, score, label, kind, segments, weight, grid, distinct)
+    table = con.execute(sql, params).df()
+    bad = table["bad"].to_numpy()
+    _check_bad(np.array([table["rows"][bad == k].sum() for k in (1, 2)]), score, label, kind)
+    return table[bad == 0].drop(columns=["bad", "rows"]).reset_index(drop=True)
+
+
 def _kernel_pass(
     con: duckdb.DuckDBPyConnection,
     source: str,
@@ -349,37 +370,18 @@ def aggregate_query(
     )
     levels = _levels(con, source, params, segments) if segments and not distinct and engine != "sql" else None
     keys = (len(levels) if levels is not None else 1) * grid.n_buckets * 2
+    args = (con, source, params, score, label, kind, segments, weight, grid)
     if distinct or engine == "sql" or (engine == "auto" and keys > KEYS_MAX):
-        sql = aggregate_sql(source, score, label, kind, segments, weight, grid, distinct=distinct)
-        table = con.execute(sql, params).df()
-        bad = table["bad"].to_numpy()
-        _check_bad(np.array([table["rows"][bad == k].sum() for k in (1, 2)]), score, label, kind)
-        table = table[bad == 0].drop(columns=["bad", "rows"]).reset_index(drop=True)
+        table = _sql_pass(*args, distinct=distinct)
     else:
-        table = _kernel_pass(con, source, params, score, label, kind, segments, weight, grid,
-                             levels if levels is not None else pd.DataFrame())
+        table = _kernel_pass(*args, levels if levels is not None else pd.DataFrame())
     return add_replicates(table, replicates, seed)
 
 
-def aggregate_duckdb(
-    paths: str | Sequence[str],
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
-    con: duckdb.DuckDBPyConnection | None = None,
-    distinct_max: int = 0,
-    engine: str = "auto",
-) -> pd.DataFrame:
+def aggregate_duckdb(paths: str | Sequence[str], score: str, label: str, **options: Any) -> pd.DataFrame:
     """The bucket table of Parquet ``paths`` (a file, folder, glob or list) in one pass (bounded memory).
 
-    See :func:`aggregate_query` for ``distinct_max`` and ``engine``.
+    ``options``: :func:`aggregate_query`'s (kind, segments, weight, grid, replicates, seed, con,
+    distinct_max, engine).
     """
-    return aggregate_query(
-        "read_parquet($files)", {"files": expand(paths)}, score, label, kind, segments, weight, grid,
-        replicates, seed, con, distinct_max, engine,
-    )
+    return aggregate_query("read_parquet($files)", {"files": expand(paths)}, score, label, **options)
