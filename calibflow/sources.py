@@ -338,25 +338,31 @@ def relation(spec: SourceSpec, con: duckdb.DuckDBPyConnection | None = None) -> 
 
 def check_columns(spec: SourceSpec, available: Sequence[str], columns: Sequence[str]) -> None:
     """A ``ValueError`` naming the first asked-for column the table lacks, with a did-you-mean."""
+    require_columns(available, columns, f"source {spec.name!r}: ", f" in {spec.path}")
+
+
+def require_columns(
+    available: Sequence[str], columns: Sequence[str], prefix: str = "", where: str = ""
+) -> None:
+    """``{prefix}column 'c' not found{where}; did you mean ...? (columns: ...)`` for the first missing one."""
     have = list(available)
     for c in columns:
         if c not in have:
             shown = ", ".join(have[:12]) + (" ..." if len(have) > 12 else "")
-            raise ValueError(
-                f"source {spec.name!r}: column {c!r} not found in {spec.path}{did_you_mean(c, have)} "
-                f"(columns: {shown})"
-            )
+            hint = did_you_mean(c, have)
+            raise ValueError(f"{prefix}column {c!r} not found{where}{hint} (columns: {shown})")
 
 
-def _quote(col: str) -> str:
-    return '"' + col.replace('"', '""') + '"'
+def quote_ident(col: str) -> str:
+    """A column name as a quoted SQL identifier (a quote inside it doubled)."""
+    return '"' + str(col).replace('"', '""') + '"'
 
 
 def _project(spec: SourceSpec, columns: Sequence[str], where: str | None, con) -> duckdb.DuckDBPyRelation:
     rel = relation(spec, con)
     check_columns(spec, rel.columns, columns)
     rel = rel.filter(where) if where else rel  # filter before projecting: `where` may use other columns
-    return rel.project(", ".join(_quote(c) for c in columns)) if columns else rel
+    return rel.project(", ".join(quote_ident(c) for c in columns)) if columns else rel
 
 
 def feature_columns(spec: SourceSpec, available: Sequence[str]) -> list[str]:

@@ -21,7 +21,6 @@ key spaces too large for a flat array (many segment values) and for one group pe
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.aggregate import kernel
+from calibflow.sources import files, quote_ident, require_columns
 
 _KINDS = ("probability", "logit", "score")
 # The flat accumulator's size limit (keys = segment codes x buckets x 2 labels): 4M keys are 160 MB per
@@ -60,11 +60,6 @@ class BucketGrid:
 
 
 DEFAULT_GRID = BucketGrid()
-
-
-def _ident(name: str) -> str:
-    """A column name as a quoted SQL identifier (a quote inside it doubled)."""
-    return '"' + str(name).replace('"', '""') + '"'
 
 
 def _z_q_ll(kind: str) -> tuple[str, str, str]:
@@ -102,10 +97,11 @@ def _row_sql(
     """A CTE ``rows``: per row ``seg_i``, ``w``, the logit ``z``, probability ``q``, exact log loss ``ll``,
     ``bucket`` (the logit cell, or the score itself when ``distinct``), ``label`` and ``bad`` (0: valid,
     1: a label outside {0, 1}, 2: a score that is missing, not finite or, for probabilities, outside
-    [0, 1]). Both engines read this one definition, so they put a row in the same group."""
+    [0, 1]). The GROUP BY reads it; the kernel's projection (``_kernel_sql``) computes the same expressions
+    split between SQL and ``kernel.accumulate``, and the tests require both engines to give one table."""
     z, q, ll = _z_q_ll(kind)
-    seg = "".join(f"{_ident(c)} AS seg_{i}, " for i, c in enumerate(segments))
-    w = f"CAST({_ident(weight)} AS DOUBLE)" if weight else "CAST(1 AS DOUBLE)"
+    seg = "".join(f"{quote_ident(c)} AS seg_{i}, " for i, c in enumerate(segments))
+    w = f"CAST({quote_ident(weight)} AS DOUBLE)" if weight else "CAST(1 AS DOUBLE)"
     # isfinite() also catches NaN; a NULL makes the test NULL, hence the coalesce
     invalid = "NOT isfinite(s)" + (" OR s < 0 OR s > 1" if kind == "probability" else "")
     pc = "greatest(least(s, 1 - 1e-12), 1e-12)"
@@ -113,7 +109,8 @@ def _row_sql(
     bucket = "s" if distinct else _bucket_sql(grid)
     return f"""
 WITH r0 AS (
-  SELECT {seg}CAST({_ident(score)} AS DOUBLE) AS s, CAST({_ident(label)} AS DOUBLE) AS y, {w} AS w{logs}
+  SELECT {seg}CAST({quote_ident(score)} AS DOUBLE) AS s, CAST({quote_ident(label)} AS DOUBLE) AS y,
+    {w} AS w{logs}
   FROM {source}
 ), r1 AS (
   SELECT *, {z} AS z, {q} AS q,
@@ -163,7 +160,7 @@ def _kernel_sql(
 ) -> str:
     """Per row, for ``kernel.accumulate``: code, y, s, [q,] a, b[, w] (see its docstring). No CASE and
     no validation here: a plain projection with two logarithms is ~2x cheaper per row (measured)."""
-    s = f"CAST({_ident(score)} AS DOUBLE)"
+    s = f"CAST({quote_ident(score)} AS DOUBLE)"
     if kind == "probability":
         pc = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
         cols = f"{s} AS s, ln({pc}) AS a, ln(1 - {pc}) AS b"
@@ -171,12 +168,12 @@ def _kernel_sql(
         q = f"(1 / (1 + exp(-{s})))"
         qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
         cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
-    cols = f"CAST({_ident(label)} AS DOUBLE) AS y, {cols}"
+    cols = f"CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}"
     if weight:
-        cols += f", CAST({_ident(weight)} AS DOUBLE) AS w"
+        cols += f", CAST({quote_ident(weight)} AS DOUBLE) AS w"
     if not segments:
         return f"SELECT CAST(0 AS BIGINT) AS code, {cols} FROM {source}"
-    seg = ", ".join(f"{_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
+    seg = ", ".join(f"{quote_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
     on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
     return f"SELECT l.code, r.* EXCLUDE ({_seg_list(segments)}) FROM (SELECT {seg}, {cols} FROM {source}) r" \
         f" JOIN calibflow_levels l ON {on}"
@@ -212,7 +209,7 @@ def distinct_column(kind: str) -> str:
 
 def distinct_scores_sql(source: str, score: str) -> str:
     """HyperLogLog estimate of the number of distinct scores (constant memory, a few % error)."""
-    return f"SELECT approx_count_distinct(CAST({_ident(score)} AS DOUBLE)) FROM {source}"
+    return f"SELECT approx_count_distinct(CAST({quote_ident(score)} AS DOUBLE)) FROM {source}"
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
@@ -221,8 +218,6 @@ def expand(paths: str | Sequence[str]) -> list[str]:
     Each path is resolved by :func:`calibflow.sources.files`, the one resolver user sources use; the
     aggregate engines read Parquet only, so a CSV source is refused here with the fix.
     """
-    from calibflow.sources import files
-
     out: list[str] = []
     for p in [paths] if isinstance(paths, str) else list(paths):
         try:
@@ -237,7 +232,7 @@ def expand(paths: str | Sequence[str]) -> list[str]:
 
 def _levels(con: duckdb.DuckDBPyConnection, source: str, params: dict, segments: Sequence[str]):
     """The segment columns' distinct value tuples, sorted (their row index is the segment code)."""
-    cols = ", ".join(f"{_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
+    cols = ", ".join(f"{quote_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
     return con.sql(f"SELECT DISTINCT {cols} FROM {source} ORDER BY ALL", params=params).df()
 
 
@@ -311,11 +306,7 @@ _UNIT = np.empty(0)  # no weight column: unit weights
 def _check_columns(con: duckdb.DuckDBPyConnection, source: str, params: dict, wanted: list[str]) -> None:
     """A missing column is one line naming it and the closest existing one (not DuckDB's binder error)."""
     have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}", params).fetchall()]
-    for c in wanted:
-        if c not in have:
-            close = difflib.get_close_matches(c, have, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"columns: {', '.join(have[:12])}"
-            raise ValueError(f"no column {c!r} in the source; {hint}")
+    require_columns(have, wanted, where=" in the source")
 
 
 def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
