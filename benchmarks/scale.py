@@ -126,7 +126,6 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(accuracy(a.accuracy_rows, [m for m in a.methods.split(",") if m]), indent=1))
         return
     import duckdb
-    import numpy as np
 
     from calibflow.aggregate import aggregate_duckdb, fit_from_table, metrics_from_table
 
@@ -186,7 +185,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"ratio DuckDB GROUP BY/pass: {res['sql_over_pass']:.2f}x")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    _ = np
 
 
 def generate_in_child(folder: str, rows: int, parts: int, threads: int) -> list[str]:
