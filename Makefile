@@ -34,12 +34,12 @@ test: $(VENV)/.dev-installed
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -q
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check calibflow tasks flows tests benchmarks
+	$(BIN)/ruff check calibflow tests benchmarks
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m benchmarks
 
-# Stage commands run `python -m tasks...` from PATH: the venv's interpreter must come first.
+# Stage commands run `python -m calibflow.pipeline...` from PATH: the venv's interpreter must come first.
 repro: $(VENV)/.run-installed
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 

@@ -57,7 +57,7 @@ def schedule_round_trip(clone: Path, env: dict[str, str]) -> dict[str, float]:
     }
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", f"from flows import server; server.start({port}, wait=120)"],
+        [sys.executable, "-c", f"from calibflow.flows import server; server.start({port}, wait=120)"],
         env=env,
         check=True,
         cwd=clone,
@@ -67,7 +67,7 @@ def schedule_round_trip(clone: Path, env: dict[str, str]) -> dict[str, float]:
         [
             sys.executable,
             "-m",
-            "flows.serve",
+            "calibflow.flows.serve",
             "--name",
             "bench",
             "--port",
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     ap.add_argument("--skip-schedule", action="store_true")
     a = ap.parse_args(argv)
-    from flows.dvc_stages import stage_env
+    from calibflow.flows.dvc_stages import stage_env
 
     # Both runs see this interpreter first on PATH, as `make repro` and `calibflow run` arrange.
     env = {**stage_env(), "PREFECT_LOGGING_LEVEL": "WARNING"}
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         flow_clone = _clone(Path(tmp) / "flow", a.params)
         t_dvc = _timed([sys.executable, "-m", "dvc", "repro"], dvc_clone, env)
         t_flow = _timed(
-            [sys.executable, "-m", "flows.cli", "run", "--quiet"],
+            [sys.executable, "-m", "calibflow.flows.cli", "run", "--quiet"],
             flow_clone,
             {**env, "CALIBFLOW_ROOT": str(flow_clone), "PREFECT_HOME": str(flow_clone / ".prefect")},
         )

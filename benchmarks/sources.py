@@ -1,9 +1,10 @@
 """User sources at scale: ``calibflow apply`` throughput and memory, and a 1e7-row score source end to end.
 
 1. ``apply``: a Parquet file of N generated rows (score, label, day, segment) streamed through a fitted Platt
-   calibrator by ``flows.cli_sources.apply_file`` (DuckDB -> Arrow batches -> Parquet writer), in a child
-   process whose peak RSS is read from ``getrusage``. Peer, same run: pandas reads the whole file, predicts
-   and writes it (the obvious script), under ``ulimit -v`` of ``--peer-limit-gb``; where it fails, we say so.
+   calibrator by ``calibflow.flows.cli_sources.apply_file`` (DuckDB -> Arrow batches -> Parquet writer), in a
+   child process whose peak RSS is read from ``getrusage``. Peer, same run: pandas reads the whole file,
+   predicts and writes it (the obvious script), under ``ulimit -v`` of ``--peer-limit-gb``.
+   Where it fails, we say so.
 2. End to end: a 1e7-row score source (60 daily files' worth of rows in one Parquet file, time split
    ``{test_last: 7d, calib_last: 14d}``) through the pipeline stages in-process (fingerprint, fetch,
    validate@raw, prepare, validate@prepared, train, calibrate@*, validate@calibrated, evaluate, select,
@@ -127,7 +128,7 @@ def bench_apply(work: Path, n: int, peer_limit_gb: float, peer_max_rows: float =
     cal = fit_calibrator(work)
     out = work / "scored.parquet"
     ours = (
-        "import time; from pathlib import Path; from flows.cli_sources import apply_file; "
+        "import time; from pathlib import Path; from calibflow.flows.cli_sources import apply_file; "
         "t0 = time.perf_counter(); "
         f"apply_file(Path({str(cal)!r}), {str(data)!r}, 'p_model', Path({str(out)!r})); "
         "print('SECS', time.perf_counter() - t0); " + PEAK
@@ -190,7 +191,8 @@ def _e2e_params(path: str, methods: list[str], n_boot: int) -> dict:
 E2E = """
 import json, sys, time, yaml
 from pathlib import Path
-from tasks import fingerprint, fetch, validate, prepare, train, calibrate, evaluate, select, report
+from calibflow.pipeline import (fingerprint, fetch, validate, prepare, train, calibrate, evaluate,
+                                select, report)
 root = Path({root!r}); params = yaml.safe_load(Path({pfile!r}).read_text())
 t = {{}}
 def step(k, f):

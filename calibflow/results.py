@@ -1,6 +1,6 @@
 """The shape of a paper reproduction's result, shared by experiments and the report.
 
-Each paper's experiment module returns a ``Reproduction``; ``tasks/reproduce.py`` saves it as
+Each paper's experiment module returns a ``Reproduction``; ``calibflow/pipeline/reproduce.py`` saves it as
 ``reports/reproductions/<key>.json``, and the report renders any such file without knowing the
 paper: tables (ours beside the paper's), figures (inline SVG), and notes for the choices made where
 the paper is ambiguous and for where our numbers disagree.

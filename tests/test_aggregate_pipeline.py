@@ -15,8 +15,8 @@ from source_data import scores_frame, write
 from test_sources_pipeline import _params
 
 from calibflow.io import read_json
+from calibflow.pipeline import calibrate, evaluate, fetch, fingerprint, prepare, select, train
 from calibflow.report.answers import answer_block
-from tasks import calibrate, evaluate, fetch, fingerprint, prepare, select, train
 
 METHODS = ["platt", "isotonic"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import flows  # noqa: F401  (environment before prefect)
-from flows.checkout_lock import CheckoutBusy, checkout_lock, limit_name, lock_path
+import calibflow.flows  # noqa: F401  (environment before prefect)
+from calibflow.flows.checkout_lock import CheckoutBusy, checkout_lock, limit_name, lock_path
 
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from flows.checkout_lock import checkout_lock
+    from calibflow.flows.checkout_lock import checkout_lock
     with checkout_lock(sys.argv[1]):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))

@@ -6,7 +6,7 @@ from flow_fixtures import free_port
 from typer.testing import CliRunner
 
 from calibflow import datasets
-from flows.cli import app
+from calibflow.flows.cli import app
 
 runner = CliRunner()
 

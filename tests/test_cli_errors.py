@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CALIBFLOW = [sys.executable, "-m", "flows.cli"]
+CALIBFLOW = [sys.executable, "-m", "calibflow.flows.cli"]
 
 
 def calibflow(tmp_path: Path, *args: str, debug: bool = False) -> tuple[subprocess.CompletedProcess, float]:
@@ -111,7 +111,7 @@ def test_injection_through_a_method_name_runs_nothing(tmp_path):
 
 def test_stage_commands_run_without_a_shell(tmp_path):
     """Where calibflow runs a stage command itself (Dask path), shell syntax is inert argv text."""
-    from flows.dvc_stages import StageFailed, run_stage_command
+    from calibflow.flows.dvc_stages import StageFailed, run_stage_command
 
     marker = tmp_path / "X"
     cmd = f"python -c 'import sys; print(sys.argv[1:])' 'platt; touch {marker}' ; touch {marker}"
@@ -125,7 +125,7 @@ def test_stage_commands_run_without_a_shell(tmp_path):
 
 def test_busy_checkout_is_one_line_naming_the_holder(tmp_path):
     hold = (
-        "import sys, time\nfrom flows.checkout_lock import checkout_lock\n"
+        "import sys, time\nfrom calibflow.flows.checkout_lock import checkout_lock\n"
         "with checkout_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)\n"
     )
     holder = subprocess.Popen(

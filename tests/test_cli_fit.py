@@ -36,7 +36,8 @@ def logs(tmp_path_factory):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "calibflow.flows.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def test_fit_recovers_the_map_and_reports_test_intervals(logs, tmp_path):
@@ -78,7 +79,7 @@ def test_apply_streams_in_batches_of_the_chunk_size(logs, tmp_path):
     """Memory of `calibflow apply` is bounded by its chunk: each batch is read, mapped and written on its
     own, so the output's row groups are never larger than ``batch_rows`` (checked structurally, not timed)."""
     from calibflow.calibrators import make
-    from flows.cli_sources import apply_file
+    from calibflow.flows.cli_sources import apply_file
 
     rows = pq.read_table(logs / "test.parquet")
     s = rows["p"].to_numpy().astype(np.float64)

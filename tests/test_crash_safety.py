@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks._common import atomic_dir, remove_stale_temps
+from calibflow.pipeline._common import atomic_dir, remove_stale_temps
 
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from tasks._common import atomic_dir
+    from calibflow.pipeline._common import atomic_dir
     with atomic_dir(sys.argv[1]) as tmp:
         for i in range(50):
             (tmp / f"part{i}.json").write_text("{}")
@@ -104,7 +104,7 @@ def start_run(root: Path, home: Path) -> tuple[subprocess.Popen, int, int]:
     env = {**os.environ, "PREFECT_HOME": str(home), "CALIBFLOW_ROOT": str(root), "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--port", "1"],
+        [sys.executable, "-m", "calibflow.flows.cli", "run", "--port", "1"],
         cwd=root,
         env=env,
         stdout=subprocess.PIPE,

@@ -136,9 +136,9 @@ def test_generative_population_follows_the_model(rng):
 
 
 def test_the_large_profile_is_a_named_profile_of_params():
-    """`python -m tasks.reproduce decision --profile large` finds its block; a typo is named."""
-    from tasks._common import StageError, load_params
-    from tasks.reproduce import experiment_config
+    """`python -m calibflow.pipeline.reproduce decision --profile large` finds its block; a typo is named."""
+    from calibflow.pipeline._common import StageError, load_params
+    from calibflow.pipeline.reproduce import experiment_config
 
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     name, cfg = experiment_config(params, "decision", "large")

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from flow_fixtures import make_toy_repo
 
-from flows import dvc_stages
+from calibflow.flows import dvc_stages
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import sys
 import pytest
 from flow_fixtures import free_port, make_toy_repo
 
-import flows  # noqa: F401  (environment before prefect)
-from flows import pipeline as pl
+import calibflow.flows  # noqa: F401  (environment before prefect)
+from calibflow.flows import pipeline as pl
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -97,7 +97,7 @@ def test_params_file_runs_as_a_dvc_experiment_and_leaves_params_yaml(harness, tm
 
 
 def test_param_overrides_cover_set_add_remove_and_quoting():
-    from flows.dvc_stages import param_overrides
+    from calibflow.flows.dvc_stages import param_overrides
 
     cur = {"a": {"b": 1, "c": [1, 2]}, "gone": {"x": 1}, "s": "x"}
     new = {"a": {"b": 2, "c": [1, 2], "d": "it's; touch X"}, "s": "x", "e": {}}
@@ -113,7 +113,7 @@ def test_dask_task_runner_runs_a_layer_in_parallel(harness, tmp_path):
     )
     result = pl.pipeline.with_options(task_runner=runner)(root=str(toy), parallel=True, check_params=False)
     assert sorted(r["name"] for r in result["stages"]) == ["a", "b", "c", "report"]
-    from flows import dvc_stages
+    from calibflow.flows import dvc_stages
 
     assert not any(s.stale for s in dvc_stages.plan(toy)), "dvc commit must record the parallel runs"
 
@@ -130,13 +130,13 @@ def test_schedule_round_trip(tmp_path):
         "PREFECT_RUNNER_POLL_FREQUENCY": "1",
         "CALIBFLOW_ROOT": str(toy),
     }
-    code = "import sys; from flows import server; server.start(int(sys.argv[1]), wait=120)"
+    code = "import sys; from calibflow.flows import server; server.start(int(sys.argv[1]), wait=120)"
     subprocess.run([sys.executable, "-c", code, str(port)], env=env, check=True, timeout=180)
     serve = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "flows.serve",
+            "calibflow.flows.serve",
             "--cron",
             "0 2 * * *",
             "--name",
@@ -206,7 +206,7 @@ def test_prefect_slot_queues_the_second_run(harness, tmp_path):
     import threading
     import time
 
-    from flows.checkout_lock import prefect_slot
+    from calibflow.flows.checkout_lock import prefect_slot
 
     spans: list[tuple[float, float]] = []
 

@@ -1,4 +1,5 @@
-"""flows.gitops on a real temporary git repository: the checkout, index and work tree stay untouched."""
+"""calibflow.flows.gitops on a real temporary git repository: the checkout, index and work tree stay
+untouched."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.gitops import GitOpsError, commit_paths
+from calibflow.flows.gitops import GitOpsError, commit_paths
 
 
 def git(root: Path, *args: str) -> str:

@@ -10,12 +10,12 @@ import time
 
 from monitor_data import make_project
 
-from flows import registry
-from flows.checkout_lock import checkout_lock
+from calibflow.flows import registry
+from calibflow.flows.checkout_lock import checkout_lock
 
 # Two triggers in one process (one ephemeral server): the second finds nothing new.
 FLOW = (
-    "import json, sys; from flows.monitor import monitor\n"
+    "import json, sys; from calibflow.flows.monitor import monitor\n"
     "for _ in range(2):\n"
     "    out = monitor(root=sys.argv[1], now=sys.argv[2], commit=True)\n"
     "    print(json.dumps([[len(r['windows']), r['champion'], r.get('revision')] for r in out['sources']]))"

@@ -11,8 +11,8 @@ import pandas as pd
 from monitor_data import make_project
 
 from calibflow.experiments.monitoring import DAY0
-from flows import registry
-from tasks import monitor as tm
+from calibflow.flows import registry
+from calibflow.pipeline import monitor as tm
 
 # The gto console script of this interpreter (make test does not activate the venv).
 GTO = str(Path(sys.executable).with_name("gto"))
@@ -76,7 +76,7 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path):
 def test_cli_rollback_without_registry_is_one_line(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from calibflow.flows.cli import app
 
     _git(tmp_path, "init", "-q")
     monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))

@@ -16,10 +16,10 @@ pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect")]
 SCRIPT = r"""
 import asyncio, json, sys, time
 import httpx
-from flows import server
+from calibflow.flows import server
 port, root, now = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 server.start(port, wait=120)
-from flows.monitor import drift_automation, monitor
+from calibflow.flows.monitor import drift_automation, monitor
 auto = drift_automation(name="drift-test")
 out = monitor(root=root, now=now, commit=False, registry_on=False)
 alerts = [a for r in out["sources"] for a in r["alerts"]]
@@ -67,13 +67,13 @@ print(json.dumps({"crons": crons, "state": fr.state.type.value}))
 
 
 def _serve_and_trigger(root, port, env) -> dict:
-    """``python -m flows.monitor --cron ...`` against the server; trigger the deployment once."""
+    """``python -m calibflow.flows.monitor --cron ...`` against the server; trigger the deployment once."""
     params = json.dumps({"root": str(root), "commit": False, "registry_on": False, "now": "2026-01-15"})
     serve = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "flows.monitor",
+            "calibflow.flows.monitor",
             "--cron",
             "0 6 * * *",
             "--name",

@@ -18,8 +18,8 @@ from monitor_data import make_project, write_days
 from calibflow import calibrators as C
 from calibflow import monitoring as mon
 from calibflow.experiments.monitoring import DAY0, simulate_stream
+from calibflow.pipeline import monitor as tm
 from calibflow.report.monitoring import render_page
-from tasks import monitor as tm
 
 
 def _window(d: int) -> mon.Window:
@@ -171,7 +171,7 @@ def test_killed_run_resumes_without_losing_or_double_counting(tmp_path):
         make_project(p, "slope", days=14, shift_day=6)
     now = (DAY0 + pd.Timedelta(days=16)).isoformat()
     tm.run(ref, tm.load_params(ref / "params.yaml"), "ads", now=now)
-    cmd = [sys.executable, "-m", "tasks.monitor", "--source", "ads", "--now", now]
+    cmd = [sys.executable, "-m", "calibflow.pipeline.monitor", "--source", "ads", "--now", now]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [*cmd, "--root", str(killed), "--params", str(killed / "params.yaml")],

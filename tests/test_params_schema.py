@@ -1,4 +1,5 @@
-"""tasks.params_schema: the shipped params.yaml passes; typos, bad values and hostile names name the key."""
+"""calibflow.pipeline.params_schema: the shipped params.yaml passes; typos, bad values and hostile names
+name the key."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.params_schema import ParamsError, load_and_validate, validate_params
+from calibflow.pipeline.params_schema import ParamsError, load_and_validate, validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

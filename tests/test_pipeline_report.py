@@ -281,7 +281,7 @@ def _low_base_rate(n=6000, seed=5):
 
 
 def test_equal_mass_bins_with_intervals_at_a_two_percent_base_rate():
-    from tasks.evaluate import jeffreys_interval, reliability_records
+    from calibflow.pipeline.evaluate import jeffreys_interval, reliability_records
 
     y, p = _low_base_rate()
     assert 0.01 <= y.mean() <= 0.03
@@ -299,8 +299,8 @@ def test_equal_mass_bins_with_intervals_at_a_two_percent_base_rate():
 
 
 def test_reliability_axes_zoom_to_the_data_and_show_counts():
+    from calibflow.pipeline.evaluate import reliability_records
     from calibflow.report.figures import reliability_grid, zoom_limit
-    from tasks.evaluate import reliability_records
 
     y, p = _low_base_rate()
     curves = {"uncalibrated": reliability_records(y, p, 15), "platt": reliability_records(y, p / 1.5, 15)}
@@ -416,8 +416,8 @@ def test_hostile_names_and_figures_never_become_markup(tmp_path):
 
 
 def test_unknown_reliability_binning_names_the_key():
-    from tasks._common import StageError
-    from tasks.evaluate import evaluate_dataset
+    from calibflow.pipeline._common import StageError
+    from calibflow.pipeline.evaluate import evaluate_dataset
 
     y, p = _low_base_rate(n=300)
     with pytest.raises(StageError, match="evaluate.reliability_bins is 'equal'; use quantile or uniform"):

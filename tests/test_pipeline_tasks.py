@@ -24,8 +24,18 @@ from scipy.special import expit
 
 from calibflow import metrics
 from calibflow.calibrators import from_json
+from calibflow.pipeline import (
+    _common,
+    calibrate,
+    evaluate,
+    fetch,
+    prepare,
+    report,
+    reproduce,
+    train,
+    validate,
+)
 from calibflow.results import Figure, Reproduction, Table
-from tasks import _common, calibrate, evaluate, fetch, prepare, report, reproduce, train, validate
 
 pytestmark = pytest.mark.xdist_group("pipeline_tasks")
 

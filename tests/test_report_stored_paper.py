@@ -1,13 +1,14 @@
-"""``python -m tasks.report --paper KEY --source JSON``: a stored (committed) larger-profile result as its own
+"""``python -m calibflow.pipeline.report --paper KEY --source JSON``: a stored (committed) larger-profile
+result as its own
 page beside the pipeline's, e.g. docs/reproductions/calem_standard.json."""
 
 from __future__ import annotations
 
 import pytest
 
+from calibflow.pipeline import report
+from calibflow.pipeline._common import StageError
 from calibflow.results import Reproduction, Table
-from tasks import report
-from tasks._common import StageError
 
 
 def _stored(path, key="calem", profile="standard"):

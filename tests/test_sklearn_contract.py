@@ -143,7 +143,8 @@ def test_one_default_input_and_available_kinds():
 
 
 def test_pipeline_special_methods_are_the_extra_input_methods():
-    """tasks/_common.py keeps its own list of methods the tabular stages cannot fit: it must not drift."""
-    from tasks import _common
+    """calibflow/pipeline/_common.py keeps its own list of methods the tabular stages cannot fit: it must
+    not drift."""
+    from calibflow.pipeline import _common
 
     assert set(_common.SPECIAL_METHODS) == set(C.available("extra"))

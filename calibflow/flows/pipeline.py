@@ -21,9 +21,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-import flows  # noqa: F401  (configures the environment before prefect is imported)
-from flows import dvc_stages, gitops, project_root
-from flows.checkout_lock import checkout_lock, prefect_slot
+import calibflow.flows  # noqa: F401  (configures the environment before prefect is imported)
+from calibflow.flows import dvc_stages, gitops, project_root
+from calibflow.flows.checkout_lock import checkout_lock, prefect_slot
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")
@@ -138,7 +138,7 @@ def pipeline(
     parallel: run independent stale stages concurrently on the flow's task runner (Dask), recording
     them with ``dvc commit`` afterwards. commit: record dvc.lock and the git-tracked outputs as a
     commit on ``commit_branch`` (the checked-out branch is never moved). check_params: validate
-    params.yaml / params_file against tasks.params_schema first.
+    params.yaml / params_file against calibflow.pipeline.params_schema first.
     A second run of the same checkout queues (Prefect concurrency limit + file lock) instead of
     failing on DVC's repository lock.
     """
@@ -160,7 +160,7 @@ def pipeline(
 
 
 def _check_params(base: Path, params_file: str | None) -> None:
-    from tasks.params_schema import load_and_validate
+    from calibflow.pipeline.params_schema import load_and_validate
 
     load_and_validate(base / (params_file or "params.yaml"))
 

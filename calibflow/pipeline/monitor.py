@@ -1,6 +1,7 @@
 """Step ``monitor``: score the production calibrator on each new matured window, gate challengers, alert.
 
-    python -m tasks.monitor --source ads [--now 2026-03-01T06:00] [--max-windows N] [--params params.yaml]
+    python -m calibflow.pipeline.monitor --source ads [--now 2026-03-01T06:00] [--max-windows N] [--params
+    params.yaml]
 
 For each source named in ``monitor.sources`` (or ``--source``), it reads the source through
 ``calibflow.sources`` (DuckDB: only the time, score, label and segment columns, only the rows from the oldest
@@ -17,7 +18,8 @@ matured, and runs ``calibflow.monitoring.process_window`` on each, oldest first.
 - ``reports/pages/monitoring-<source>.html``: the "calibration over time" page.
 
 The initial champion (version 1) is the select stage's ``models/<source>/calibrator.json`` (or
-``--champion PATH``). This step never commits or tags: the flow (flows/monitor.py) does, on a dedicated
+``--champion PATH``). This step never commits or tags: the flow (calibflow/flows/monitor.py) does, on a
+dedicated
 branch, and records promotions in GTO. A rollback with GTO (``calibflow monitor rollback``) is honoured at
 the start of the next run through ``--prod-version``.
 """
@@ -35,9 +37,9 @@ import pandas as pd
 from calibflow import calibrators as C
 from calibflow import monitoring as mon
 from calibflow.io import read_json, write_json, write_text
-from tasks._common import StageError, base_parser, cli, load_params, require
+from calibflow.pipeline._common import StageError, base_parser, cli, load_params, require
 
-log = logging.getLogger("tasks.monitor")
+log = logging.getLogger("calibflow.pipeline.monitor")
 #: Keys of ``params.monitor`` that are not MonitorConfig fields.
 RUN_KEYS = ("sources", "commit", "branch", "registry")
 

@@ -1,6 +1,7 @@
 """Stage ``prepare``: each dataset as a numeric design matrix with a seeded train/calib/test split.
 
-``python -m tasks.prepare``. For every dataset in ``params['datasets']``: ``calibflow.datasets.binary_task``
+``python -m calibflow.pipeline.prepare``. For every dataset in ``params['datasets']``:
+``calibflow.datasets.binary_task``
 (one-hot design, 0/1 label), an optional stratified subsample to ``datasets.max_rows`` (quick
 configurations), then ``calibflow.splits.split_indices`` with ``prepare.fractions`` and the global seed,
 stratified on the label. Writes ``data/prepared/<name>.parquet`` (columns ``row``, ``split``, ``y``,
@@ -23,10 +24,8 @@ from calibflow import datasets, timesplit
 from calibflow import sources as src
 from calibflow.datasets._loaders import _design
 from calibflow.io import write_json
-from calibflow.sources import SourceSpec
-from calibflow.splits import digest, split_indices
-from tasks import _sources
-from tasks._common import (
+from calibflow.pipeline import _sources
+from calibflow.pipeline._common import (
     FEATURE_PREFIX,
     SPLITS,
     Layout,
@@ -39,8 +38,10 @@ from tasks._common import (
     section,
     seed,
 )
+from calibflow.sources import SourceSpec
+from calibflow.splits import digest, split_indices
 
-log = logging.getLogger("tasks.prepare")
+log = logging.getLogger("calibflow.pipeline.prepare")
 
 
 def _fractions(params: dict[str, Any]) -> dict[str, float]:

@@ -4,7 +4,7 @@ Checked by ``calibflow run``/``serve``/``trigger`` before any server or stage st
 ``--params-file`` before it is used. Why strict: a typo such as ``evaluate.n_bin: 5`` used to run with
 the default while ``dvc.lock`` recorded the typo. Why names are checked against ``^[a-z0-9_]+$`` and the
 registries: method, dataset and paper names are interpolated into DVC stage commands
-(``python -m tasks.calibrate ${item.method}``), which DVC runs through a shell; a name such as
+(``python -m calibflow.pipeline.calibrate ${item.method}``), which DVC runs through a shell; a name such as
 ``platt; touch X`` must never get that far.
 
 Sections owned by other modules are validated by their own parser, called from here:
@@ -195,14 +195,15 @@ class Params(_Strict):
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
     validate_: Validate = Field(Validate(), alias="validate")
     select: Select = Select()
-    # Owned by tasks.monitor (issue 13) and calibflow.aggregate (issue 17): checked by their own parsers.
+    # Owned by calibflow.pipeline.monitor (issue 13) and calibflow.aggregate (issue 17): checked by their
+    # own parsers.
     monitor: dict[str, Any] = Field(default_factory=dict)
     scale: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("monitor")
     @classmethod
     def _monitor(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from tasks.monitor import validate_section
+        from calibflow.pipeline.monitor import validate_section
 
         validate_section(v)
         return v

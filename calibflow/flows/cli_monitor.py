@@ -1,6 +1,6 @@
 """``calibflow monitor``: run the monitor now, serve it daily, show the registry, roll back.
 
-Registered in flows/cli.py with ``app.add_typer(monitor_app, name="monitor")``.
+Registered in calibflow/flows/cli.py with ``app.add_typer(monitor_app, name="monitor")``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 
 import typer
 
-from flows import project_root
+from calibflow.flows import project_root
 
 monitor_app = typer.Typer(no_args_is_help=True, help="Calibration over time: champion, challengers, alerts.")
 
@@ -32,7 +32,7 @@ def run(
     max_windows: int = typer.Option(None, help="Process at most N windows this run."),
 ) -> None:
     """Score every new matured window now (a Prefect flow run: events, artifact, registry)."""
-    from flows.monitor import monitor
+    from calibflow.flows.monitor import monitor
 
     try:
         out = monitor(
@@ -55,8 +55,8 @@ def serve(
     port: int = typer.Option(4200, help="Local Prefect server port."),
 ) -> None:
     """Serve the monitor flow on a schedule against the local Prefect server (starts it if needed)."""
-    from flows import server as srv
-    from flows.monitor import serve as do_serve
+    from calibflow.flows import server as srv
+    from calibflow.flows.monitor import serve as do_serve
 
     srv.start(port)
     typer.echo(f"serving calibflow-monitor/{name} on {cron!r} at {srv.api_url(port)} (Ctrl-C to stop)")
@@ -69,7 +69,7 @@ def rollback(
     to_version: int = typer.Option(..., help="Monitor version to put back in prod (1 = the select stage's)."),
 ) -> None:
     """Assign the GTO ``prod`` stage to an earlier version; the next monitor run serves it."""
-    from flows import registry
+    from calibflow.flows import registry
 
     try:
         registry.rollback(project_root(), source, to_version)
@@ -81,7 +81,7 @@ def rollback(
 @monitor_app.command("status")
 def status(source: str = typer.Option(..., help="Source.")) -> None:
     """The registry's prod version and the monitor's newest numbers for a source."""
-    from flows import registry
+    from calibflow.flows import registry
 
     path = project_root() / "metrics" / "monitoring" / f"{source}.json"
     latest = json.loads(path.read_text()) if path.exists() else {}

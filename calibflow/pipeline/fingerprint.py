@@ -1,6 +1,7 @@
 """Stage ``sources@<name>``: stamp one user source's content in ``data/sources/<name>/fingerprint.json``.
 
-``python -m tasks.fingerprint <name>``. DVC runs it when the source's file or folder (the stage's dependency)
+``python -m calibflow.pipeline.fingerprint <name>``. DVC runs it when the source's file or folder (the
+stage's dependency)
 changed; it records ``calibflow.sources.fingerprint`` (sha256 per file, or size and mtime per file for large
 sources) with the declared path. The file is rewritten, atomically, only when its content changes, so the
 stages downstream (which depend on ``data/sources``) re-run exactly when the data did.
@@ -16,10 +17,10 @@ from typing import Any
 
 from calibflow import sources as src
 from calibflow.io import write_json
-from tasks import _sources
-from tasks._common import StageError, base_parser, cli, load_params
+from calibflow.pipeline import _sources
+from calibflow.pipeline._common import StageError, base_parser, cli, load_params
 
-log = logging.getLogger("tasks.fingerprint")
+log = logging.getLogger("calibflow.pipeline.fingerprint")
 
 
 def path_for(root: str | os.PathLike[str], name: str) -> Path:

@@ -1,6 +1,7 @@
 """Stage ``validate``: Great Expectations suites on raw data, prepared splits and calibrator outputs.
 
-``python -m tasks.validate raw|prepared|calibrated``. One ephemeral GX context per run (nothing written to a
+``python -m calibflow.pipeline.validate raw|prepared|calibrated``. One ephemeral GX context per run
+(nothing written to a
 ``gx/`` folder); each suite is a list of expectations built here from what we know about each dataset
 (``RAW_SPECS``, from ``shared/datasets/PROVENANCE.md``) and from the params. The result of every phase is
 saved as ``reports/validation/<phase>.json``. A failing suite prints a readable summary of the failed
@@ -25,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from calibflow.io import write_json
-from tasks import _sources
-from tasks._common import (
+from calibflow.pipeline import _sources
+from calibflow.pipeline._common import (
     PHASES,
     SPLITS,
     Layout,
@@ -40,7 +41,7 @@ from tasks._common import (
     section,
 )
 
-log = logging.getLogger("tasks.validate")
+log = logging.getLogger("calibflow.pipeline.validate")
 #: Largest decrease of a monotone calibrator's output along increasing margins that counts as rounding.
 MONOTONE_TOL = 1e-9
 
@@ -479,7 +480,7 @@ def _dataset_list(params: dict[str, Any]) -> list[str]:
 
 def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
     """Suites generated from each source's declaration, and per suite how to word a failure in one line."""
-    from tasks import validate_sources as vs
+    from calibflow.pipeline import validate_sources as vs
 
     k = _sources.min_class_count(params)
     suites: list[tuple[str, pd.DataFrame, list[Any]]] = []

@@ -26,8 +26,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import flows  # noqa: F401
-from tasks._common import pid_alive
+import calibflow.flows  # noqa: F401
+from calibflow.pipeline._common import pid_alive
 
 DEFAULT_PORT = 4200
 PIDFILE = "calibflow-temp-server.pid"

@@ -52,7 +52,8 @@ class Layout:
 
     @property
     def papers_data(self) -> Path:
-        """The datasets cache of the paper experiments (not a DVC output; see tasks.reproduce)."""
+        """The datasets cache of the paper experiments (not a DVC output; see
+        calibflow.pipeline.reproduce)."""
         return self.root / "data" / "papers"
 
     @property

@@ -1,5 +1,5 @@
 """The pipeline's stages, one module per step, each a plain CLI: ``python -m tasks.<step>``.
 
 ``dvc.yaml`` runs them; the Prefect flows call their ``main(argv)`` or ``run(...)`` directly. Great
-Expectations lives here (``tasks.validate``), never in the ``calibflow`` library.
+Expectations lives here (``calibflow.pipeline.validate``), never in the ``calibflow`` library.
 """

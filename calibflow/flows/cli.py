@@ -23,10 +23,10 @@ from typing import Any
 
 import typer
 
-from flows import project_root
-from flows.cli_monitor import monitor_app
-from flows.dvc_stages import stage_env
-from flows.gitops import DEFAULT_BRANCH
+from calibflow.flows import project_root
+from calibflow.flows.cli_monitor import monitor_app
+from calibflow.flows.dvc_stages import stage_env
+from calibflow.flows.gitops import DEFAULT_BRANCH
 
 app = typer.Typer(
     add_completion=False,
@@ -68,9 +68,9 @@ def _main(
 
 def _friendly(fn: Callable[[], Any]) -> Any:
     """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
-    from flows.checkout_lock import CheckoutBusy
-    from flows.dvc_stages import StageFailed
-    from tasks.params_schema import ParamsError
+    from calibflow.flows.checkout_lock import CheckoutBusy
+    from calibflow.flows.dvc_stages import StageFailed
+    from calibflow.pipeline.params_schema import ParamsError
 
     try:
         return fn()
@@ -88,7 +88,7 @@ def _friendly(fn: Callable[[], Any]) -> Any:
 
 def check_targets(root: Path, targets: list[str]) -> None:
     """Every target names a stage (or a group such as ``calibrate``) of dvc.yaml; else did-you-mean."""
-    from flows.dvc_stages import stage_names
+    from calibflow.flows.dvc_stages import stage_names
 
     names = stage_names(root)
     groups = {n.split("@", 1)[0] for n in names}
@@ -102,7 +102,7 @@ def check_targets(root: Path, targets: list[str]) -> None:
 
 def check_cron(cron: str) -> None:
     """A bad cron string is a one-line error before anything is registered or started."""
-    from flows.serve import validate_cron
+    from calibflow.flows.serve import validate_cron
 
     try:
         validate_cron(cron)
@@ -115,7 +115,7 @@ def check_cron(cron: str) -> None:
 
 def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
     """The API this run reports to: $PREFECT_API_URL, else the local server if up, else a temporary one."""
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     url = os.environ.get("PREFECT_API_URL")
     if url:
@@ -132,8 +132,8 @@ def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
 
 def _guard_run(url: str) -> threading.Event:
     """Fail fast when the API dies mid-run, and make Ctrl-C exit in seconds, stages stopped."""
-    from flows import dvc_stages
-    from flows import server as srv
+    from calibflow.flows import dvc_stages
+    from calibflow.flows import server as srv
 
     def gone(message: str) -> None:
         dvc_stages.stop_running(grace=3.0)
@@ -239,8 +239,8 @@ def _run(
     dask_workers: int,
     port: int,
 ) -> None:
-    from flows.checkout_lock import checkout_lock
-    from tasks.params_schema import load_and_validate
+    from calibflow.flows.checkout_lock import checkout_lock
+    from calibflow.pipeline.params_schema import load_and_validate
 
     # Everything a user can get wrong is checked here, before any server or stage starts.
     if params_file:
@@ -255,7 +255,7 @@ def _run(
         proc, url = _use_server(port)
         watch = _guard_run(url)
         try:
-            from flows.pipeline import pipeline
+            from calibflow.flows.pipeline import pipeline
 
             runner = _task_runner(task_runner, dask_address, dask_workers)
             flow = pipeline.with_options(task_runner=runner) if runner else pipeline
@@ -305,7 +305,7 @@ def serve(
     Trigger a run at any time with `calibflow trigger` (or
     `PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment run calibflow-pipeline/nightly`).
     """
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     # The one local server: set before prefect is imported, so no ephemeral second server starts.
     os.environ["PREFECT_API_URL"] = srv.api_url(port)
@@ -319,14 +319,14 @@ def serve(
         if not isinstance(params, dict):
             raise UserError("--parameters must be a JSON object, e.g. '{\"commit\": true}'")
         if params.get("check_params", True):
-            from tasks.params_schema import load_and_validate
+            from calibflow.pipeline.params_schema import load_and_validate
 
             root = Path(params.get("root") or project_root())
             load_and_validate(root / (params.get("params_file") or "params.yaml"))
         return params
 
     params = _friendly(body)
-    from flows.serve import serve as do_serve
+    from calibflow.flows.serve import serve as do_serve
 
     srv.start(port)
     typer.echo(
@@ -348,7 +348,7 @@ def trigger(
 
     Same as `PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment run calibflow-pipeline/NAME`.
     """
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     os.environ["PREFECT_API_URL"] = srv.api_url(port)
 
@@ -390,7 +390,7 @@ def server_start(
     port: int = typer.Option(4200),
     ui: bool = typer.Option(True, "--ui/--no-ui", help="Serve the Prefect UI at http://127.0.0.1:PORT."),
 ) -> None:
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     url = srv.start(port, ui=ui)
     where = f"; UI at {srv.ui_url(port)}" if ui else ""
@@ -399,7 +399,7 @@ def server_start(
 
 @server_app.command("stop")
 def server_stop() -> None:
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     srv.stop()
     typer.echo("Prefect server stopped")
@@ -407,7 +407,7 @@ def server_stop() -> None:
 
 @server_app.command("status")
 def server_status(port: int = typer.Option(4200)) -> None:
-    from flows import server as srv
+    from calibflow.flows import server as srv
 
     st = srv.status(port)
     typer.echo(json.dumps(st))
@@ -461,9 +461,9 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     return subprocess.run(cmd, cwd=project_root(), env=stage_env(), capture_output=quiet).returncode
 
 
-from flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)
+from calibflow.flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)
 _register_sources(app)
-from flows.cli_scale import register as _register_scale  # noqa: E402, I001  (issue 17: fit at scale)
+from calibflow.flows.cli_scale import register as _register_scale  # noqa: E402, I001  (issue 17: fit at scale)
 _register_scale(app)
 
 if __name__ == "__main__":

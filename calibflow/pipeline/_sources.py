@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from calibflow import sources as src
+from calibflow.pipeline._common import StageError, section
 from calibflow.sources import SourceSpec
-from tasks._common import StageError, section
 
 #: Where the fingerprint stage writes ``<name>/fingerprint.json`` (downstream stages depend on the folder).
 SOURCES_DIR = "data/sources"

@@ -3,13 +3,15 @@
     calibflow monitor run [--source ads] [--now ...]          # once, now
     calibflow monitor serve --cron "0 6 * * *"                # daily, against the local Prefect server
 
-Per source (``monitor.sources`` in params.yaml): one task runs ``tasks.monitor.run`` (the same code as
-``python -m tasks.monitor``); then every new alert becomes a Prefect event ``calibflow.calibration.drift``
+Per source (``monitor.sources`` in params.yaml): one task runs ``calibflow.pipeline.monitor.run`` (the same
+code as
+``python -m calibflow.pipeline.monitor``); then every new alert becomes a Prefect event
+``calibflow.calibration.drift``
 (resource ``calibflow.source.<source>``; payload: source, segment, metric, value, band, window, version) that
 an automation can react to (docs/monitoring.md), and the run gets a markdown artifact ``monitor-<source>``.
 With ``commit`` (default from ``monitor.commit``), the state, history, metrics and champion files are
 committed to ``monitor.branch`` (default ``calibflow/runs``), never to the checked-out branch, and each
-promotion is registered in GTO (``flows/registry.py``) at that commit with the ``prod`` stage.
+promotion is registered in GTO (``calibflow/flows/registry.py``) at that commit with the ``prod`` stage.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import flows  # noqa: F401  (environment before prefect)
-from flows import registry
+import calibflow.flows  # noqa: F401  (environment before prefect)
+from calibflow.flows import project_root, registry
 
 EVENT = "calibflow.calibration.drift"
 DEFAULT_BRANCH = "calibflow/runs"
@@ -104,8 +106,8 @@ def _is_git(root: Path) -> bool:
 
 
 def monitor_source(root: str, source: str, now: str | None, max_windows: int | None, registry_on: bool):
-    from tasks._common import load_params
-    from tasks.monitor import run
+    from calibflow.pipeline._common import load_params
+    from calibflow.pipeline.monitor import run
 
     params = load_params(Path(root) / "params.yaml")
     prod = registry.prod_version(root, source) if registry_on and _is_git(Path(root)) else None
@@ -126,7 +128,7 @@ def publish(res: dict[str, Any]) -> int:
 
 def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on: bool) -> str | None:
     """Commit the run's files to ``branch`` (never the checked-out one); register promotions in GTO."""
-    from flows.gitops import commit_paths
+    from calibflow.flows.gitops import commit_paths
 
     msg = (
         f"calibflow monitor {res['source']}: {len(res['windows'])} window(s), "
@@ -150,10 +152,11 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
 def one_run_per_checkout(root: str) -> Iterator[None]:
     """Queue behind any other calibflow run of this checkout: the Prefect limit of one, then the file lock.
 
-    Same order as the pipeline flow (flows/pipeline.py), so a monitor run and a pipeline run can never
+    Same order as the pipeline flow (calibflow/flows/pipeline.py), so a monitor run and a pipeline run can
+    never
     each hold one and wait for the other.
     """
-    from flows.checkout_lock import checkout_lock, prefect_slot
+    from calibflow.flows.checkout_lock import checkout_lock, prefect_slot
 
     with prefect_slot(root), checkout_lock(root, wait=True):
         yield
@@ -177,10 +180,10 @@ def _flow():
         registry_on: bool | None = None,
         max_windows: int | None = None,
     ) -> dict[str, Any]:
-        from tasks._common import load_params
-        from tasks.monitor import sources_to_monitor
+        from calibflow.pipeline._common import load_params
+        from calibflow.pipeline.monitor import sources_to_monitor
 
-        root_path = str(Path(root) if root else flows.project_root())
+        root_path = str(Path(root) if root else project_root())
         sec = load_params(Path(root_path) / "params.yaml").get("monitor") or {}
         commit = bool(sec.get("commit", False)) if commit is None else commit
         branch = branch or sec.get("branch") or DEFAULT_BRANCH
@@ -212,8 +215,8 @@ def serve(
     port: int | None = None,
 ) -> None:
     """Serve the monitor flow on ``cron`` against the local Prefect server (blocks; each run a subprocess)."""
-    from flows import server
-    from flows.serve import validate_cron
+    from calibflow.flows import server
+    from calibflow.flows.serve import validate_cron
 
     validate_cron(cron)
     port = port or server.DEFAULT_PORT

@@ -1,6 +1,6 @@
 """Stage ``reproduce@<key>``: run one paper's experiment and save its ``Reproduction``.
 
-``python -m tasks.reproduce <key> [--profile quick|full]``. Calls
+``python -m calibflow.pipeline.reproduce <key> [--profile quick|full]``. Calls
 ``calibflow.experiments.<key>.run(params["reproduce"][key][profile], params["seed"])`` where ``profile``
 defaults to ``reproduce.profile``; saves ``reports/reproductions/<key>.json`` (tables, figures, notes,
 rendered by the report) and the headline numbers as ``metrics/reproductions/<key>.json`` (DVC metrics).
@@ -20,10 +20,10 @@ from typing import Any
 
 from calibflow.datasets import ENV_DATA_DIR
 from calibflow.io import write_json
+from calibflow.pipeline._common import Layout, StageError, base_parser, cli, load_params, section, seed
 from calibflow.results import Reproduction
-from tasks._common import Layout, StageError, base_parser, cli, load_params, section, seed
 
-log = logging.getLogger("tasks.reproduce")
+log = logging.getLogger("calibflow.pipeline.reproduce")
 PROFILES = ("quick", "standard", "full")  # standard: a paper's middle size where it defines one, else quick
 
 

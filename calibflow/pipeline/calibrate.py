@@ -1,6 +1,7 @@
 """Stage ``calibrate@<method>``: fit one calibration method on every dataset's calibration split.
 
-``python -m tasks.calibrate <method>``. For each dataset: the base model's margins (logits) on the
+``python -m calibflow.pipeline.calibrate <method>``. For each dataset: the base model's margins (logits) on
+the
 ``calib`` rows fit ``calibflow.calibrators.make(method, input=calibrate.input, **calibrate.options[method])``;
 the fitted calibrator is saved as JSON (``data/calibrated/<method>/<name>.json``) and its test-split
 predictions as Parquet (``<name>.parquet``: ``row``, ``y``, ``margin``, ``prob``). The
@@ -20,8 +21,8 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
-from tasks import _aggregate, _sources
-from tasks._common import (
+from calibflow.pipeline import _aggregate, _sources
+from calibflow.pipeline._common import (
     SPECIAL_METHODS,
     Layout,
     StageError,
@@ -33,7 +34,7 @@ from tasks._common import (
     section,
 )
 
-log = logging.getLogger("tasks.calibrate")
+log = logging.getLogger("calibflow.pipeline.calibrate")
 
 
 def _score_column(input_kind: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from flows.cli_sources import _guarded
+from calibflow.flows.cli_sources import _guarded
 
 DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
 

@@ -1,4 +1,4 @@
-"""Great Expectations suites generated from a source's declaration (used by ``tasks.validate``).
+"""Great Expectations suites generated from a source's declaration (used by ``calibflow.pipeline.validate``).
 
 Raw phase, on the declared columns read by DuckDB: the label is binary (0/1 or boolean, or ``positive``
 names the value counting as 1), scores are finite and, for probabilities, in [0, 1], weights are finite and
@@ -107,7 +107,7 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
 
 
 def _y01(spec: SourceSpec, lab: pd.Series) -> np.ndarray:
-    from tasks._sources import labels01
+    from calibflow.pipeline._sources import labels01
 
     if spec.positive is None and not pd.api.types.is_bool_dtype(lab):
         v = pd.to_numeric(lab, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -1,6 +1,7 @@
 """Stage ``evaluate``: every dataset x method on the test split, with bootstrap 95% intervals.
 
-``python -m tasks.evaluate``. Methods are the base model itself (``uncalibrated``) and each entry of
+``python -m calibflow.pipeline.evaluate``. Methods are the base model itself (``uncalibrated``) and each
+entry of
 ``calibrate.methods``. Metrics (``calibflow.metrics``): ECE and MCE (``evaluate.n_bins`` equal-width bins),
 Brier, log loss, KS, calibration ratio ``sum p / sum y`` (1 is perfect) and AUC (is the ranking kept?), plus
 the selection-set metrics of the top ``evaluate.selection_alpha`` by predicted probability.
@@ -26,9 +27,8 @@ from scipy import stats
 
 from calibflow import diagnostics, metrics
 from calibflow.io import write_json
-from calibflow.report.data import RANKING_BASELINES
-from tasks import _aggregate, _sources
-from tasks._common import (
+from calibflow.pipeline import _aggregate, _sources
+from calibflow.pipeline._common import (
     UNCALIBRATED,
     Layout,
     StageError,
@@ -41,8 +41,9 @@ from tasks._common import (
     section,
     seed,
 )
+from calibflow.report.data import RANKING_BASELINES
 
-log = logging.getLogger("tasks.evaluate")
+log = logging.getLogger("calibflow.pipeline.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
 #: Per dataset in ``metrics/headline.json``, for the base model and the lowest-log-loss calibrator.
 HEADLINE_KEYS = ("log_loss", "ece", "calibration_ratio")

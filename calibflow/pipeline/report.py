@@ -1,12 +1,13 @@
 """Stage ``report``: render ``reports/index.html`` and ``reports/summary.md`` from the stage outputs.
 
-``python -m tasks.report``. Gathers the select stage's ``models/<name>/card.json`` (the answers the index
+``python -m calibflow.pipeline.report``. Gathers the select stage's ``models/<name>/card.json`` (the
+answers the index
 opens with), the extra pages in ``reports/pages/``, the evaluation metrics and plot data, the validation
 results and run metadata (git revision, package versions, data checksums from ``data/raw/manifest.json``),
 then calls the pure ``calibflow.report`` renderers. Also writes ``reports/validation.json``: every
 validation suite in one file (what the Prefect flow publishes as a table artifact).
 
-``python -m tasks.report --paper KEY`` (stage ``paper_page@KEY``) renders one paper's
+``python -m calibflow.pipeline.report --paper KEY`` (stage ``paper_page@KEY``) renders one paper's
 ``reports/reproductions/<KEY>.json`` as ``reports/pages/paper-<KEY>.html``. All files are written atomically.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from calibflow.io import read_json, write_json, write_text
+from calibflow.pipeline._common import PHASES, Layout, StageError, atomic_dir, base_parser, cli, load_params
 from calibflow.report import (
     RANKING_BASELINES,
     ReportData,
@@ -36,9 +38,8 @@ from calibflow.report.data import method_order
 from calibflow.report.html import render_paper_page
 from calibflow.report.svg import sanitize_svg
 from calibflow.results import Reproduction
-from tasks._common import PHASES, Layout, StageError, atomic_dir, base_parser, cli, load_params
 
-log = logging.getLogger("tasks.report")
+log = logging.getLogger("calibflow.pipeline.report")
 PACKAGES = (
     "calibflow",
     "numpy",

@@ -342,6 +342,6 @@ def apply(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``init`` and ``apply`` to the ``calibflow`` app (one call in flows/cli.py)."""
+    """Add ``init`` and ``apply`` to the ``calibflow`` app (one call in calibflow/flows/cli.py)."""
     app.command(name="init")(init)
     app.command(name="apply")(apply)

@@ -3,7 +3,8 @@
     calibflow server start
     calibflow serve --cron "0 2 * * *"          # blocks, running each scheduled flow run
 
-``python -m flows.serve --cron ... --name ...`` is the same, for process managers. Each scheduled run
+``python -m calibflow.flows.serve --cron ... --name ...`` is the same, for process managers. Each scheduled
+run
 commits its ``dvc.lock``, metrics and summary (``commit=True``), so the git log is the run history.
 """
 
@@ -14,8 +15,8 @@ import json
 import os
 from typing import Any
 
-import flows  # noqa: F401
-from flows import server
+import calibflow.flows  # noqa: F401
+from calibflow.flows import server
 
 DEPLOYMENT = "nightly"
 
@@ -33,7 +34,7 @@ def serve(
     validate_cron(cron)
     if not server.healthy(port):
         raise RuntimeError(f"no Prefect server at {server.api_url(port)}: run `calibflow server start` first")
-    from flows.pipeline import pipeline
+    from calibflow.flows.pipeline import pipeline
 
     params = {"commit": True, **(parameters or {})}
     pipeline.serve(name=name, cron=cron, parameters=params, print_starting_message=False)

@@ -2,7 +2,7 @@
 
 Importing this package configures the environment before Prefect is imported anywhere: a
 project-local ``PREFECT_HOME`` (SQLite under ``.prefect/``), analytics off, and quiet server logs
-(see ``flows/logging.yml`` and ``../shared/notes/stack.md``). Values already set by the user win.
+(see ``calibflow/flows/logging.yml`` and ``../shared/notes/stack.md``). Values already set by the user win.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def project_root() -> Path:
     for d in (here, *here.parents):
         if (d / "dvc.yaml").exists():
             return d
-    return PACKAGE_DIR.parent
+    return here
 
 
 def configure_environment(quiet: bool = True) -> None:
