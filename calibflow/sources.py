@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 from scipy.special import expit, logit
 
-SCORE_KINDS = ("probability", "logit", "score")
+from calibflow.calibrators.base import SCORE_KINDS
+
 SPLIT_KINDS = ("random", "time")
 #: Keys a source declaration may have.
 KEYS = (
@@ -470,3 +471,37 @@ def calibrator_input(score: np.ndarray, score_kind: str, input_kind: str) -> np.
     if input_kind == "logit":
         return margin
     return np.asarray(score, dtype=np.float64) if score_kind != "probability" else margin
+
+
+def record_score_kind(cal: Any, score_kind: str) -> Any:
+    """Record the scale of the user's score column in ``cal`` (saved by ``to_json``); returns ``cal``.
+
+    Every writer of a deployable calibrator (select, fit, the monitor) calls this, and every reader goes
+    through ``calibrate_scores``: a probability calibrator is then never fed logits, or the reverse.
+    """
+    if score_kind not in SCORE_KINDS:
+        raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
+    cal.score_kind_ = score_kind
+    return cal
+
+
+def calibrate_scores(cal: Any, score: np.ndarray, score_kind: str | None = None, **extra: Any) -> np.ndarray:
+    """Calibrated probabilities of the user's raw ``score`` column, converted as ``cal`` was fitted.
+
+    The scale comes from the calibrator file (``score_kind`` recorded at fit time). ``score_kind`` given
+    here must agree with it; a calibrator that records none needs it, and nothing is guessed.
+    """
+    recorded = getattr(cal, "score_kind_", None)
+    if recorded is not None and score_kind is not None and score_kind != recorded:
+        raise ValueError(
+            f"this calibrator was fitted on {recorded} scores, not {score_kind}; drop --score-kind "
+            f"or pass --score-kind {recorded}"
+        )
+    kind = recorded or score_kind
+    if kind is None:
+        raise ValueError(
+            "this calibrator does not record the scale of the scores it was fitted on; "
+            "pass --score-kind probability|logit|score"
+        )
+    x = calibrator_input(np.asarray(score, dtype=np.float64), kind, str(getattr(cal, "input", "score")))
+    return cal.predict(x, **extra) if extra else cal.predict(x)

@@ -38,6 +38,12 @@ _EPS = 1e-12
 _REGISTRY: dict[str, type[BaseCalibrator]] = {}
 
 
+# The scale of the user's own score column, recorded in a saved calibrator so that whoever applies it
+# converts the same way it was fitted (calibflow.sources.calibrate_scores); ``input`` is the calibrator's
+# own side.
+SCORE_KINDS = ("probability", "logit", "score")
+
+
 def register(name: str):
     """Class decorator: add a calibrator class to the registry under ``name``."""
 
@@ -141,6 +147,9 @@ class BaseCalibrator(BaseEstimator):
         state = {k: _to_jsonable(getattr(self, k)) for k in self._state_fields}
         params = self.get_params(deep=False)
         payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": params, "state": state}
+        kind = getattr(self, "score_kind_", None)
+        if kind is not None:
+            payload["score_kind"] = kind
         return json.dumps(payload, default=_to_jsonable)
 
     # ---- helpers for subclasses -------------------------------------------------------------
@@ -382,7 +391,7 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"calibrator payload must be a JSON object, got {type(payload).__name__}")
-    extra = set(payload) - {"schema", "method", "params", "state"}
+    extra = set(payload) - {"schema", "method", "params", "state", "score_kind"}
     if extra:
         raise PayloadError(f"calibrator payload has unknown key(s) {sorted(map(str, extra))[:5]}")
     schema = payload.get("schema")
@@ -418,6 +427,11 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         _check_spec(cls, k, value)
         setattr(obj, k, value)
     obj.fitted_ = True
+    if "score_kind" in payload:
+        kind = payload["score_kind"]
+        if kind not in SCORE_KINDS:
+            raise PayloadError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {str(kind)[:40]!r}")
+        obj.score_kind_ = kind
     _probe(obj)
     return obj
 
