@@ -281,7 +281,8 @@ def _low_base_rate(n=6000, seed=5):
 
 
 def test_equal_mass_bins_with_intervals_at_a_two_percent_base_rate():
-    from calibflow.pipeline.evaluate import jeffreys_interval, reliability_records
+    from calibflow.intervals import jeffreys_interval
+    from calibflow.pipeline.evaluate import reliability_records
 
     y, p = _low_base_rate()
     assert 0.01 <= y.mean() <= 0.03

@@ -24,9 +24,9 @@ from typing import Any
 
 import calibflow.flows  # noqa: F401  (environment before prefect)
 from calibflow.flows import project_root, registry
+from calibflow.flows.gitops import DEFAULT_BRANCH
 
 EVENT = "calibflow.calibration.drift"
-DEFAULT_BRANCH = "calibflow/runs"
 
 
 def drift_event(alert: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from calibflow.aggregate import aggregate_query, metrics_from_table
 from calibflow.aggregate import diagnostics as agg_diag
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
+from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.pipeline._common import Layout, StageError
 from calibflow.pipeline._sources import SEGMENT_PREFIX
 
@@ -150,7 +151,6 @@ def reliability_from_table(
 ) -> list[dict[str, float]]:
     """Evaluate's reliability records from the table: equal-mass (edges from cumulative weights) or
     equal-width bins, each with its Jeffreys interval and consistency band, as the row path writes them."""
-    from calibflow.pipeline.evaluate import jeffreys_interval
 
     rel = agg_diag.reliability_bins(t, n_bins, strategy, level=level, g=g)
     cnt, pos = rel["count"], rel["positives"]
@@ -220,7 +220,6 @@ def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str
 
 def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float) -> dict[str, Any]:
     """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights)."""
-    from calibflow.pipeline.select import _ci
 
     gu, gc = _collapse(unc), _collapse(cal)
     pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)
@@ -234,13 +233,13 @@ def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: flo
             "uncalibrated": pu[m],
             "calibrated": pc[m],
             "delta": pc[m] - pu[m],
-            "delta_ci": _ci(diff, level) if reps else None,
+            "delta_ci": percentile_interval(diff, level) if reps else None,
         }
     ratio = np.array([c["calibration_ratio"] for c in dc])
     out["calibration_ratio"] = {
         "uncalibrated": pu["calibration_ratio"],
         "calibrated": pc["calibration_ratio"],
-        "ci": _ci(ratio, level) if reps else None,
+        "ci": percentile_interval(ratio, level) if reps else None,
     }
     return out
 

@@ -9,6 +9,8 @@ one ``s:<column>`` per declared segment.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,30 @@ def score_predictions(frame: pd.DataFrame, spec: SourceSpec) -> pd.DataFrame:
     out["margin"] = margin
     out["prob"] = prob
     return out
+
+
+# ---- source fingerprints (written by the sources@ stage, read by fetch and select)
+
+
+def fingerprint_path(root: str | os.PathLike[str], name: str) -> Path:
+    return Path(root) / SOURCES_DIR / name / "fingerprint.json"
+
+
+def stamp(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """The fingerprint record of source ``name`` (declared path + per-file stamps)."""
+    declared = specs(params, root)
+    if name not in declared:
+        known = ", ".join(declared) or "none"
+        raise StageError(f"no source named {name!r} in params.yaml (declared: {known})")
+    decl_path = (params.get("sources") or {})[name]["path"]
+    return {"name": name, "path": decl_path, **src.fingerprint(declared[name])}
+
+
+def read_fingerprint(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """The recorded fingerprint of ``name`` when it matches the declaration, else a fresh one."""
+    p = fingerprint_path(root, name)
+    if p.is_file():
+        rec = json.loads(p.read_text())
+        if rec.get("path") == (params.get("sources") or {}).get(name, {}).get("path"):
+            return rec
+    return stamp(params, name, root)

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from calibflow import diagnostics, metrics
+from calibflow.intervals import jeffreys_interval
 from calibflow.io import write_json
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
@@ -119,20 +119,6 @@ def intervals(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, lev
             lo, hi = np.quantile(arr, [tail, 1.0 - tail])
             out[k] = {"low": float(lo), "high": float(hi)}
     return out
-
-
-def jeffreys_interval(
-    positives: np.ndarray, count: np.ndarray, level: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Jeffreys interval of a binomial rate: Beta(k + 1/2, n - k + 1/2) quantiles (Brown, Cai, DasGupta 2001).
-
-    Chosen over Wald because it stays inside [0, 1] and keeps its coverage at the low rates of ads data
-    (a bin with 2 positives out of 300); the bounds are 0 / 1 when k = 0 / k = n, as they recommend.
-    """
-    tail = (1.0 - level) / 2.0
-    lo = stats.beta.ppf(tail, positives + 0.5, count - positives + 0.5)
-    hi = stats.beta.ppf(1.0 - tail, positives + 0.5, count - positives + 0.5)
-    return np.where(positives > 0, lo, 0.0), np.where(positives < count, hi, 1.0)
 
 
 def reliability_records(

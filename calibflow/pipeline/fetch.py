@@ -35,10 +35,9 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             fs.path: {"sha256": fs.sha256, "bytes": (folder / fs.path).stat().st_size} for fs in files
         }
         log.info("fetched %s: %d file(s) in %s", name, len(files), folder)
-    from calibflow.pipeline import fingerprint
 
     for name in _sources.specs(params, root):  # user sources: their files' stamps (sha256, or size + mtime)
-        fp = fingerprint.read(params, name, root)
+        fp = _sources.read_fingerprint(params, name, root)
         stamp = {f["path"]: {k: v for k, v in f.items() if k != "path"} for f in fp["files"]}
         manifest[name] = {
             p: {"sha256": s.get("sha256", "(size+mtime)"), "bytes": s["size"], **s} for p, s in stamp.items()

@@ -12,48 +12,23 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
-from calibflow import sources as src
 from calibflow.io import write_json
 from calibflow.pipeline import _sources
-from calibflow.pipeline._common import StageError, base_parser, cli, load_params
+from calibflow.pipeline._common import base_parser, cli, load_params
 
 log = logging.getLogger("calibflow.pipeline.fingerprint")
 
 
-def path_for(root: str | os.PathLike[str], name: str) -> Path:
-    return Path(root) / _sources.SOURCES_DIR / name / "fingerprint.json"
-
-
-def stamp(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """The fingerprint record of source ``name`` (declared path + per-file stamps)."""
-    specs = _sources.specs(params, root)
-    if name not in specs:
-        raise StageError(f"no source named {name!r} in params.yaml (declared: {', '.join(specs) or 'none'})")
-    decl_path = (params.get("sources") or {})[name]["path"]
-    return {"name": name, "path": decl_path, **src.fingerprint(specs[name])}
-
-
 def run(name: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    rec = stamp(params, name, root)
-    out = path_for(root, name)
+    rec = _sources.stamp(params, name, root)
+    out = _sources.fingerprint_path(root, name)
     old = json.loads(out.read_text()) if out.is_file() else None
     if old != rec:
         write_json(out, rec)
         log.info("source %s: %d file(s), %s, %d bytes", name, len(rec["files"]), rec["method"], rec["bytes"])
     return rec
-
-
-def read(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """The recorded fingerprint of ``name`` when it matches the declaration, else a fresh one."""
-    p = path_for(root, name)
-    if p.is_file():
-        rec = json.loads(p.read_text())
-        if rec.get("path") == (params.get("sources") or {}).get(name, {}).get("path"):
-            return rec
-    return stamp(params, name, root)
 
 
 def main(argv: list[str] | None = None) -> int:

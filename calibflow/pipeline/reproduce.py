@@ -21,10 +21,10 @@ from typing import Any
 from calibflow.datasets import ENV_DATA_DIR
 from calibflow.io import write_json
 from calibflow.pipeline._common import Layout, StageError, base_parser, cli, load_params, section, seed
+from calibflow.pipeline.params_schema import PROFILES
 from calibflow.results import Reproduction
 
 log = logging.getLogger("calibflow.pipeline.reproduce")
-PROFILES = ("quick", "standard", "full")  # standard: a paper's middle size where it defines one, else quick
 
 
 def experiment_config(

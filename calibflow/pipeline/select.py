@@ -30,6 +30,7 @@ import pandas as pd
 
 from calibflow import metrics
 from calibflow.calibrators import get_class
+from calibflow.intervals import percentile_interval
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
@@ -97,15 +98,6 @@ def paired_bootstrap(
     return {k: {m: np.asarray(v) for m, v in d.items()} for k, d in out.items()}
 
 
-def _ci(values: np.ndarray, level: float) -> list[float] | None:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return None
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(v, [tail, 1.0 - tail])
-    return [float(lo), float(hi)]
-
-
 def compare(
     y: np.ndarray, p_unc: np.ndarray, p_cal: np.ndarray, cfg: dict[str, Any], rng_seed: int
 ) -> dict[str, Any]:
@@ -122,12 +114,12 @@ def compare(
             "uncalibrated": point["unc"][m],
             "calibrated": point["cal"][m],
             "delta": point["cal"][m] - point["unc"][m],
-            "delta_ci": _ci(boot["cal"][m] - boot["unc"][m], level),
+            "delta_ci": percentile_interval(boot["cal"][m] - boot["unc"][m], level),
         }
     out["calibration_ratio"] = {
         "uncalibrated": point["unc"]["calibration_ratio"],
         "calibrated": point["cal"]["calibration_ratio"],
-        "ci": _ci(boot["cal"]["calibration_ratio"], level),
+        "ci": percentile_interval(boot["cal"]["calibration_ratio"], level),
     }
     return out
 
@@ -159,7 +151,7 @@ def segment_ratios(
                     "positives": int(pos),
                     "ratio_uncalibrated": float(p_unc[idx].sum() / pos) if pos else None,
                     "ratio": float(pc.sum() / pos) if pos else None,
-                    "ratio_ci": _ci(np.asarray(ratios), level),
+                    "ratio_ci": percentile_interval(np.asarray(ratios), level),
                 }
             )
     return out
@@ -204,10 +196,9 @@ def _reason(method: str, n_mono: int, rule: str, met: dict[str, Any], level: flo
 
 def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
     """Fingerprint, time range and split of the data behind ``name`` (from fetch/fingerprint/prepare)."""
-    from calibflow.pipeline import fingerprint
 
     if is_source:
-        fp = fingerprint.read(params, name, lay.root)
+        fp = _sources.read_fingerprint(params, name, lay.root)
         fp = {k: v for k, v in fp.items() if k != "name"}
     else:
         manifest = read_json(lay.manifest) if lay.manifest.is_file() else {}
