@@ -35,10 +35,9 @@ from scipy import signal, stats
 from sklearn.isotonic import isotonic_regression
 
 from calibflow._validation import check_labels, check_n_bins, check_probabilities, check_weights
-from calibflow.metrics import bin_index
+from calibflow.metrics import bin_index, row_log_loss
 
 _DENSITY_EPS = 1e-4  # relplot adds this to the smoothed density before dividing (kernels.py)
-_EPS_LOG = 1e-15
 
 
 def _prep(y: ArrayLike, p: ArrayLike, sample_weight: ArrayLike | None):
@@ -271,8 +270,7 @@ def _brier(y, p, w) -> float:
 
 
 def _log_loss(y, p, w) -> float:
-    pc = np.clip(p, _EPS_LOG, 1 - _EPS_LOG)
-    return float(-(w @ (y * np.log(pc) + (1 - y) * np.log1p(-pc))) / w.sum())
+    return float(w @ row_log_loss(y, p) / w.sum())
 
 
 def recalibrated(y: ArrayLike, p: ArrayLike, sample_weight: ArrayLike | None = None) -> NDArray[np.float64]:

@@ -15,7 +15,10 @@ from numpy.typing import ArrayLike, NDArray
 from calibflow._validation import as_1d_float, check_labels, check_n_bins, check_probabilities, check_weights
 
 STRATEGIES = ("uniform", "quantile")
-_EPS = 1e-15
+# The one clip of every log loss in calibflow (per row or averaged, rows or aggregate tables): a probability
+# of exactly 0 or 1 costs -log(1e-15) ~ 34.5 nats instead of infinity (scikit-learn's long-standing default).
+LOG_LOSS_CLIP = 1e-15
+_EPS = LOG_LOSS_CLIP
 
 
 def _prep(y, p, sample_weight=None, both_classes=False):
@@ -86,6 +89,13 @@ def mce(y: ArrayLike, p: ArrayLike, n_bins: int = 15, strategy: str = "uniform",
 def brier(y: ArrayLike, p: ArrayLike, sample_weight=None) -> float:
     yy, pp, w = _prep(y, p, sample_weight)
     return float(w @ (pp - yy) ** 2 / w.sum())
+
+
+def row_log_loss(y: ArrayLike, p: ArrayLike) -> NDArray[np.float64]:
+    """Each row's negative log-likelihood, ``p`` clipped to [LOG_LOSS_CLIP, 1 - LOG_LOSS_CLIP]."""
+    yy, pp = np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    pc = np.clip(pp, LOG_LOSS_CLIP, 1.0 - LOG_LOSS_CLIP)
+    return -(yy * np.log(pc) + (1.0 - yy) * np.log1p(-pc))
 
 
 def log_loss(y: ArrayLike, p: ArrayLike, sample_weight=None, eps: float = _EPS) -> float:

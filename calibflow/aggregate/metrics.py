@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from calibflow.metrics import row_log_loss
+
 _METRICS = ("log_loss", "brier", "calibration_ratio", "ece", "mce", "auc")
 
 
@@ -114,12 +116,11 @@ def calibrated_table(table: pd.DataFrame, cal, kind: str = "probability") -> pd.
     if f"score_{kind}" in t.columns:  # a distinct-score table: each group's own score, not a mean
         s = t[f"score_{kind}"]
     p = cal.predict(s.to_numpy(np.float64))
-    pc = np.clip(p, 1e-15, 1 - 1e-15)
     # Re-bucket on the calibrated value: groups a step map sends to one probability are ties for the AUC
     # (as on the rows), and a non-monotone map's order is the one ranked.
     t["bucket"] = np.unique(p, return_inverse=True)[1].astype(np.int32)
     t["prob"] = p  # the group's probability itself (sum_q / n can be one ulp off)
     t["sum_q"] = t["n"] * p
     t["sum_q2"] = t["n"] * p * p
-    t["sum_ll"] = t["n"] * np.where(t["label"] == 1, -np.log(pc), -np.log1p(-pc))
+    t["sum_ll"] = t["n"] * row_log_loss(t["label"].to_numpy(np.float64), p)
     return t

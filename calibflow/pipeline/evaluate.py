@@ -79,8 +79,7 @@ def bootstrap_metrics(y: np.ndarray, p: np.ndarray, W: np.ndarray, n_bins: int) 
     gap = np.abs(sy - sp)
     with np.errstate(invalid="ignore", divide="ignore"):
         mce = np.where(cnt > 0, gap / cnt, -np.inf).max(axis=1)
-    pc = np.clip(p, 1e-15, 1 - 1e-15)
-    nll = -(y * np.log(pc) + (1 - y) * np.log1p(-pc))
+    nll = metrics.row_log_loss(y, p)
     order = np.argsort(p, kind="mergesort")
     Ws = W[:, order]
     ks = np.abs(np.cumsum(Ws * (y - p)[order], axis=1)).max(axis=1) / tot
