@@ -115,7 +115,7 @@ def test_report_library_imports_no_orchestration_stack():
 
 
 def card(name: str, method: str = "beta", kind: str = "dataset", **extra) -> dict:
-    """A card in the exact shape of INTERFACES.md (what the select stage of issue 12 writes)."""
+    """A card in the exact shape of docs/card.md (what the select stage of issue 12 writes)."""
     c = {
         "name": name,
         "kind": kind,

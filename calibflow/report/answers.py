@@ -1,6 +1,6 @@
 """The index's opening: one answer block per dataset or source, from the select stage's ``card.json``.
 
-Card shape: INTERFACES.md ("The chosen calibrator and its card"). A block says which calibrator to use,
+Card shape: docs/card.md ("The chosen calibrator and its card"). A block says which calibrator to use,
 what it gains over the uncalibrated model in log loss and ECE with the paired interval of the change,
 the calibration ratio ``sum p / sum y`` before and after, and the card's one-line reason and rule.
 """

@@ -58,7 +58,7 @@ class ReportData:
     - ``evaluation``: {dataset: {method: metrics dict}}; ``reliability`` and ``histograms``:
       {dataset: {method: list of per-bin records}}.
     - ``reproductions``: the papers' ``Reproduction`` objects; ``missing_reproductions``: keys with no file.
-    - ``cards``: the select stage's ``models/<name>/card.json`` (INTERFACES.md), one answer block each.
+    - ``cards``: the select stage's ``models/<name>/card.json`` (docs/card.md), one answer block each.
     - ``pages``: ``(href, title)`` of the extra pages (``reports/pages/*.html``) the index links to.
     """
 
