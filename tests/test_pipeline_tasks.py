@@ -32,6 +32,7 @@ from calibflow.pipeline import (
     prepare,
     report,
     reproduce,
+    select,
     train,
     validate,
 )
@@ -67,6 +68,7 @@ def project(tmp_path_factory):
         calibrate.run(m, params, root)
     validate.run("calibrated", params, root)
     evaluate.run(params, root)
+    select.run(params, root)  # the verdicts: models/<name>/, metrics/headline.json
     report.run(params, root)
     return root, params
 
@@ -178,11 +180,13 @@ def test_headline_and_reliability_bins_are_readable_on_hillstrom(project):
     root, _ = project
     head = json.loads((root / "metrics/headline.json").read_text())
     assert sorted(head) == sorted(DATASETS)
-    for name, entry in head.items():
-        assert len(entry) <= 8 and entry["best"] in METHODS
+    for name, entry in head.items():  # the select stage's verdict with its interval (issue 28)
+        card = json.loads((root / "models" / name / "card.json").read_text())
+        assert len(entry) <= 8 and entry["verdict"] == card["verdict"] and entry["method"] == card["method"]
+        assert entry["method"] in [*METHODS, "identity"]
         uncal = json.loads((root / "metrics/evaluation" / name / "uncalibrated.json").read_text())
-        assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], abs=1e-6)
-        assert entry["calibration_ratio_uncal"] == pytest.approx(uncal["calibration_ratio"], abs=1e-6)
+        assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], rel=1e-5)
+        assert entry["delta_low"] <= entry["delta_log_loss"] <= entry["delta_high"] and entry["margin"] > 0
         # sum p / sum y, 1 is perfect (not the library's sum p / sum y - 1)
         assert 0.5 < uncal["calibration_ratio"] < 1.5
         ci = uncal["ci"]["calibration_ratio"]

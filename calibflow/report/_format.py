@@ -37,6 +37,8 @@ def fmt_sig(v: Any, sig: int = 3, signed: bool = False) -> str:
     1e-4 and 1e5 (``0.000312``, ``0.431``, ``1.02``), scientific outside; ``signed`` adds ``+``."""
     if v is None or isinstance(v, bool) or not isinstance(v, int | float):
         return "–" if v is None else str(v)
+    if isinstance(v, int):  # counts stay exact
+        return f"{v:+d}" if signed else str(v)
     x = float(v)
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
