@@ -58,11 +58,13 @@ def _delta_row(label: str, m: dict[str, Any]) -> str:
     )
 
 
-def _ratio_row(m: dict[str, Any]) -> str:
+def _ratio_row(m: dict[str, Any], kept: bool = False) -> str:
+    """Σp / Σy before and after (``kept``: the scores are kept, so only before, with its interval)."""
+    after = "" if kept else e(fmt_sig(_num(m.get("calibrated"))))
     return (
         '<tr><td class="l">Σp / Σy <small>(1 = perfect)</small></td>'
         f"<td>{e(fmt_sig(_num(m.get('uncalibrated'))))}</td>"
-        f"<td>{e(fmt_sig(_num(m.get('calibrated'))))}</td><td><small>{e(_iv(m.get('ci')))}</small></td></tr>"
+        f"<td>{after}</td><td><small>{e(_iv(m.get('ci')))}</small></td></tr>"
     )
 
 
@@ -114,6 +116,26 @@ def card_verdict(card: dict[str, Any]) -> str:
     return "calibrate" if hi is not None and hi < 0 else "unsure"
 
 
+def _runner_up(card: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(column title, rows) of the best calibrator a "keep" card turned down: its log-loss change and the
+    margin it had to clear (the card's own metrics compare the scores with themselves)."""
+    sel = card.get("selection") or {}
+    name = sel.get("runner_up")
+    c = (sel.get("comparisons") or {}).get(name) if name else None
+    ll = _num(sel.get("log_loss_uncalibrated"))
+    if not isinstance(c, dict) or ll is None:
+        return None
+    delta = _num(c.get("delta"))
+    m = {"uncalibrated": ll, "calibrated": ll + delta if delta is not None else None, "delta": delta,
+         "delta_ci": [c.get("low"), c.get("high")]}
+    margin = f"−{fmt_sig(_num(sel.get('margin')))}"
+    rows = [
+        _delta_row("log loss", m),
+        f'<tr><td class="l">margin to clear</td><td></td><td></td><td>{e(margin)}</td></tr>',
+    ]
+    return f"{name} (not used)", rows
+
+
 def _pick(card: dict[str, Any], verdict_: str) -> str:
     method = card.get("method") or "uncalibrated"
     if verdict_ == "keep":
@@ -129,9 +151,13 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
     method = card.get("method") or "uncalibrated"
     metrics = card.get("metrics") or {}
     v = card_verdict(card)
-    rows = [_delta_row(label, metrics[k]) for k, label in _DELTA_ROWS if isinstance(metrics.get(k), dict)]
+    runner = _runner_up(card) if v == "keep" else None
+    if runner:  # keeping: the table shows what the best calibrator would have changed, and why not
+        method, rows = runner
+    else:
+        rows = [_delta_row(label, metrics[k]) for k, label in _DELTA_ROWS if isinstance(metrics.get(k), dict)]
     if isinstance(metrics.get("calibration_ratio"), dict):
-        rows.append(_ratio_row(metrics["calibration_ratio"]))
+        rows.append(_ratio_row(metrics["calibration_ratio"], kept=runner is not None))
     head = (
         f'<tr><th class="l">test split</th><th>uncalibrated</th><th>{e(method)}</th>'
         "<th>change [paired CI]</th></tr>"

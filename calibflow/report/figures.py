@@ -35,12 +35,16 @@ def zoom_limit(curves: dict[str, list[dict[str, Any]]]) -> float:
     """One upper axis limit for every panel: the data's largest mean prediction or interval bound, padded.
 
     Both axes share it, so the diagonal stays at 45 degrees; hillstrom (predictions below 0.3) and ads
-    data at a 2% base rate fill the panel instead of a corner. Snapped up to a round value.
+    data at a 2% base rate fill the panel instead of a corner. Snapped up to a round value. Bins of less
+    than a tenth of the median bin's rows (a step map's sliver of ties) do not set it: their wide interval
+    would stretch every panel back to 0-1; they are clipped to the edge instead.
     """
     top = 0.0
     for recs in curves.values():
+        count = _column(recs, "count", 0.0)
+        big = count >= 0.1 * np.median(count) if count.size else count.astype(bool)
         for key in ("mean_pred", "observed", "high"):
-            vals = _column(recs, key)
+            vals = _column(recs, key)[big]
             vals = vals[np.isfinite(vals)]
             if vals.size:
                 top = max(top, float(vals.max()))
@@ -101,6 +105,8 @@ def _axes(ax, lim: float | tuple[float, float]) -> tuple[float, float]:
         ax.set_xscale("logit")
         ax.set_yscale("logit")
         ticks = [t for t in _TICKS if lo <= t <= hi]
+        while len(ticks) > 5:  # small panels: every other tick, so the labels never overlap
+            ticks = ticks[::2]
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_ticks(ticks)
             axis.set_ticklabels([f"{t:g}" for t in ticks])
@@ -131,8 +137,7 @@ def reliability_panel(
     count = _column(records, "count", 0.0)
     lo, hi = _column(records, "low"), _column(records, "high")
     a, b = _axes(ax, lim)
-    if isinstance(lim, tuple):  # keep every bin on the plot: clip to the axes
-        x, obs, lo, hi = (np.clip(v, a, b) for v in (x, obs, lo, hi))
+    x, obs, lo, hi = (np.clip(v, a, b) for v in (x, obs, lo, hi))  # every bin stays on the plot
     blo, bhi = _column(records, "band_low"), _column(records, "band_high")
     if band and x.size and np.isfinite(blo).all() and np.isfinite(bhi).all():
         if isinstance(lim, tuple):
