@@ -145,3 +145,17 @@ def test_named_rules_and_margin_zero(project):
     p["select"] = {"rule": "auto", "margin": 0.5}  # half the log loss: nothing clears it
     assert all(c["verdict"] == S.KEEP for c in select.run(p, root).values())
     select.run(params, root)  # leave the default answer for the other tests
+
+
+def test_aggregate_path_gives_the_same_verdicts(project):
+    """Above scale.row_threshold select reads bucket tables (replicate intervals): same verdicts and methods,
+    the identity written for the calibrated source."""
+    root, params = project
+    rows = {n: (c["verdict"], c["method"]) for n, c in select.run(params, root).items()}
+    p = copy.deepcopy(params)
+    p["scale"] = {"row_threshold": 1000, "replicates": 40}
+    cards = select.run(p, root)
+    assert all(c["path"] == "aggregate" for c in cards.values())
+    assert {n: (c["verdict"], c["method"]) for n, c in cards.items()} == rows
+    assert cards["fine"]["method"] == S.IDENTITY and "identity" not in cards["fine"]["candidates"]
+    select.run(params, root)

@@ -230,6 +230,7 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in methods(params)
     }
+    texts[selection.IDENTITY] = _calibrator_text(lay, params, name, selection.IDENTITY)  # "keep"
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
     n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
@@ -286,10 +287,10 @@ def _select_aggregate(
     differences are not available from buckets, and the verdict still does not depend on
     ``evaluate.n_bootstrap``."""
     ll, compare_for = _aggregate_metrics(lay, params, name)
+    ll_unc = ll.pop(selection.IDENTITY)  # the identity's table is the uncalibrated one
     level = float(section(params, "evaluate").get("ci_level", 0.95))
     compared = {m: compare_for(m) for m in _auto_candidates(methods(params))}
     paired = {m: _paired_from_replicates(c[0]["log_loss"], level) for m, c in compared.items()}
-    ll_unc = next(iter(compared.values()))[0]["log_loss"]["uncalibrated"] if compared else float("nan")
     decision = _decide(lay, params, name, paired, ll_unc, rule)
     method = decision.method
     text = _calibrator_text(lay, params, name, method)
