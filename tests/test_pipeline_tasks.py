@@ -395,8 +395,9 @@ def test_report_renders_every_section(project, tmp_path, monkeypatch):
     paper = report.run_paper("fake", work).read_text()
     out = report.run(p, work)
     page = out["html"].read_text()
-    # Index: reliability and histograms per dataset; the paper's figure lives on its own page.
-    assert page.count("<figure") == 2 * len(DATASETS)
+    # Index: per dataset the answer's before-vs-chosen diagram, the reliability grid and the histograms;
+    # the paper's figure lives on its own page.
+    assert page.count("<figure") == 3 * len(DATASETS)
     assert page.count("<svg") == page.count("<figure")
     assert 'href="pages/paper-fake.html">Paper reproduction: A fake paper (2026)' in page
     assert "No result file for: missing" in page
@@ -541,9 +542,9 @@ def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
     page = report.run(p, work)["html"]
     for width in WIDTHS:
         result = render_in_chromium(page, tmp_path, width)
-        # reliability + histograms per dataset (histograms folded: the probe opens every <details>)
-        assert result["figures"] == 2 * len(DATASETS) == len(result["svgs"])
-        assert result["answers"] == len(DATASETS)  # no cards here: one "no recommendation yet" block each
+        # per dataset: the answer's overlay, reliability grid, histograms (folded: the probe opens <details>)
+        assert result["figures"] == 3 * len(DATASETS) == len(result["svgs"])
+        assert result["answers"] == len(DATASETS)  # one card per dataset (the select stage ran)
         # Nothing wider than the window: wide tables scroll inside their own box.
         assert result["page_w"] <= result["view_w"] + 1, (width, result["page_w"])
         for s in result["svgs"]:

@@ -342,7 +342,7 @@ def _overlay(card: dict[str, Any], data: ReportData, fig: _Figures) -> str:
 def render_html(data: ReportData, title: str = "calibflow report") -> str:
     """The index page as a string: the answers first, then the detail, run metadata last."""
     fig = _Figures()
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV)
+    nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV)  # spaces: the links wrap on a phone
     rev = (data.metadata.get("git_revision") or "")[:10]
     sub = f'<p class="muted">revision {_e(rev or "unknown")}</p><nav>{nav}</nav>'
     overlays = {str(c.get("name")): _overlay(c, data, fig) for c in data.cards}
