@@ -185,7 +185,7 @@ def _metrics_show_lists_only_the_headline(root: Path) -> None:
     assert list(files) == ["metrics/headline.json"]
     head = files["metrics/headline.json"]["data"]["bank_marketing"]  # the select stage's verdict
     assert head["method"] in ("platt", "isotonic", "identity") and head["verdict"] in ("keep", "calibrate")
-    assert head["delta_low"] <= head["delta_log_loss"] <= head["delta_high"] and len(head) <= 8
+    assert head["delta_best_low"] <= head["delta_best"] <= head["delta_best_high"] and len(head) <= 8
     table = dvc(root, "metrics", "show").stdout.splitlines()
     header = table[0].split()
     assert header[0] == "Path" and len(header) <= 9 and "-" not in table[1].split()  # no sparse grid

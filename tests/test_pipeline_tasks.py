@@ -186,7 +186,10 @@ def test_headline_and_reliability_bins_are_readable_on_hillstrom(project):
         assert entry["method"] in [*METHODS, "identity"]
         uncal = json.loads((root / "metrics/evaluation" / name / "uncalibrated.json").read_text())
         assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], rel=1e-5)
-        assert entry["delta_low"] <= entry["delta_log_loss"] <= entry["delta_high"] and entry["margin"] > 0
+        assert entry["delta_best_low"] <= entry["delta_best"] <= entry["delta_best_high"]
+        assert entry["margin"] == pytest.approx(0.001 * uncal["log_loss"], rel=1e-4)
+        if entry["verdict"] == "keep":  # nothing cleared the margin, the best calibrator included
+            assert entry["delta_best_high"] >= -entry["margin"]
         # sum p / sum y, 1 is perfect (not the library's sum p / sum y - 1)
         assert 0.5 < uncal["calibration_ratio"] < 1.5
         ci = uncal["ci"]["calibration_ratio"]

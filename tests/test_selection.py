@@ -118,9 +118,12 @@ def test_select_keeps_calibrated_scores_and_calibrates_miscalibrated_ones(projec
     cal = C.from_json((root / "models/fine/calibrator.json").read_text())
     p = np.array([0.01, 0.2, 0.7])
     np.testing.assert_allclose(cal.predict(logit(p)), p, atol=1e-12)  # calibrate.input is logit
-    head = read_json(root / "metrics/headline.json")
+    head = read_json(root / "metrics/headline.json")  # dvc metrics: the verdict and what it rests on
     assert head["fine"]["verdict"] == "keep" and head["ads"]["method"] == ads["method"]
-    assert head["ads"]["delta_high"] < -head["ads"]["margin"] < 0 and len(head["ads"]) <= 8
+    assert head["ads"]["delta_best_high"] < -head["ads"]["margin"] < 0 and len(head["ads"]) <= 8
+    fine_best = fine["selection"]["comparisons"][fine["selection"]["best"]]
+    assert head["fine"]["delta_best_high"] == pytest.approx(fine_best["high"], rel=1e-5)
+    assert head["fine"]["delta_best_high"] >= -head["fine"]["margin"]  # why it keeps
 
 
 def test_verdict_does_not_depend_on_the_bootstrap_count(project):

@@ -272,7 +272,7 @@ def select_one(
     method = decision.method
     text = _calibrator_text(lay, params, name, method)
     met = compare(y, p_unc, probs[method], cfg, seed(params))
-    met["log_loss"].update(_clt_fields(selection.paired_log_loss(y, p_unc, probs[method], level)))
+    _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, probs[method], level))
     segs = segment_ratios(test, probs[method], cfg, seed(params))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
     return text, _with_decision(card, decision, rule, level)
@@ -355,9 +355,11 @@ def _paired_from_replicates(m: dict[str, Any], level: float) -> selection.Paired
     return selection.Paired(float(m["delta"]), float(lo), float(hi), float(se), 0)
 
 
-def _clt_fields(p: selection.Paired) -> dict[str, Any]:
+def _use_clt(ll: dict[str, Any], p: selection.Paired) -> None:
     """The card's log-loss interval is the one the verdict used; the bootstrap one stays beside it."""
-    return {"delta_ci": p.ci(), "delta_ci_kind": "normal (CLT) on per-row differences"}
+    ll["delta_ci_bootstrap"] = ll.get("delta_ci")
+    ll["delta_ci"] = p.ci()
+    ll["delta_ci_kind"] = "normal (CLT) on per-row differences"
 
 
 def _with_decision(
@@ -397,20 +399,23 @@ def verdict_reason(method: str, d: selection.Decision, ll: dict[str, Any], level
 
 
 def headline(cards: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``metrics/headline.json``: per dataset or source, the verdict with its interval (``dvc metrics``)."""
+    """``metrics/headline.json`` (``dvc metrics show``): per dataset or source the verdict, the method
+    written, and what it rests on: the best calibrator's log-loss change with its paired interval against
+    the margin it had to clear (the same numbers whether the verdict is keep or calibrate)."""
     out: dict[str, dict[str, Any]] = {}
     for name, card in cards.items():
-        ll = card["metrics"]["log_loss"]
-        lo, hi = ll.get("delta_ci") or [None, None]
+        sel = card.get("selection") or {}
+        best = sel.get("best")
+        c = (sel.get("comparisons") or {}).get(best) or {}
         out[name] = {
             "verdict": card.get("verdict"),
             "method": card["method"],
-            "log_loss_uncal": _round(ll["uncalibrated"]),
-            "log_loss_chosen": _round(ll["calibrated"]),
-            "delta_log_loss": _round(ll["delta"]),
-            "delta_low": _round(lo),
-            "delta_high": _round(hi),
-            "margin": _round((card.get("selection") or {}).get("margin")),
+            "log_loss_uncal": _round(card["metrics"]["log_loss"]["uncalibrated"]),
+            "margin": _round(sel.get("margin")),
+            "best": best,
+            "delta_best": _round(c.get("delta")),
+            "delta_best_low": _round(c.get("low")),
+            "delta_best_high": _round(c.get("high")),
         }
     return out
 
