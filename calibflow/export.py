@@ -52,8 +52,9 @@ class ExportError(ValueError):
     """A calibrator that cannot be exported in the asked form; the message says why and what to do."""
 
 
-def load(text: str) -> tuple[BaseCalibrator, str | None]:
-    """The calibrator in ``text`` (its ``to_json``) and the user's ``score_kind`` if the file records one."""
+def load(text: str, score_kind: str | None = None) -> tuple[BaseCalibrator, str | None]:
+    """The calibrator in ``text`` (its ``to_json``) and the user's score kind: ``score_kind`` if given, else
+    the one the file records (a top-level ``score_kind``), else None (the calibrator's own input)."""
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -62,9 +63,10 @@ def load(text: str) -> tuple[BaseCalibrator, str | None]:
         raise ExportError("not a calibrator file: expected a JSON object")
     if _CARD_KEYS & set(payload) and "state" not in payload:
         raise ExportError("this is the card; use calibrator.json (beside it)")
-    score_kind = payload.pop("score_kind", None)
+    recorded = payload.pop("score_kind", None)
+    score_kind = score_kind or recorded
     if score_kind is not None and score_kind not in ("probability", "logit", "score"):
-        raise ExportError(f"score_kind {score_kind!r} in the calibrator file is not probability|logit|score")
+        raise ExportError(f"score kind {score_kind!r} is not probability|logit|score")
     cal = from_json(json.dumps(payload))
     if cal.needs:
         needs = ", ".join(cal.needs)
@@ -352,11 +354,14 @@ def to_onnx(table: Table, input_name: str = "score") -> bytes:
     return model.SerializeToString()
 
 
-def export(text: str, fmt: str, column: str = "score", tol: float = DEFAULT_TOL) -> tuple[str | bytes, Table]:
-    """``fmt`` (table | sql | onnx) of the calibrator JSON ``text``, and the table behind it."""
+def export(
+    text: str, fmt: str, column: str = "score", tol: float = DEFAULT_TOL, score_kind: str | None = None
+) -> tuple[str | bytes, Table]:
+    """``fmt`` (table | sql | onnx) of the calibrator JSON ``text``, and the table behind it; ``score_kind``:
+    the user's score the map takes (default: what the file records, else the calibrator's own input)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    cal, score_kind = load(text)
+    cal, score_kind = load(text, score_kind)
     table = to_table(cal, score_kind, tol)
     if fmt == "table":
         return json.dumps(table.to_dict(), indent=1) + "\n", table

@@ -112,3 +112,20 @@ def test_cli_export_writes_each_format_and_refuses_the_card(tmp_path):
                               str(tmp_path / "x.onnx")])
     assert res.exit_code == 1 and "use .sql" in res.output
     assert path.read_text() == cal.to_json()  # the calibrator file is only read
+
+
+def test_cli_reads_the_users_score_kind_from_the_card_beside_the_calibrator(tmp_path):
+    """A pipeline calibrator takes the logit; the card says the user's column is a probability: the SQL
+    takes that probability (feeding it a probability as a logit would serve wrong numbers silently)."""
+    cal = _fit("beta")
+    folder = tmp_path / "models" / "ads"
+    folder.mkdir(parents=True)
+    (folder / "calibrator.json").write_text(cal.to_json())
+    card = {"input": {"score": "p_model", "score_kind": "probability"}}
+    (folder / "card.json").write_text(json.dumps(card))
+    args = ["export", "--calibrator", str(folder / "calibrator.json"), "--format", "sql"]
+    res = CliRunner().invoke(app, [*args, "--output", str(tmp_path / "map.sql"), "--column", "score"])
+    assert res.exit_code == 0 and "user's score (probability)" in res.output, res.output
+    p = expit(np.random.default_rng(6).normal(-2.0, 2.0, 50_000))
+    sql = (tmp_path / "map.sql").read_text()
+    assert np.abs(_duckdb(sql, p) - cal.predict(logit(np.clip(p, 1e-15, 1 - 1e-15)))).max() <= 1e-6

@@ -24,6 +24,9 @@ def export_command(
     output: Path = typer.Option(..., "--output", help="Where to write it (.json, .sql or .onnx)."),
     column: str = typer.Option("score", "--column", help="The score column (SQL) or input name (ONNX)."),
     tol: float = typer.Option(1e-7, "--tol", min=1e-12, max=1e-3, help="Knot placement tolerance."),
+    score_kind: str = typer.Option(
+        None, "--score-kind", help="Your score: probability | logit | score (default: the card beside it)."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Export a fitted calibrator for serving without Python: lookup table, SQL expression or ONNX."""
@@ -42,7 +45,7 @@ def export_command(
         if output.resolve() == calibrator.resolve():
             raise ValueError("--output is the calibrator file itself; write the export elsewhere")
         text = calibrator.read_text(encoding="utf-8")
-        data, table = export.export(text, fmt, column, tol)
+        data, table = export.export(text, fmt, column, tol, score_kind or card_score_kind(calibrator))
         if isinstance(data, bytes):
             write_bytes(output, data)
         else:
@@ -55,6 +58,22 @@ def export_command(
         f"max error against predict {table.max_error:.1e}",
         err=sys.stderr.isatty(),
     )
+
+
+def card_score_kind(calibrator: Path) -> str | None:
+    """The user's score kind from the select stage's ``card.json`` beside the calibrator
+    (``input.score_kind``): a pipeline calibrator takes the model's logit while the user's column may hold a
+    probability, and a map fed the wrong one would serve wrong probabilities without a word."""
+    import json
+
+    card = calibrator.with_name("card.json")
+    if calibrator.name != "calibrator.json" or not card.is_file():
+        return None
+    try:
+        kind = (json.loads(card.read_text(encoding="utf-8")).get("input") or {}).get("score_kind")
+    except (ValueError, AttributeError):
+        return None
+    return kind if kind in ("probability", "logit", "score") else None
 
 
 def register(app: typer.Typer) -> None:
