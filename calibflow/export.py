@@ -270,8 +270,17 @@ def to_sql(table: Table, column: str = "score") -> str:
     else:
         t, cut = f"({column})", x
 
+    last = x.size - 2
+
     def leaf(k: int) -> str:
-        return f"{_num(z[k])} + {_num(b[k])} * ({t} - {_num(x[k])})"
+        d = f"{t} - {_num(x[k])}"
+        if table.input_kind == "probability":
+            # the search compares p while the line uses t = logit(p): a p within rounding of a knot may land
+            # in the neighbouring segment, so the step along it is held inside the segment (a jump's segment
+            # is one double wide, where an unclamped step would overshoot)
+            d = d if k == 0 else f"GREATEST({d}, 0)"
+            d = d if k == last else f"LEAST({d}, {_num(x[k + 1] - x[k])})"
+        return f"{_num(z[k])} + {_num(b[k])} * ({d})"
 
     def tree(lo: int, hi: int) -> str:  # segments lo..hi; segment k covers [x[k], x[k+1])
         if lo == hi:
