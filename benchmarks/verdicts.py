@@ -74,9 +74,10 @@ def _before(params: dict, root: Path, name: str, seeds: int) -> dict[int, list[s
     out: dict[int, list[str]] = {}
     for n_boot in COUNTS:
         words = []
-        for s in range(seeds):
-            boot = select.paired_bootstrap(y, p_unc, probs[best], n_boot, params["seed"] + s, 15)
-            words.append(_old_word(select._ci(boot["cal"]["log_loss"] - boot["unc"]["log_loss"], 0.95)))
+        cfg = {"n_bins": 15, "ci_level": 0.95, "n_bootstrap": n_boot}
+        for s in range(seeds):  # select.compare's log-loss interval is the old rule's paired bootstrap
+            ci = select.compare(y, p_unc, probs[best], cfg, params["seed"] + s)["log_loss"]["delta_ci"]
+            words.append(_old_word(ci))
         out[n_boot] = words
     print(f"  before ({name}): old rule picks {best}")
     return out
