@@ -228,7 +228,9 @@ def test_index_opens_with_answers_from_cards_and_ends_with_run_metadata(tmp_path
     assert "beta lowers log loss on adult" in answers and "country = FR" in answers
     # a dataset evaluated without a card is named, not silently dropped
     assert "models/hillstrom/card.json</code> is missing" in answers
-    assert "- **adult**: use `beta` (log loss -0.0100 [-0.0120, -0.0080]" in render_summary(data)
+    summary = render_summary(data)
+    assert "- **adult**: use `beta` (log loss -0.0100 [-0.0120, -0.00800]" in summary
+    assert "- **bank**: keep your scores." in summary
 
 
 def test_ranking_baselines_are_explained_and_out_of_the_comparison():
