@@ -13,8 +13,31 @@ import numpy as np  # noqa: E402
 plt.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
 
 
+def legends_outside(fig) -> None:
+    """Move every axes legend into one figure legend under the panels, so no legend covers a line.
+
+    Entries are merged by label in the order the axes show them (small multiples repeat the same methods).
+    An axes legend placed outside its axes already (``bbox_to_anchor``) is left alone.
+    """
+    handles, labels = [], []
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is None or leg.get_bbox_to_anchor().bounds != ax.bbox.bounds:
+            continue
+        for h, t in zip(leg.legend_handles, leg.get_texts(), strict=False):
+            if t.get_text() not in labels:
+                handles.append(h)
+                labels.append(t.get_text())
+        leg.remove()
+    if labels:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
+                   fontsize=7, frameon=False)
+
+
 def to_svg(fig) -> str:
-    """Render and close ``fig``; the SVG is deterministic (fixed hash salt, no date metadata)."""
+    """Render and close ``fig``; the SVG is deterministic (fixed hash salt, no date metadata). Legends
+    are moved under the panels first (``legends_outside``)."""
+    legends_outside(fig)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)

@@ -219,14 +219,18 @@ def test_index_opens_with_answers_from_cards_and_ends_with_run_metadata(tmp_path
         "bank",
         "ads",
     ]  # datasets first
-    assert "Use <code>beta</code>" in answers and "Keep the uncalibrated model" in answers
-    assert "-0.0100" in answers and "[-0.0120, -0.0080]" in answers and "better" in answers
+    assert "Use <code>beta</code>" in answers and "Keep your scores" in answers
+    # the card's colour is its verdict (a card from before the verdict field: read from its interval)
+    assert 'data-card="adult" data-verdict="calibrate"' in answers and 'class="answer keep"' in answers
+    assert "-0.0100" in answers and "[-0.0120, -0.00800]" in answers and "better" in answers  # 3 sig. digits
     assert "no clear change" in answers  # the ECE interval straddles 0
-    assert "[0.970, 1.030]" in answers and "1 = perfect" in answers
+    assert "[0.970, 1.03]" in answers and "1 = perfect" in answers
     assert "beta lowers log loss on adult" in answers and "country = FR" in answers
     # a dataset evaluated without a card is named, not silently dropped
     assert "models/hillstrom/card.json</code> is missing" in answers
-    assert "- **adult**: use `beta` (log loss -0.0100 [-0.0120, -0.0080]" in render_summary(data)
+    summary = render_summary(data)
+    assert "- **adult**: use `beta` (log loss -0.0100 [-0.0120, -0.00800]" in summary
+    assert "- **bank**: keep your scores." in summary
 
 
 def test_ranking_baselines_are_explained_and_out_of_the_comparison():
@@ -400,7 +404,7 @@ def test_hostile_names_and_figures_never_become_markup(tmp_path):
     )
     page = render_html(data)
     assert_inert(page)
-    assert "&lt;script&gt;" in page and page.count("<svg") == 1
+    assert "&lt;script&gt;" in page and page.count("<svg") == 2  # the card's overlay and the grid
     rep = Reproduction(
         "x",
         "<script>alert(1)</script>",

@@ -32,6 +32,7 @@ from calibflow.pipeline import (
     prepare,
     report,
     reproduce,
+    select,
     train,
     validate,
 )
@@ -67,6 +68,7 @@ def project(tmp_path_factory):
         calibrate.run(m, params, root)
     validate.run("calibrated", params, root)
     evaluate.run(params, root)
+    select.run(params, root)  # the verdicts: models/<name>/, metrics/headline.json
     report.run(params, root)
     return root, params
 
@@ -178,11 +180,16 @@ def test_headline_and_reliability_bins_are_readable_on_hillstrom(project):
     root, _ = project
     head = json.loads((root / "metrics/headline.json").read_text())
     assert sorted(head) == sorted(DATASETS)
-    for name, entry in head.items():
-        assert len(entry) <= 8 and entry["best"] in METHODS
+    for name, entry in head.items():  # the select stage's verdict with its interval (issue 28)
+        card = json.loads((root / "models" / name / "card.json").read_text())
+        assert len(entry) <= 8 and entry["verdict"] == card["verdict"] and entry["method"] == card["method"]
+        assert entry["method"] in [*METHODS, "identity"]
         uncal = json.loads((root / "metrics/evaluation" / name / "uncalibrated.json").read_text())
-        assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], abs=1e-6)
-        assert entry["calibration_ratio_uncal"] == pytest.approx(uncal["calibration_ratio"], abs=1e-6)
+        assert entry["log_loss_uncal"] == pytest.approx(uncal["log_loss"], rel=1e-5)
+        assert entry["delta_best_low"] <= entry["delta_best"] <= entry["delta_best_high"]
+        assert entry["margin"] == pytest.approx(0.001 * uncal["log_loss"], rel=1e-4)
+        if entry["verdict"] == "keep":  # nothing cleared the margin, the best calibrator included
+            assert entry["delta_best_high"] >= -entry["margin"]
         # sum p / sum y, 1 is perfect (not the library's sum p / sum y - 1)
         assert 0.5 < uncal["calibration_ratio"] < 1.5
         ci = uncal["ci"]["calibration_ratio"]
@@ -391,8 +398,9 @@ def test_report_renders_every_section(project, tmp_path, monkeypatch):
     paper = report.run_paper("fake", work).read_text()
     out = report.run(p, work)
     page = out["html"].read_text()
-    # Index: reliability and histograms per dataset; the paper's figure lives on its own page.
-    assert page.count("<figure") == 2 * len(DATASETS)
+    # Index: per dataset the answer's before-vs-chosen diagram, the reliability grid and the histograms;
+    # the paper's figure lives on its own page.
+    assert page.count("<figure") == 3 * len(DATASETS)
     assert page.count("<svg") == page.count("<figure")
     assert 'href="pages/paper-fake.html">Paper reproduction: A fake paper (2026)' in page
     assert "No result file for: missing" in page
@@ -434,13 +442,13 @@ def _write_params(tmp_path, params):
 
 
 def test_params_lists_every_standard_calibrator():
-    """calibrate.methods in params.yaml is every registered method that fits on (score, label) alone."""
+    """calibrate.methods in params.yaml: every method that fits on (score, label) alone but identity."""
     from pathlib import Path
 
     from calibflow.calibrators import available
 
     params = _common.load_params(Path(__file__).resolve().parents[1] / "params.yaml")
-    standard = sorted(set(available()) - _common.SPECIAL_METHODS)
+    standard = sorted(set(available()) - _common.SPECIAL_METHODS - {"identity"})  # written by select
     assert sorted(_common.methods(params)) == standard
 
 
@@ -537,9 +545,9 @@ def test_report_renders_in_headless_chromium(project, tmp_path, monkeypatch):
     page = report.run(p, work)["html"]
     for width in WIDTHS:
         result = render_in_chromium(page, tmp_path, width)
-        # reliability + histograms per dataset (histograms folded: the probe opens every <details>)
-        assert result["figures"] == 2 * len(DATASETS) == len(result["svgs"])
-        assert result["answers"] == len(DATASETS)  # no cards here: one "no recommendation yet" block each
+        # per dataset: the answer's overlay, reliability grid, histograms (folded: the probe opens <details>)
+        assert result["figures"] == 3 * len(DATASETS) == len(result["svgs"])
+        assert result["answers"] == len(DATASETS)  # one card per dataset (the select stage ran)
         # Nothing wider than the window: wide tables scroll inside their own box.
         assert result["page_w"] <= result["view_w"] + 1, (width, result["page_w"])
         for s in result["svgs"]:

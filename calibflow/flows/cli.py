@@ -465,6 +465,8 @@ from calibflow.flows.cli_sources import register as _register_sources  # noqa: E
 _register_sources(app)
 from calibflow.flows.cli_scale import register as _register_scale  # noqa: E402, I001  (issue 17: fit at scale)
 _register_scale(app)
+from calibflow.flows.cli_export import register as _register_export  # noqa: E402, I001  (issue 28: export)
+_register_export(app)
 
 if __name__ == "__main__":
     app()

@@ -8,7 +8,7 @@ the selection-set metrics of the top ``evaluate.selection_alpha`` by predicted p
 
 Intervals: percentile bootstrap over test rows, ``evaluate.n_bootstrap`` resamples drawn once per dataset
 from the global seed and shared by all methods (paired), so two methods' intervals are comparable.
-Outputs: ``metrics/headline.json`` (the few numbers per dataset that ``dvc metrics show`` lists),
+Outputs (``metrics/headline.json``, the verdicts ``dvc metrics show`` lists, is the select stage's):
 ``metrics/evaluation/<dataset>/<method>.json`` (the detail), reliability bins (equal-mass by default,
 ``evaluate.reliability_bins``, each with a Jeffreys interval) ``plots/reliability/<dataset>/<method>.json``
 and class-wise histograms of the predicted probability ``plots/histograms/<dataset>/<method>.json``.
@@ -41,12 +41,9 @@ from calibflow.pipeline._common import (
     section,
     seed,
 )
-from calibflow.report.data import RANKING_BASELINES
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
-#: Per dataset in ``metrics/headline.json``, for the base model and the lowest-log-loss calibrator.
-HEADLINE_KEYS = ("log_loss", "ece", "calibration_ratio")
 
 
 def bootstrap_counts(n_boot: int, y: np.ndarray, rng_seed: int) -> np.ndarray:
@@ -216,28 +213,6 @@ def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     }
 
 
-def headline(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """The few numbers per dataset ``dvc metrics show`` / ``dvc exp show`` list: ``metrics/headline.json``.
-
-    Per dataset: the base model's AUC, its log loss / ECE / calibration ratio, and the same three for
-    the calibrator with the lowest test log loss (ranking baselines ``sigmoid``/``minmax`` excluded; the
-    select stage's card, with paired intervals, is the recommendation). Everything else stays in
-    ``metrics/evaluation/<dataset>/<method>.json``, which DVC does not list by default.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for name, rows in result.items():
-        base = rows[UNCALIBRATED]
-        cands = {m: r for m, r in rows.items() if m != UNCALIBRATED and m not in RANKING_BASELINES}
-        entry: dict[str, Any] = {"auc": round(base["auc"], 6)}
-        entry.update({f"{k}_uncal": round(base[k], 6) for k in HEADLINE_KEYS})
-        if cands:
-            best = min(cands, key=lambda m: (cands[m]["log_loss"], m))
-            entry["best"] = best
-            entry.update({f"{k}_best": round(cands[best][k], 6) for k in HEADLINE_KEYS})
-        out[name] = entry
-    return out
-
-
 def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_list: list[str]):
     """The aggregate path (issue 17): every method from the test split's bucket table, Poisson intervals.
 
@@ -279,7 +254,6 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             result[name] = {m: v[0] for m, v in res.items()}
             best = min(result[name], key=lambda m: result[name][m]["ece"])
             log.info("evaluated %s: %d methods, lowest ECE %s", name, len(res), best)
-        write_json(lay.metrics / "headline.json", headline(result))
     return result
 
 

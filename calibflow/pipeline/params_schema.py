@@ -174,6 +174,8 @@ class Validate(_Strict):
 
 class Select(_Strict):
     rule: str = "auto"
+    # practical-equivalence margin, a fraction of the uncalibrated test log loss (calibflow.selection)
+    margin: float = Field(0.001, ge=0, lt=1)
 
     @field_validator("rule")
     @classmethod

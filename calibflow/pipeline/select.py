@@ -2,12 +2,13 @@
 
 ``python -m calibflow.pipeline.select``. Rule (``select.rule`` in params.yaml):
 
-- ``auto`` (default): the method of ``calibrate.methods`` with the lowest test log loss among the monotone
-  ones (a deployed calibrator must keep the model's ranking), then compared with the uncalibrated scores by a
-  paired percentile bootstrap over test rows (``evaluate.n_bootstrap`` resamples from the global seed, each
-  resample scoring both on the same rows). The card states plainly whether the interval of the log-loss
-  change excludes zero; the chosen calibrator is written either way.
-- a method name: that method, with the same comparison.
+- ``auto`` (default): ``calibflow.selection``: keep your scores (an ``identity`` calibrator is written)
+  unless a monotone method of ``calibrate.methods`` lowers test log loss by more than ``select.margin``
+  (a fraction of the uncalibrated log loss, default 0.1%) with its whole paired interval (normal, on
+  per-row log-loss differences, so the verdict does not depend on ``evaluate.n_bootstrap``); among the
+  methods within the margin of the best, the fewest parameters and then the most familiar one wins.
+  The card states the rule, the verdict and the runner-up.
+- ``identity``: always keep the scores; a method name: that method, with the same comparison.
 
 Writes ``models/<name>/calibrator.json`` (the fitted calibrator's JSON, loadable by
 ``calibflow.calibrators.from_json``) and ``models/<name>/card.json`` (method, params, rule, a one-line
@@ -28,8 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibflow import metrics
-from calibflow.calibrators import get_class
+from calibflow import metrics, selection
+from calibflow.calibrators import get_class, make
 from calibflow.intervals import percentile_interval
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -46,18 +47,13 @@ from calibflow.pipeline._common import (
     section,
     seed,
 )
+from calibflow.report._format import fmt_sig
+from calibflow.report.data import RANKING_BASELINES
 
 log = logging.getLogger("calibflow.pipeline.select")
 RULE_AUTO = "auto"
-RULE_TEXT = "lowest test log loss among monotone methods, paired bootstrap vs uncalibrated"
 #: Most values per segment column shown on a card (the largest segments).
 MAX_SEGMENTS = 20
-_EPS = 1e-15
-
-
-def _nll(y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    pc = np.clip(p, _EPS, 1 - _EPS)
-    return -(y * np.log(pc) + (1 - y) * np.log1p(-pc))
 
 
 class _Rows:
@@ -65,7 +61,7 @@ class _Rows:
 
     def __init__(self, y: np.ndarray, p: np.ndarray, n_bins: int) -> None:
         self.y, self.p, self.n_bins = y, p, n_bins
-        self.nll = _nll(y, p)
+        self.nll = metrics.row_log_loss(y, p)
         self.sq = (p - y) ** 2
         self.bins = metrics.bin_index(p, n_bins)
         self.resid = y - p
@@ -157,43 +153,6 @@ def segment_ratios(
     return out
 
 
-def choose(candidates: list[str], test_log_loss: dict[str, float], rule: str) -> str:
-    """The method the rule picks among ``candidates`` (``auto``: lowest test log loss)."""
-    if rule != RULE_AUTO:
-        if rule not in candidates:
-            raise StageError(
-                f"params: select.rule {rule!r} is not a method in calibrate.methods "
-                f"({', '.join(candidates)}) nor {RULE_AUTO!r}"
-            )
-        return rule
-    mono = [m for m in candidates if get_class(m).monotone]
-    if not mono:
-        raise StageError("params: select.rule auto needs a monotone method in calibrate.methods")
-    return min(mono, key=lambda m: (test_log_loss[m], m))
-
-
-def _reason(method: str, n_mono: int, rule: str, met: dict[str, Any], level: float) -> str:
-    ll = met["log_loss"]
-    ci = ll["delta_ci"]
-    pct = f"{100 * level:.0f}%"
-    how = (
-        f"lowest test log loss of {n_mono} monotone methods" if rule == RULE_AUTO else "named in select.rule"
-    )
-    if ci is None:
-        verdict = "no interval"
-    elif ci[1] < 0:
-        verdict = "better than the uncalibrated scores"
-    elif ci[0] > 0:
-        verdict = "WORSE than the uncalibrated scores: keep your scores or review the methods"
-    else:
-        verdict = "not distinguishable from the uncalibrated scores (interval includes 0)"
-    ci_s = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "n/a"
-    return (
-        f"{method}: {how}; log loss {ll['uncalibrated']:.4f} -> {ll['calibrated']:.4f} "
-        f"(change {ll['delta']:+.4f}, {pct} CI {ci_s}), {verdict}"
-    )
-
-
 def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
     """Fingerprint, time range and split of the data behind ``name`` (from fetch/fingerprint/prepare)."""
 
@@ -256,6 +215,7 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in methods(params)
     }
+    texts[selection.IDENTITY] = _calibrator_text(lay, params, name, selection.IDENTITY)  # "keep"
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
     n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
@@ -289,27 +249,164 @@ def select_one(
             raise StageError(f"{cpath}: test rows differ from the predictions; rerun calibrate@{m}")
         probs[m] = c["prob"].to_numpy(np.float64)
     ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
-    method = choose(cands, ll, rule)
-    text = require(
-        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
-    ).read_text()
-    met = compare(y, test["prob"].to_numpy(np.float64), probs[method], cfg, seed(params))
+    p_unc = test["prob"].to_numpy(np.float64)
+    probs[selection.IDENTITY] = p_unc
+    level = float(cfg.get("ci_level", 0.95))
+    paired = {m: selection.paired_log_loss(y, p_unc, probs[m], level) for m in _auto_candidates(cands)}
+    decision = _decide(lay, params, name, paired, metrics.log_loss(y, p_unc), rule)
+    method = decision.method
+    text = _calibrator_text(lay, params, name, method)
+    met = compare(y, p_unc, probs[method], cfg, seed(params))
+    _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, probs[method], level))
     segs = segment_ratios(test, probs[method], cfg, seed(params))
-    return text, _card(lay, params, name, is_source, rule, method, met, ll, segs, how)
+    card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
+    return text, _with_decision(card, decision, rule, level)
 
 
 def _select_aggregate(
     lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
     """Select from bucket tables keyed by the source's segment columns (per-segment ratios with the
-    Poisson replicates' intervals in place of the row bootstrap's)."""
+    Poisson replicates' intervals in place of the row bootstrap's). The log-loss comparisons come from
+    the same replicates (a fixed count, ``scale.replicates``, seeded by ``scale.seed``): per-row
+    differences are not available from buckets, and the verdict still does not depend on
+    ``evaluate.n_bootstrap``."""
     ll, compare_for = _aggregate_metrics(lay, params, name)
-    method = choose(methods(params), ll, rule)
-    text = require(
-        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
-    ).read_text()
-    met, segs = compare_for(method)
-    return text, _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE)
+    ll_unc = ll.pop(selection.IDENTITY)  # the identity's table is the uncalibrated one
+    level = float(section(params, "evaluate").get("ci_level", 0.95))
+    compared = {m: compare_for(m) for m in _auto_candidates(methods(params))}
+    paired = {m: _paired_from_replicates(c[0]["log_loss"], level) for m, c in compared.items()}
+    decision = _decide(lay, params, name, paired, ll_unc, rule)
+    method = decision.method
+    text = _calibrator_text(lay, params, name, method)
+    met, segs = compared[method] if method in compared else compare_for(method)
+    card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
+    return text, _with_decision(card, decision, rule, level)
+
+
+# ---- the verdict (calibflow.selection) -------------------------------------------------------------
+
+
+def _auto_candidates(cands: list[str]) -> list[str]:
+    """The methods ``auto`` may deploy: monotone calibrators (not the ranking baselines sigmoid/minmax,
+    which are the uncalibrated scores under other names)."""
+    return [m for m in cands if get_class(m).monotone and m not in RANKING_BASELINES]
+
+
+def _margin_fraction(params: dict[str, Any]) -> float:
+    return float((params.get("select") or {}).get("margin", selection.DEFAULT_MARGIN_FRACTION))
+
+
+def _decide(
+    lay: Layout,
+    params: dict[str, Any],
+    name: str,
+    paired: dict[str, selection.Paired],
+    ll_unc: float,
+    rule: str,
+) -> selection.Decision:
+    """The rule's decision; a rule naming a method (or ``identity``) overrides only the method written."""
+    texts = {m: _calibrator_text(lay, params, name, m) for m in paired}
+    n_params = {m: selection.parameter_count(json.loads(t)) for m, t in texts.items()}
+    decision = selection.decide(ll_unc, paired, n_params, _margin_fraction(params))
+    if rule == RULE_AUTO:
+        return decision
+    if rule != selection.IDENTITY and rule not in methods(params):
+        raise StageError(
+            f"params: select.rule {rule!r} is not a method in calibrate.methods "
+            f"({', '.join(methods(params))}), {selection.IDENTITY!r} nor {RULE_AUTO!r}"
+        )
+    decision.method = rule
+    decision.verdict = selection.KEEP if rule == selection.IDENTITY else selection.CALIBRATE
+    return decision
+
+
+def _calibrator_text(lay: Layout, params: dict[str, Any], name: str, method: str) -> str:
+    """A fitted calibrator's JSON; the identity is built here (it fits nothing) on the calibrators' input."""
+    if method == selection.IDENTITY:
+        cal_input = str(section(params, "calibrate").get("input", "logit"))
+        probe = [0.25, 0.75] if cal_input == "probability" else [-1.0, 1.0]
+        return make(selection.IDENTITY, input=cal_input).fit(probe, [0, 1]).to_json()
+    path = lay.calibrated_method(method) / f"{name}.json"
+    return require(path, "calibrator", f"calibrate@{method}").read_text()
+
+
+def _paired_from_replicates(m: dict[str, Any], level: float) -> selection.Paired:
+    """A ``Paired`` from a replicate interval (aggregate path); se read back from the interval's width."""
+    lo, hi = m.get("delta_ci") or [float("nan"), float("nan")]
+    from scipy.stats import norm
+
+    se = (hi - lo) / (2 * float(norm.ppf(0.5 + level / 2)))
+    return selection.Paired(float(m["delta"]), float(lo), float(hi), float(se), 0)
+
+
+def _use_clt(ll: dict[str, Any], p: selection.Paired) -> None:
+    """The card's log-loss interval is the one the verdict used; the bootstrap one stays beside it."""
+    ll["delta_ci_bootstrap"] = ll.get("delta_ci")
+    ll["delta_ci"] = p.ci()
+    ll["delta_ci_kind"] = "normal (CLT) on per-row differences"
+
+
+def _with_decision(
+    card: dict[str, Any], decision: selection.Decision, rule: str, level: float
+) -> dict[str, Any]:
+    """Add the verdict, the runner-up and the rule's text to a card; the reason says it in one line."""
+    card["verdict"] = decision.verdict
+    card["selection"] = decision.to_dict()
+    card["runner_up"] = decision.runner_up
+    text = selection.rule_text(decision.margin_fraction, level)
+    card["rule"] = text if rule == RULE_AUTO else f"named in select.rule: {rule} (the auto rule: {text})"
+    card["reason"] = verdict_reason(card["method"], decision, card["metrics"]["log_loss"], level)
+    return card
+
+
+def verdict_reason(method: str, d: selection.Decision, ll: dict[str, Any], level: float) -> str:
+    """One line a person can act on: keep or use, by how much, against which margin, and the runner-up."""
+    pct = f"{100 * level:g}%"
+    of = fmt_sig(d.log_loss_uncalibrated)
+    margin = f"margin {fmt_sig(d.margin)} ({100 * d.margin_fraction:g}% of {of})"
+    runner = ""
+    if d.runner_up:
+        c = d.comparisons.get(d.runner_up) or {}
+        runner = (
+            f"; runner-up {d.runner_up}: change {fmt_sig(c.get('delta'), signed=True)} "
+            f"[{fmt_sig(c.get('low'), signed=True)}, {fmt_sig(c.get('high'), signed=True)}], "
+            f"{d.runner_up_reason}"
+        )
+    if d.verdict == selection.KEEP:
+        return f"Keep your scores: no calibrator lowers test log loss by more than the {margin}{runner}"
+    ci = ll.get("delta_ci") or [float("nan"), float("nan")]
+    return (
+        f"Use {method}: test log loss {fmt_sig(ll['uncalibrated'])} -> {fmt_sig(ll['calibrated'])} "
+        f"(change {fmt_sig(ll['delta'], signed=True)}, {pct} CI [{fmt_sig(ci[0], signed=True)}, "
+        f"{fmt_sig(ci[1], signed=True)}]), more than the {margin}{runner}"
+    )
+
+
+def headline(cards: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``metrics/headline.json`` (``dvc metrics show``): per dataset or source the verdict, the method
+    written, and what it rests on: the best calibrator's log-loss change with its paired interval against
+    the margin it had to clear (the same numbers whether the verdict is keep or calibrate)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, card in cards.items():
+        sel = card.get("selection") or {}
+        best = sel.get("best")
+        c = (sel.get("comparisons") or {}).get(best) or {}
+        out[name] = {
+            "verdict": card.get("verdict"),
+            "method": card["method"],
+            "log_loss_uncal": _round(card["metrics"]["log_loss"]["uncalibrated"]),
+            "margin": _round(sel.get("margin")),
+            "best": best,
+            "delta_best": _round(c.get("delta")),
+            "delta_best_low": _round(c.get("low")),
+            "delta_best_high": _round(c.get("high")),
+        }
+    return out
+
+
+def _round(v: Any) -> float | None:
+    return None if v is None or not np.isfinite(v) else float(f"{float(v):.6g}")
 
 
 def _card(
@@ -323,20 +420,15 @@ def _card(
     ll: dict[str, float],
     segments: Any,
     how: str,
+    text: str,
 ) -> dict[str, Any]:
-    cfg = section(params, "evaluate")
-    cands = methods(params)
-    text = require(
-        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
-    ).read_text()
-    n_mono = sum(get_class(m).monotone for m in cands)
     card = {
         "name": name,
         "kind": "source" if is_source else "dataset",
         "method": method,
         "params": json.loads(text).get("params", {}),
-        "rule": RULE_TEXT if rule == RULE_AUTO else f"named method: {rule}",
-        "reason": _reason(method, n_mono, rule, met, float(cfg.get("ci_level", 0.95))),
+        "rule": rule,
+        "reason": "",
         "metrics": met,
         "segments": segments,
         "candidates": {
@@ -366,6 +458,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             write_text(tmp / "calibrator.json", text if text.endswith("\n") else text + "\n")
             write_json(tmp / "card.json", card)
         log.info("selected for %s: %s", name, card["reason"])
+    write_json(Path(root) / "metrics" / "headline.json", headline({name: card for name, _, card in chosen}))
     return {name: card for name, _, card in chosen}
 
 

@@ -30,3 +30,25 @@ def fmt_interval(ci: Any, digits: int = 4) -> str:
     else:
         return ""
     return f"[{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+
+
+def fmt_sig(v: Any, sig: int = 3, signed: bool = False) -> str:
+    """The one number format of cards and reports: ``sig`` significant digits, plain decimals between
+    1e-4 and 1e5 (``0.000312``, ``0.431``, ``1.02``), scientific outside; ``signed`` adds ``+``."""
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+        return "–" if v is None else str(v)
+    if isinstance(v, int):  # counts stay exact
+        return f"{v:+d}" if signed else str(v)
+    x = float(v)
+    if not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    plus = "+" if signed else ""
+    if x == 0:
+        return f"{plus}0" if signed else "0"
+    if 1e-4 <= abs(x) < 1e5:
+        decimals = max(sig - 1 - math.floor(math.log10(abs(x))), 0)
+        rounded = round(x, decimals)  # 0.999999 rounds up a decade: one decimal fewer
+        if rounded and math.floor(math.log10(abs(rounded))) > math.floor(math.log10(abs(x))):
+            decimals = max(decimals - 1, 0)
+        return f"{x:{plus}.{decimals}f}"
+    return f"{x:{plus}.{sig - 1}e}"

@@ -11,11 +11,13 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from calibflow.report._format import fmt_interval, fmt_num
+from calibflow.report._format import fmt_num, fmt_sig
 from calibflow.report.chrome import e
 
-#: (card key, label, digits) of the rows with a paired change.
-_DELTA_ROWS = (("log_loss", "log loss", 4), ("ece", "ECE", 4), ("brier", "Brier", 4))
+#: (card key, label) of the rows with a paired change.
+_DELTA_ROWS = (("log_loss", "log loss"), ("ece", "ECE"), ("brier", "Brier"))
+#: The card's colour (a CSS class) by the select stage's verdict.
+VERDICT_CLASS = {"calibrate": "calibrate", "keep": "keep"}
 
 
 def _num(v: Any) -> float | None:
@@ -37,24 +39,32 @@ def verdict(delta: Any, ci: Any) -> tuple[str, str]:
     return ("gain", "lower") if d < 0 else ("loss", "higher") if d > 0 else ("", "same")
 
 
-def _delta_row(label: str, m: dict[str, Any], digits: int) -> str:
+def _iv(ci: Any, signed: bool = False) -> str:
+    """``[low, high]`` in the report's one number format; empty when absent."""
+    if not (isinstance(ci, list | tuple) and len(ci) == 2):
+        return ""
+    return f"[{fmt_sig(_num(ci[0]), signed=signed)}, {fmt_sig(_num(ci[1]), signed=signed)}]"
+
+
+def _delta_row(label: str, m: dict[str, Any]) -> str:
     cls, word = verdict(m.get("delta"), m.get("delta_ci"))
-    iv = fmt_interval(m.get("delta_ci"), digits)
-    delta = fmt_num(_num(m.get("delta")), digits)
+    iv = _iv(m.get("delta_ci"), signed=True)
+    delta = fmt_sig(_num(m.get("delta")), signed=True)
     change = f'<span class="{cls}">{e(delta)}</span>' + (f" <small>{e(iv)}</small>" if iv else "")
     change += f"<br><small>{e(word)}</small>" if word else ""
     return (
-        f'<tr><td class="l">{e(label)}</td><td>{e(fmt_num(_num(m.get("uncalibrated")), digits))}</td>'
-        f"<td>{e(fmt_num(_num(m.get('calibrated')), digits))}</td><td>{change}</td></tr>"
+        f'<tr><td class="l">{e(label)}</td><td>{e(fmt_sig(_num(m.get("uncalibrated"))))}</td>'
+        f"<td>{e(fmt_sig(_num(m.get('calibrated'))))}</td><td>{change}</td></tr>"
     )
 
 
-def _ratio_row(m: dict[str, Any]) -> str:
-    iv = fmt_interval(m.get("ci"), 3)
+def _ratio_row(m: dict[str, Any], kept: bool = False) -> str:
+    """Σp / Σy before and after (``kept``: the scores are kept, so only before, with its interval)."""
+    after = "" if kept else e(fmt_sig(_num(m.get("calibrated"))))
     return (
         '<tr><td class="l">Σp / Σy <small>(1 = perfect)</small></td>'
-        f"<td>{e(fmt_num(_num(m.get('uncalibrated')), 3))}</td>"
-        f"<td>{e(fmt_num(_num(m.get('calibrated')), 3))}</td><td><small>{e(iv)}</small></td></tr>"
+        f"<td>{e(fmt_sig(_num(m.get('uncalibrated'))))}</td>"
+        f"<td>{after}</td><td><small>{e(_iv(m.get('ci')))}</small></td></tr>"
     )
 
 
@@ -65,9 +75,9 @@ def _segments(card: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr><td class="l">{e(s.get("column"))} = {e(s.get("value"))}</td><td>{e(fmt_num(s.get("n")))}</td>'
         f"<td>{e(fmt_num(s.get('positives')))}</td>"
-        f"<td>{e(fmt_num(_num(s.get('ratio_uncalibrated')), 3))}</td>"
-        f"<td>{e(fmt_num(_num(s.get('ratio')), 3))} "
-        f"<small>{e(fmt_interval(s.get('ratio_ci'), 3))}</small></td></tr>"
+        f"<td>{e(fmt_sig(_num(s.get('ratio_uncalibrated'))))}</td>"
+        f"<td>{e(fmt_sig(_num(s.get('ratio'))))} "
+        f"<small>{e(_iv(s.get('ratio_ci')))}</small></td></tr>"
         for s in segs
     )
     head = (
@@ -93,17 +103,61 @@ def _data_line(card: dict[str, Any]) -> str:
     return f'<p class="muted">{e(" · ".join(parts))}</p>' if parts else ""
 
 
-def answer_block(card: dict[str, Any]) -> str:
-    """One card as a block: the pick, the paired changes, the reason, the rule."""
+def card_verdict(card: dict[str, Any]) -> str:
+    """``calibrate``, ``keep`` or ``unsure``: the card's own verdict, else read from its log-loss interval
+    (cards written before the select rule had one)."""
+    v = card.get("verdict")
+    if v in VERDICT_CLASS:
+        return str(v)
+    if card.get("method") in ("uncalibrated", "identity"):
+        return "keep"
+    ci = ((card.get("metrics") or {}).get("log_loss") or {}).get("delta_ci")
+    hi = _num(ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else None
+    return "calibrate" if hi is not None and hi < 0 else "unsure"
+
+
+def _runner_up(card: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """(column title, rows) of the best calibrator a "keep" card turned down: its log-loss change and the
+    margin it had to clear (the card's own metrics compare the scores with themselves)."""
+    sel = card.get("selection") or {}
+    name = sel.get("runner_up")
+    c = (sel.get("comparisons") or {}).get(name) if name else None
+    ll = _num(sel.get("log_loss_uncalibrated"))
+    if not isinstance(c, dict) or ll is None:
+        return None
+    delta = _num(c.get("delta"))
+    m = {"uncalibrated": ll, "calibrated": ll + delta if delta is not None else None, "delta": delta,
+         "delta_ci": [c.get("low"), c.get("high")]}
+    margin = f"−{fmt_sig(_num(sel.get('margin')))}"
+    rows = [
+        _delta_row("log loss", m),
+        f'<tr><td class="l">margin to clear</td><td></td><td></td><td>{e(margin)}</td></tr>',
+    ]
+    return f"{name} (not used)", rows
+
+
+def _pick(card: dict[str, Any], verdict_: str) -> str:
+    method = card.get("method") or "uncalibrated"
+    if verdict_ == "keep":
+        return "Keep your scores"
+    word = "Use" if verdict_ == "calibrate" else "Named in select.rule:"
+    return f"{word} <code>{e(method)}</code>"
+
+
+def answer_block(card: dict[str, Any], figure: str = "") -> str:
+    """One card as a block: the verdict (its colour), the paired changes, the reason, the rule, and the
+    before-vs-chosen reliability diagram (``figure``, already rendered)."""
     name, kind = card.get("name", "?"), card.get("kind", "")
     method = card.get("method") or "uncalibrated"
     metrics = card.get("metrics") or {}
-    pick = "Keep the uncalibrated model" if method == "uncalibrated" else f"Use <code>{e(method)}</code>"
-    rows = [
-        _delta_row(label, metrics[k], d) for k, label, d in _DELTA_ROWS if isinstance(metrics.get(k), dict)
-    ]
+    v = card_verdict(card)
+    runner = _runner_up(card) if v == "keep" else None
+    if runner:  # keeping: the table shows what the best calibrator would have changed, and why not
+        method, rows = runner
+    else:
+        rows = [_delta_row(label, metrics[k]) for k, label in _DELTA_ROWS if isinstance(metrics.get(k), dict)]
     if isinstance(metrics.get("calibration_ratio"), dict):
-        rows.append(_ratio_row(metrics["calibration_ratio"]))
+        rows.append(_ratio_row(metrics["calibration_ratio"], kept=runner is not None))
     head = (
         f'<tr><th class="l">test split</th><th>uncalibrated</th><th>{e(method)}</th>'
         "<th>change [paired CI]</th></tr>"
@@ -114,16 +168,20 @@ def answer_block(card: dict[str, Any]) -> str:
     if card.get("path"):  # issue 17: rows, or the bucket tables of the aggregate path
         rule += f'<p class="muted">computed from: {e(card["path"])}</p>'
     return (
-        f'<div class="answer" data-card="{e(name)}"><h3>{e(name)} <small>{e(kind)}</small></h3>'
-        f'<p class="pick">{pick}</p>{reason}<div class="wide">{table}</div>{rule}'
+        f'<div class="answer {v}" data-card="{e(name)}" data-verdict="{v}">'
+        f'<h3>{e(name)} <small>{e(kind)}</small></h3><p class="pick">{_pick(card, v)}</p>{reason}'
+        f'<div class="wide">{table}</div>{figure}{rule}'
         f"{_segments(card)}{_data_line(card)}</div>"
     )
 
 
-def render_answers(cards: list[dict[str, Any]], evaluated: Iterable[str] = ()) -> str:
-    """The opening section: every card, then a grey block for each evaluated dataset without one."""
+def render_answers(
+    cards: list[dict[str, Any]], evaluated: Iterable[str] = (), figures: dict[str, str] | None = None
+) -> str:
+    """The opening section: every card (with its figure from ``figures``, by name), then a grey block for
+    each evaluated dataset without one."""
     named = {str(c.get("name")) for c in cards}
-    blocks = [answer_block(c) for c in cards]
+    blocks = [answer_block(c, (figures or {}).get(str(c.get("name")), "")) for c in cards]
     blocks += [
         f'<div class="answer none"><h3>{e(ds)} <small>dataset</small></h3><p>No recommendation yet: '
         f"<code>models/{e(ds)}/card.json</code> is missing (the <code>select</code> stage writes it). "
@@ -132,9 +190,12 @@ def render_answers(cards: list[dict[str, Any]], evaluated: Iterable[str] = ()) -
         if ds not in named
     ]
     intro = (
-        "<p>Per dataset or source: the calibrator to use, its change in log loss and ECE against the "
-        "uncalibrated model on the test split with a paired bootstrap interval (negative is better), "
-        "and the calibration ratio Σp / Σy (1 is perfect).</p>"
+        "<p>Per dataset or source: <b>keep your scores</b> (blue) or the calibrator to use (green), its "
+        "change in log loss, ECE and Brier against the uncalibrated model on the test split with a paired "
+        "interval (negative is better; log loss: normal interval on per-row differences, the one the verdict "
+        "uses; ECE and Brier: bootstrap), and the calibration ratio Σp / Σy (1 is perfect). A calibrator is "
+        "named only when its whole log-loss interval lies below minus the margin; the methods are explained "
+        'under <a href="#glossary">Methods</a>.</p>'
     )
     if not blocks:
         return (

@@ -27,6 +27,9 @@ CSS = " ".join(
         ".answers{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}",
         ".answer{border:1px solid #cfd8cf;border-left:5px solid #2e7d32;border-radius:4px;padding:8px 12px}",
         ".answer.none{border-left-color:#9e9e9e} .answer h3{margin:0 0 4px;font-size:16px}",
+        # the card's colour is its verdict: green calibrate, blue keep your scores, amber a named method
+        ".answer.keep{border-color:#c9d6ea;border-left-color:#1e5aa8}",
+        ".answer.unsure{border-color:#ecdcc0;border-left-color:#e08a00}",
         ".answer .pick{font-size:18px;font-weight:600;margin:2px 0 6px} .answer table{width:100%}",
         ".answer p{margin:4px 0} .gain{color:#17752c} .loss{color:#b3261e}",
         ".answer td small{white-space:nowrap}",

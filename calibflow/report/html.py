@@ -7,8 +7,8 @@ from typing import Any
 import yaml
 
 from calibflow.report import figures
-from calibflow.report._format import fmt_interval, fmt_num
-from calibflow.report.answers import render_answers
+from calibflow.report._format import fmt_sig
+from calibflow.report.answers import card_verdict, render_answers
 from calibflow.report.chrome import e as _e
 from calibflow.report.chrome import page
 from calibflow.report.data import (
@@ -19,6 +19,7 @@ from calibflow.report.data import (
     method_order,
     split_baselines,
 )
+from calibflow.report.glossary import render_glossary
 from calibflow.report.svg import UnsafeSvg, sanitize_svg
 from calibflow.results import Reproduction
 
@@ -27,6 +28,7 @@ _NAV = (
     ("pages", "Pages"),
     ("calibration", "Calibrators"),
     ("validation", "Validation"),
+    ("glossary", "Methods"),
     ("run", "Run"),
 )
 
@@ -116,7 +118,7 @@ def _splits(splits: dict[str, Any]) -> str:
         rates = s.get("positive_rate", {})
         rows.append(
             [_e(ds), _e(s.get("target") or "–"), _e(s.get("n_features", "–"))]
-            + [_e(f"{counts.get(k, 0):,} ({fmt_num(rates.get(k), 3)})") for k in ("train", "calib", "test")]
+            + [_e(f"{counts.get(k, 0):,} ({fmt_sig(rates.get(k))})") for k in ("train", "calib", "test")]
         )
     if not rows:
         return ""
@@ -169,6 +171,16 @@ def _validation(data: ReportData) -> str:
     return "".join(out)
 
 
+def _interval(ci: Any) -> str:
+    """``[low, high]`` of a ``{"low", "high"}`` dict or a pair, in the report's one number format."""
+    lo, hi = (ci.get("low"), ci.get("high")) if isinstance(ci, dict) else (ci if _pair(ci) else (None, None))
+    return "" if lo is None and hi is None else f"[{fmt_sig(lo)}, {fmt_sig(hi)}]"
+
+
+def _pair(v: Any) -> bool:
+    return isinstance(v, list | tuple) and len(v) == 2
+
+
 def _metric_table(rows: dict[str, dict[str, Any]]) -> str:
     methods = method_order(list(rows))
     best = {spec.key: best_methods(rows, spec) for spec in METRICS}
@@ -178,9 +190,9 @@ def _metric_table(rows: dict[str, dict[str, Any]]) -> str:
         ci = r.get("ci") or {}
         cells = [f"<code>{_e(m)}</code>"]
         for spec in METRICS:
-            iv = fmt_interval(ci.get(spec.key))
+            iv = _interval(ci.get(spec.key))
             mark = " ★" if m in best[spec.key] else ""
-            cells.append(f"{fmt_num(r.get(spec.key))}{mark}" + (f"<br><small>{iv}</small>" if iv else ""))
+            cells.append(f"{fmt_sig(r.get(spec.key))}{mark}" + (f"<br><small>{iv}</small>" if iv else ""))
         body.append(cells)
         cls.append([""] + ["best" if m in best[s.key] else "" for s in METRICS])
     head = ["method"] + [_e(s.label) for s in METRICS]
@@ -194,14 +206,16 @@ def _dataset_detail(ds: str, rows: dict[str, dict[str, Any]], data: ReportData, 
     out = [f'<h3 id="ds-{_e(ds)}">{_e(ds)}</h3>']
     out.append(
         f'<p class="muted">test rows: {_e(n if n is not None else "?")}, positive rate '
-        f"{fmt_num(any_row.get('positive_rate'), 3)}</p>"
+        f"{fmt_sig(any_row.get('positive_rate'))}</p>"
     )
     out.append(_metric_table(main))
     rel = data.reliability.get(ds) or {}
     rel_main = {m: rel[m] for m in method_order(list(rel)) if m not in RANKING_BASELINES}
     if rel_main:
         ece = {m: rows[m]["ece"] for m in rel_main if m in rows and isinstance(rows[m].get("ece"), float)}
-        cap = "Observed positive rate against mean prediction per equal-mass bin of the test split; bars: "
+        axes = "logit axes (base rate below 10%)" if figures.use_logit(rel_main) else "linear axes"
+        cap = f"Every method, {axes}. Observed positive rate against mean prediction per equal-mass bin "
+        cap += "of the test split; bars: "
         cap += "Jeffreys interval per bin; grey band: where a calibrated model's bins would fall "
         cap += "(consistency band); n/bin: test rows per bin; dashed: perfect calibration"
         out.append(fig(figures.reliability_grid(rel_main, ece), f"Reliability diagrams, {ds}", cap))
@@ -250,24 +264,25 @@ def _calibration(data: ReportData, fig: _Figures) -> str:
     return "".join(out)
 
 
+def _paper_table(t: Any) -> str:
+    rows = [[_e(fmt_sig(c)) for c in row] for row in t.rows]
+    # Numbers right-aligned, text (labels, "mean ± s.e." strings) left-aligned.
+    cls = [["" if isinstance(c, int | float) and not isinstance(c, bool) else "l" for c in r] for r in t.rows]
+    out = f"<h3>{_e(t.title)}</h3>" + _table([_e(c) for c in t.columns], rows, cls=cls)
+    return out + (f'<p class="muted">{_e(t.caption)}</p>' if t.caption else "")
+
+
 def reproduction_body(rep: Reproduction, fig: _Figures) -> str:
     """One paper's tables, figures, headline metrics, notes and choices (the body of its own page)."""
     out = [f'<p class="muted">key <code>{_e(rep.key)}</code> · profile <b>{_e(rep.profile)}</b></p>']
-    for t in rep.tables:
-        rows = [[_e(fmt_num(c)) for c in row] for row in t.rows]
-        # Numbers right-aligned, text (labels, "mean ± s.e." strings) left-aligned.
-        cls = [
-            ["" if isinstance(c, int | float) and not isinstance(c, bool) else "l" for c in row]
-            for row in t.rows
-        ]
-        out.append(f"<h3>{_e(t.title)}</h3>")
-        out.append(_table([_e(c) for c in t.columns], rows, cls=cls))
-        if t.caption:
-            out.append(f'<p class="muted">{_e(t.caption)}</p>')
-    for f in rep.figures:
-        out.append(fig(f.svg, f.title, f.caption))
+    # the verdicts first (a table with a verdict column), then the figures, then the other tables
+    first = [t for t in rep.tables if any("verdict" in str(c).lower() for c in t.columns)]
+    rest = [t for t in rep.tables if t not in first]
+    out += [_paper_table(t) for t in first]
+    out += [fig(f.svg, f.title, f.caption) for f in rep.figures]
+    out += [_paper_table(t) for t in rest]
     if rep.metrics:
-        rows = [[f"<code>{_e(k)}</code>", _e(fmt_num(v))] for k, v in rep.metrics.items()]
+        rows = [[f"<code>{_e(k)}</code>", _e(fmt_sig(v))] for k, v in rep.metrics.items()]
         out.append("<h3>Headline metrics</h3>" + _table(["metric", "value"], rows))
     for title, items in (("Notes", rep.notes), ("Choices where the paper is open", rep.choices)):
         if items:
@@ -304,17 +319,40 @@ def _pages(data: ReportData) -> str:
     return "".join(out)
 
 
+def _overlay(card: dict[str, Any], data: ReportData, fig: _Figures) -> str:
+    """The answer's figure: uncalibrated and chosen bins on one reliability diagram (the grid comes later)."""
+    name, method = str(card.get("name")), str(card.get("method"))
+    rel = data.reliability.get(name) or {}
+    before = rel.get("uncalibrated")
+    if not before:
+        return ""
+    keep = card_verdict(card) == "keep"
+    chosen = None if keep else rel.get(method)
+    svg = figures.reliability_overlay(before, chosen, method)
+    rate = figures.base_rate(before)
+    axes = "logit axes, base rate " if figures.use_logit({"u": before}) else "linear axes, base rate "
+    what = "the scores as they are (kept)" if keep or not chosen else f"grey: uncalibrated, green: {method}"
+    cap = (
+        f"{what}; observed rate per equal-mass bin of the test split with its Jeffreys interval, "
+        f"{axes}{fmt_sig(rate)}; dashed: perfect calibration"
+    )
+    return fig(svg, f"Before vs chosen, {name}", cap)
+
+
 def render_html(data: ReportData, title: str = "calibflow report") -> str:
     """The index page as a string: the answers first, then the detail, run metadata last."""
     fig = _Figures()
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV)
+    nav = " ".join(f'<a href="#{a}">{t}</a>' for a, t in _NAV)  # spaces: the links wrap on a phone
     rev = (data.metadata.get("git_revision") or "")[:10]
     sub = f'<p class="muted">revision {_e(rev or "unknown")}</p><nav>{nav}</nav>'
+    overlays = {str(c.get("name")): _overlay(c, data, fig) for c in data.cards}
+    methods = sorted({m for rows in data.evaluation.values() for m in rows} - {"uncalibrated"})
     body = (
-        render_answers(data.cards, list(data.evaluation))
+        render_answers(data.cards, list(data.evaluation), overlays)
         + _pages(data)
         + _calibration(data, fig)
         + _validation(data)
+        + render_glossary(methods)
         + _metadata(data)
     )
     return page(title, body, subtitle=sub)

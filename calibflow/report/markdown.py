@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from calibflow.report._format import fmt_num
+from calibflow.report._format import fmt_num, fmt_sig
+from calibflow.report.answers import card_verdict
 from calibflow.report.data import METRICS, ReportData, best_methods, method_order, split_baselines
 
 #: The columns a PR comment shows; the HTML page has all of them with intervals.
@@ -44,9 +45,14 @@ def render_summary(data: ReportData) -> str:
     for c in data.cards:
         m = c.get("metrics", {}).get("log_loss", {})
         ci = m.get("delta_ci") or [None, None]
+        if card_verdict(c) == "keep":  # the reason line names the calibrator turned down and the margin
+            out.append(f"- **{c.get('name')}**: keep your scores. {c.get('reason', '')}")
+            continue
+        delta = fmt_sig(m.get("delta"), signed=True)
         out.append(
-            f"- **{c.get('name')}**: use `{c.get('method')}` (log loss {fmt_num(m.get('delta'))} "
-            f"[{fmt_num(ci[0])}, {fmt_num(ci[1])}] vs uncalibrated). {c.get('reason', '')}"
+            f"- **{c.get('name')}**: use `{c.get('method')}` (log loss {delta} "
+            f"[{fmt_sig(ci[0], signed=True)}, {fmt_sig(ci[1], signed=True)}] vs uncalibrated). "
+            f"{c.get('reason', '')}"
         )
     for ds, rows in data.evaluation.items():
         n = next(iter(rows.values())).get("n_test", "?")
