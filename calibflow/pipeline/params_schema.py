@@ -116,11 +116,22 @@ class Calibrate(_Strict):
     methods: list[str] = Field(min_length=1)
     input: Literal["logit", "probability", "score"] = "logit"
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # the segmented methods fitted for sources that declare segments (stage calibrate_segments)
+    segmented: list[str] = Field(default_factory=lambda: ["partial_pooling", "multicalibration"])
 
     @field_validator("methods")
     @classmethod
     def _methods(cls, v: list[str]) -> list[str]:
         return [_check_name(m, "method") for m in v]
+
+    @field_validator("segmented")
+    @classmethod
+    def _segmented(cls, v: list[str]) -> list[str]:
+        known = ("partial_pooling", "multicalibration")
+        bad = [m for m in v if m not in known]
+        if bad:
+            raise ValueError(f"calibrate.segmented: {bad[0]!r} is not one of {', '.join(known)}")
+        return v
 
     @field_validator("options")
     @classmethod

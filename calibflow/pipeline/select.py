@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow import metrics
+from calibflow import segments as seg
 from calibflow.calibrators import get_class
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -44,6 +45,7 @@ from calibflow.pipeline._common import (
     require,
     section,
     seed,
+    segmented_methods,
 )
 
 log = logging.getLogger("calibflow.pipeline.select")
@@ -135,34 +137,82 @@ def compare(
 def segment_ratios(
     test: pd.DataFrame, p_cal: np.ndarray, cfg: dict[str, Any], rng_seed: int
 ) -> list[dict[str, Any]]:
-    """Per declared segment value: rows, positives, ``sum p / sum y`` before/after, bootstrap interval."""
-    level, n_boot = float(cfg.get("ci_level", 0.95)), int(cfg.get("n_bootstrap", 200))
-    y, p_unc = test["y"].to_numpy(np.float64), test["prob"].to_numpy(np.float64)
-    out = []
-    for col in [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]:
-        values = test[col].astype(str)
-        for i, (value, n) in enumerate(values.value_counts().head(MAX_SEGMENTS).items()):
-            idx = np.flatnonzero((values == value).to_numpy())
-            ys, pc = y[idx], p_cal[idx]
-            pos = float(ys.sum())
-            rng = np.random.default_rng([rng_seed, i])
-            ratios = []
-            for _ in range(n_boot):
-                r = rng.integers(0, idx.size, size=idx.size)
-                s = ys[r].sum()
-                ratios.append(pc[r].sum() / s if s > 0 else np.nan)
-            out.append(
-                {
-                    "column": col[len(_sources.SEGMENT_PREFIX) :],
-                    "value": str(value),
-                    "n": int(n),
-                    "positives": int(pos),
-                    "ratio_uncalibrated": float(p_unc[idx].sum() / pos) if pos else None,
-                    "ratio": float(pc.sum() / pos) if pos else None,
-                    "ratio_ci": _ci(np.asarray(ratios), level),
-                }
-            )
-    return out
+    """Per declared segment value: rows, positives, ``sum p / sum y`` before/after with intervals, a flag
+    where the interval after calibration excludes 1 (``calibflow.segments.segment_check``: nulls are their
+    own level, values past the largest are pooled, so each column's rows add up to the test rows)."""
+    cols = [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]
+    if not cols:
+        return []
+    segments = {c[len(_sources.SEGMENT_PREFIX) :]: test[c].to_numpy(dtype=object) for c in cols}
+    return seg.segment_check(
+        test["y"].to_numpy(np.float64),
+        test["prob"].to_numpy(np.float64),
+        p_cal,
+        segments,
+        n_boot=int(cfg.get("n_bootstrap", 200)),
+        seed=rng_seed,
+        level=float(cfg.get("ci_level", 0.95)),
+        top=MAX_SEGMENTS,
+    )
+
+
+def segmented_challenge(
+    lay: Layout,
+    params: dict[str, Any],
+    name: str,
+    test: pd.DataFrame,
+    global_method: str,
+    p_global: np.ndarray,
+) -> dict[str, Any] | None:
+    """The best segmented calibrator (lowest test log loss) against the chosen global one, paired test.
+
+    None when the source has no segmented fits. ``chosen`` is True only when the paired bootstrap interval
+    of the log-loss change (segmented minus global) lies below 0 on the test split; ``reason`` is the card's
+    one line on it.
+    """
+    probs: dict[str, np.ndarray] = {}
+    for m in segmented_methods(params):
+        path = lay.calibrated_segments / m / f"{name}.parquet"
+        if not path.is_file():
+            continue
+        c = pd.read_parquet(path, columns=["row", "prob"]).sort_values("row")
+        if not np.array_equal(c["row"].to_numpy(), test["row"].to_numpy()):
+            raise StageError(f"{path}: test rows differ from the predictions; rerun calibrate_segments")
+        probs[m] = c["prob"].to_numpy(np.float64)
+    if not probs:
+        return None
+    y = test["y"].to_numpy(np.float64)
+    ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
+    best = min(ll, key=lambda m: (ll[m], m))
+    cfg = section(params, "evaluate")
+    level = float(cfg.get("ci_level", 0.95))
+    cmp = seg.paired_log_loss(
+        y, p_global, probs[best], n_boot=int(cfg.get("n_bootstrap", 200)), seed=seed(params), level=level
+    )
+    ci = cmp["delta_ci"]
+    ci_s = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "n/a"
+    verdict = (
+        f"better on the test split: {best} is deployed"
+        if cmp["better"]
+        else f"not better beyond resampling noise: the global {global_method} is kept"
+    )
+    reason = (
+        f"per segment: {best} vs global {global_method}, test log loss {cmp['log_loss_a']:.4f} -> "
+        f"{cmp['log_loss_b']:.4f} (change {cmp['delta']:+.4f}, {100 * level:.0f}% paired CI {ci_s}), "
+        f"{verdict}"
+    )
+    text = (lay.calibrated_segments / best / f"{name}.json").read_text()
+    return {
+        "global_method": global_method,
+        "segmented_method": best,
+        "candidates": ll,
+        "delta": cmp["delta"],
+        "delta_ci": ci,
+        "chosen": bool(cmp["better"]),
+        "reason": reason,
+        "text": text,
+        "probs": probs[best],
+    }
 
 
 def choose(candidates: list[str], test_log_loss: dict[str, float], rule: str) -> str:
@@ -302,9 +352,25 @@ def select_one(
     text = require(
         lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
     ).read_text()
-    met = compare(y, test["prob"].to_numpy(np.float64), probs[method], cfg, seed(params))
-    segs = segment_ratios(test, probs[method], cfg, seed(params))
-    return text, _card(lay, params, name, is_source, rule, method, met, ll, segs, how)
+    p_chosen = probs[method]
+    challenge = segmented_challenge(lay, params, name, test, method, p_chosen) if rule == RULE_AUTO else None
+    if challenge is not None and challenge["chosen"]:
+        method, text, p_chosen = challenge["segmented_method"], challenge["text"], challenge["probs"]
+    met = compare(y, test["prob"].to_numpy(np.float64), p_chosen, cfg, seed(params))
+    segs = segment_ratios(test, p_chosen, cfg, seed(params))
+    card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
+    if challenge is not None and challenge["chosen"]:
+        why = f"{method}: per-segment calibrator, better than the global {challenge['global_method']} on test"
+        card["reason"] = why + ";" + card["reason"].split(";", 1)[-1]
+    if challenge is not None:
+        card["segmented"] = {k: v for k, v in challenge.items() if k not in ("text", "probs")}
+        card["segment_reason"] = challenge["reason"]
+        card["input"]["segments"] = list(json.loads(text)["state"].get("segment_names_") or [])
+    if segs:
+        card["segment_flags"] = seg.flag_lines(segs)
+        # with many segments some intervals exclude 1 by chance alone: say how many to expect
+        card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.get("ci_level", 0.95)))
+    return text, card
 
 
 def _select_aggregate(
@@ -332,12 +398,14 @@ def _card(
     ll: dict[str, float],
     segments: Any,
     how: str,
+    text: str | None = None,
 ) -> dict[str, Any]:
     cfg = section(params, "evaluate")
     cands = methods(params)
-    text = require(
-        lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
-    ).read_text()
+    if text is None:
+        text = require(
+            lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}"
+        ).read_text()
     n_mono = sum(get_class(m).monotone for m in cands)
     card = {
         "name": name,

@@ -13,6 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e
+from calibflow.report.segments import segment_section
 
 #: (card key, label, digits) of the rows with a paired change.
 _DELTA_ROWS = (("log_loss", "log loss", 4), ("ece", "ECE", 4), ("brier", "Brier", 4))
@@ -58,27 +59,6 @@ def _ratio_row(m: dict[str, Any]) -> str:
     )
 
 
-def _segments(card: dict[str, Any]) -> str:
-    segs = [s for s in card.get("segments") or [] if isinstance(s, dict)]
-    if not segs:
-        return ""
-    rows = "".join(
-        f'<tr><td class="l">{e(s.get("column"))} = {e(s.get("value"))}</td><td>{e(fmt_num(s.get("n")))}</td>'
-        f"<td>{e(fmt_num(s.get('positives')))}</td>"
-        f"<td>{e(fmt_num(_num(s.get('ratio_uncalibrated')), 3))}</td>"
-        f"<td>{e(fmt_num(_num(s.get('ratio')), 3))} "
-        f"<small>{e(fmt_interval(s.get('ratio_ci'), 3))}</small></td></tr>"
-        for s in segs
-    )
-    head = (
-        '<tr><th class="l">segment</th><th>n</th><th>positives</th><th>Σp/Σy before</th><th>after</th></tr>'
-    )
-    return (
-        f"<details><summary>Σp / Σy by segment ({len(segs)})</summary>"
-        f'<div class="wide"><table><thead>{head}</thead><tbody>{rows}</tbody></table></div></details>'
-    )
-
-
 def _data_line(card: dict[str, Any]) -> str:
     data = card.get("data") or {}
     split = data.get("split") or {}
@@ -116,7 +96,7 @@ def answer_block(card: dict[str, Any]) -> str:
     return (
         f'<div class="answer" data-card="{e(name)}"><h3>{e(name)} <small>{e(kind)}</small></h3>'
         f'<p class="pick">{pick}</p>{reason}<div class="wide">{table}</div>{rule}'
-        f"{_segments(card)}{_data_line(card)}</div>"
+        f"{segment_section(card)}{_data_line(card)}</div>"
     )
 
 
