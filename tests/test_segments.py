@@ -291,3 +291,26 @@ def test_apply_reads_segments_and_counts_unseen(seg_run, tmp_path):
     assert res.exit_code != 0 and "segment column(s) ['country']" in res.output
     assert "Traceback" not in res.output and not out2.exists()
     assert json.loads(cal_path.read_text())["method"] in ("partial_pooling", "multicalibration")
+
+
+def test_readme_init_with_two_segment_columns(tmp_path, monkeypatch):
+    """The README's first command (init --segments country,device) declares both columns."""
+    import re
+    import shlex
+
+    from calibflow.flows.cli import app
+
+    readme = (REPO / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("calibflow init "))
+    args = shlex.split(line)[1:]
+    assert args[args.index("--segments") + 1] == "country,device"
+    frame = ctr_frame(3000, 10, 1, biased=True).rename(columns={"date": "day"})
+    frame["device"] = np.random.default_rng(2).choice(["ios", "web"], len(frame))
+    frame.to_parquet(tmp_path / "scores.parquet", index=False)
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    monkeypatch.chdir(tmp_path)  # the README's paths are relative to the project folder
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    decl = yaml.safe_load((tmp_path / "params.yaml").read_text())["sources"]["ads"]
+    assert decl["segments"] == ["country", "device"]
+    assert re.search(r"calibflow apply --calibrator models/ads/calibrator.json", readme)

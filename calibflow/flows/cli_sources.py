@@ -144,7 +144,9 @@ def init(
     time: str = typer.Option(
         None, "--time", help="A date/timestamp column: calibrate on the past, test on the future."
     ),
-    segments: list[str] = typer.Option(None, "--segments", help="Segment column(s), repeatable."),
+    segments: list[str] = typer.Option(
+        None, "--segments", help="Segment column(s): comma-separated (country,device) or repeated."
+    ),
     weight: str = typer.Option(None, "--weight", help="A row weight column."),
     positive: str = typer.Option(None, "--positive", help="The label value counting as 1 (if not 0/1)."),
     name: str = typer.Option(None, "--name", help="The source's name (default: the file's name)."),
@@ -170,7 +172,7 @@ def init(
             if val is not None:
                 decl[key] = val
         if segments:
-            decl["segments"] = list(segments)
+            decl["segments"] = [c.strip() for s in segments for c in s.split(",") if c.strip()]
         nm = name or re.sub(r"[^A-Za-z0-9_]+", "_", Path(data.split("*")[0].rstrip("/")).stem or "source")
         nm = nm if nm[:1].isalpha() else f"s_{nm}"
         spec, info = init_source(params_file, nm, decl)
