@@ -26,7 +26,9 @@ systems), re-estimating each ``tau^2`` from the current fit at every sweep, unti
 
 Intersections: after the main columns converge, each pair of columns is tested with the score (Cochran Q)
 statistic of its cells' residuals; the pair becomes a block (offsets only) when the test rejects at
-``alpha`` divided by the number of pairs (Bonferroni) and it has at most ``max_cells`` observed cells.
+``alpha`` divided by the number of pairs (Bonferroni) and it has at most ``max_cells`` observed cells. The
+main columns' prior variances are then kept fixed (hierarchical: an intersection is a deviation from the
+main effects, estimated after them).
 The tests are kept in the fitted state (``pair_tests_``), included or not.
 
 Segment values are read by ``calibflow.segments.as_levels`` (a null is its own level). A level never seen in
@@ -65,6 +67,7 @@ class _Block:
     log_slope: NDArray[np.float64] = field(default=None)  # type: ignore[assignment]
     tau2: float = 0.0
     sigma2: float = 0.0
+    frozen: bool = False  # prior variances kept (the main columns' once intersections join)
 
     def __post_init__(self) -> None:
         self.offset = np.zeros(self.n_levels)
@@ -164,6 +167,10 @@ class PartialPoolingCalibrator(BaseCalibrator):
         """Score-test every column pair on the main-effects fit; add the supported ones as blocks."""
         pairs = list(combinations(range(len(codes)), 2))
         r, wt = fit.residuals()
+        # The main columns keep the prior variances they converged to: re-estimated beside a pair, a main
+        # effect can drain into the pair's cells (each step cheaper there) until its variance reaches 0.
+        for blk in fit.blocks:
+            blk.frozen = True
         tests = []
         for i, j in pairs:
             keys = codes[i] * len(self.vocab_[j]) + codes[j]
@@ -215,7 +222,9 @@ class _Fitter:
         self.c = float(w @ z / w.sum())
         self.x = z - self.c
         self.a, self.b = 0.0, 0.0
-        self.off, self.ls = np.zeros(z.size), np.zeros(z.size)
+        # per row: the summed offsets, and x scaled by the levels' slopes, exp(sum of log-slopes) * x (kept
+        # up to date by multiplication, so a sweep computes no exp per row for the slopes)
+        self.off, self.xs = np.zeros(z.size), self.x.copy()
         self.blocks: list[_Block] = []
         self.sweeps = 0
         self._global_start()
@@ -227,7 +236,7 @@ class _Fitter:
                 return
 
     def _state(self) -> tuple[NDArray, NDArray, NDArray]:
-        u = np.exp(self.b + self.ls) * self.x
+        u = np.exp(self.b) * self.xs
         p = expit(self.a + self.off + u)
         return u, self.w * (self.y - p), self.w * p * (1.0 - p)
 
@@ -249,14 +258,16 @@ class _Fitter:
         c, n = blk.codes, blk.n_levels
         u0, i00 = np.bincount(c, r, n), np.bincount(c, wt, n)
         raw_d = blk.offset + np.divide(u0, i00, out=np.zeros(n), where=i00 > 1e-12)
-        blk.tau2 = _dl_tau2(raw_d, i00)
+        if not blk.frozen:
+            blk.tau2 = _dl_tau2(raw_d, i00)
         p00 = 1.0 / blk.tau2 if blk.tau2 > 1e-12 else np.inf
         if not blk.slopes:
             new_d = np.zeros(n) if np.isinf(p00) else (i00 * blk.offset + u0) / (i00 + p00)
             return self._apply(blk, new_d - blk.offset, np.zeros(n))
         u1, i11, i01 = np.bincount(c, r * u, n), np.bincount(c, wt * u * u, n), np.bincount(c, wt * u, n)
         raw_g = blk.log_slope + np.divide(u1, i11, out=np.zeros(n), where=i11 > 1e-12)
-        blk.sigma2 = _dl_tau2(raw_g, i11)
+        if not blk.frozen:
+            blk.sigma2 = _dl_tau2(raw_g, i11)
         p11 = 1.0 / blk.sigma2 if blk.sigma2 > 1e-12 else np.inf
         d_d, d_g = _penalised_step(blk, u0, u1, i00, i01, i11, p00, p11)
         return self._apply(blk, d_d, d_g)
@@ -266,8 +277,8 @@ class _Fitter:
         blk.offset += d_d
         blk.log_slope += d_g
         self.off += d_d[blk.codes]
-        if blk.slopes:
-            self.ls += d_g[blk.codes]
+        if blk.slopes and np.any(d_g):
+            self.xs *= np.exp(d_g)[blk.codes]
         self._recentre(blk)
         if len(blk.columns) == 2:
             self._shift_to_mains(blk)
@@ -284,7 +295,7 @@ class _Fitter:
         if blk.slopes:
             g = float(blk.log_slope.mean())
             blk.log_slope -= g
-            self.ls -= g
+            self.xs *= np.exp(-g)
             self.b += g
 
     def _shift_to_mains(self, pair: _Block) -> None:
