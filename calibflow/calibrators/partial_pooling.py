@@ -97,8 +97,16 @@ class PartialPoolingCalibrator(BaseCalibrator):
     expects = "logit"
     monotone = False  # increasing within each segment, not across segments
     needs = ("segments",)
-    _state_fields = ("global_", "segment_names_", "vocab_", "blocks_", "pair_tests_", "n_sweeps_")
-    _state_spec = {"global_": ("f", 1), "n_sweeps_": ("i", 0)}
+    _state_fields = (
+        "global_",
+        "segment_names_",
+        "vocab_",
+        "blocks_",
+        "pair_tests_",
+        "n_sweeps_",
+        "converged_",
+    )
+    _state_spec = {"global_": ("f", 1), "n_sweeps_": ("i", 0), "converged_": ("b", 0)}
 
     def __init__(
         self,
@@ -136,6 +144,7 @@ class PartialPoolingCalibrator(BaseCalibrator):
             if any(t["included"] for t in self.pair_tests_):
                 fit.run()
         self.n_sweeps_ = int(fit.sweeps)
+        self.converged_ = bool(fit.converged)
         self.global_ = np.array([fit.a, fit.b, fit.c])
         self.blocks_ = [self._block_state(b) for b in fit.blocks]
         self.fitted_ = True
@@ -143,6 +152,7 @@ class PartialPoolingCalibrator(BaseCalibrator):
 
     def predict(self, scores, segments=None) -> NDArray[np.float64]:
         self._check_fitted()
+        self._check_state()
         s = check_scores(scores, self.input)
         z = self._convert(s)
         cols = aligned(segments, self.segment_names_, s.size)
@@ -163,6 +173,31 @@ class PartialPoolingCalibrator(BaseCalibrator):
         return unseen_counts(self.segment_names_, self.vocab_, segments, n)
 
     # ---- helpers ------------------------------------------------------------------------------------
+    def _check_state(self) -> None:
+        """A state read from JSON must be one this class writes: a ValueError says so otherwise."""
+        if not self._state_ok():
+            raise ValueError("partial_pooling: the saved state is malformed (global_, vocab_ or blocks_)")
+
+    def _state_ok(self) -> bool:
+        k = len(self.segment_names_)
+        if (
+            np.asarray(self.global_).shape != (3,)
+            or not isinstance(self.vocab_, list)
+            or len(self.vocab_) != k
+        ):
+            return False
+        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in self.vocab_):
+            return False
+        for blk in self.blocks_:
+            cols = blk.get("columns") if isinstance(blk, dict) else None
+            if not (isinstance(cols, list) and len(cols) in (1, 2) and all(c in range(k) for c in cols)):
+                return False
+            off, ls = np.asarray(blk.get("offset")), np.asarray(blk.get("log_slope"))
+            n = len(self.vocab_[cols[0]]) if len(cols) == 1 else np.asarray(blk.get("keys")).size
+            if off.dtype != np.float64 or ls.dtype != np.float64 or not off.shape == ls.shape == (n,):
+                return False
+        return True
+
     def _add_pairs(self, fit: _Fitter, codes: list[NDArray[np.int64]]) -> list[dict[str, Any]]:
         """Score-test every column pair on the main-effects fit; add the supported ones as blocks."""
         pairs = list(combinations(range(len(codes)), 2))
@@ -227,6 +262,7 @@ class _Fitter:
         self.off, self.xs = np.zeros(z.size), self.x.copy()
         self.blocks: list[_Block] = []
         self.sweeps = 0
+        self.converged = False
         self._global_start()
 
     def _global_start(self) -> None:
@@ -327,7 +363,8 @@ class _Fitter:
             step = self._global_step()
             for blk in self.blocks:
                 step = max(step, self._block_step(blk))
-            if step < self.tol:
+            self.converged = step < self.tol
+            if self.converged:
                 return
 
 

@@ -52,8 +52,11 @@ def segment_section(card: dict[str, Any]) -> str:
                 f"{sum(s.get('ratio_ci') is not None for s in segs)} intervals exclude 1 by chance.</p>"
             )
     else:
-        parts.append('<p class="gain">Every segment\'s sum p / sum y interval covers 1 after calibration.</p>'
-                     if any(s.get("ratio_ci") for s in segs) else "")
+        parts.append(
+            '<p class="gain">Every segment\'s sum p / sum y interval covers 1 after calibration.</p>'
+            if any(s.get("ratio_ci") for s in segs)
+            else ""
+        )
     head = (
         '<tr><th class="l">segment</th><th>n</th><th>positives</th>'
         "<th>Σp/Σy before [CI]</th><th>after [CI]</th></tr>"
