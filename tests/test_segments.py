@@ -318,3 +318,13 @@ def test_readme_init_with_two_segment_columns(tmp_path, monkeypatch):
     decl = yaml.safe_load((tmp_path / "params.yaml").read_text())["sources"]["ads"]
     assert decl["segments"] == ["country", "device"]
     assert re.search(r"calibflow apply --calibrator models/ads/calibrator.json", readme)
+
+
+def test_params_segmented_names_only_segmented_methods():
+    from calibflow.pipeline.params_schema import ParamsError, validate_params
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert validate_params(params) is not None
+    params["calibrate"]["segmented"] = ["platt"]
+    with pytest.raises(ParamsError, match="'platt' is not a segmented method"):
+        validate_params(params)

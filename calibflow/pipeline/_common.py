@@ -22,12 +22,14 @@ from typing import Any
 
 import yaml
 
+from calibflow.segments import SEGMENTED_METHODS
+
 log = logging.getLogger("tasks")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
 SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})
 #: The segmented methods fitted by default for a source with segments (``calibrate.segmented``).
-SEGMENTED_DEFAULT = ("partial_pooling", "multicalibration")
+SEGMENTED_DEFAULT = SEGMENTED_METHODS
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).

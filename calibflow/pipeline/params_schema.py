@@ -33,6 +33,12 @@ class ParamsError(ValueError):
     """Invalid params: the message names each bad key and, where it can, the fix."""
 
 
+def _segmented_methods() -> tuple[str, ...]:
+    from calibflow.segments import SEGMENTED_METHODS  # lazy, as the registries below
+
+    return SEGMENTED_METHODS
+
+
 def _registry(kind: str) -> list[str]:
     if kind == "dataset":
         from calibflow.datasets import available
@@ -117,7 +123,7 @@ class Calibrate(_Strict):
     input: Literal["logit", "probability", "score"] = "logit"
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the segmented methods fitted for sources that declare segments (stage calibrate_segments)
-    segmented: list[str] = Field(default_factory=lambda: ["partial_pooling", "multicalibration"])
+    segmented: list[str] = Field(default_factory=lambda: list(_segmented_methods()))
 
     @field_validator("methods")
     @classmethod
@@ -127,10 +133,10 @@ class Calibrate(_Strict):
     @field_validator("segmented")
     @classmethod
     def _segmented(cls, v: list[str]) -> list[str]:
-        known = ("partial_pooling", "multicalibration")
+        known = _segmented_methods()
         bad = [m for m in v if m not in known]
         if bad:
-            raise ValueError(f"calibrate.segmented: {bad[0]!r} is not one of {', '.join(known)}")
+            raise ValueError(f"{bad[0]!r} is not a segmented method; use one of {', '.join(known)}")
         return v
 
     @field_validator("options")
