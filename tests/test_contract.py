@@ -11,7 +11,7 @@ from calibflow import calibrators as C
 from calibflow import metrics as M
 
 # Methods with a fit signature other than fit(scores, y, sample_weight) are exercised in their own tests.
-SPECIAL = {"vad", "calem", "angular", "mist", "multicalibration"}
+SPECIAL = {"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"}
 STANDARD = [m for m in C.available() if m not in SPECIAL]
 
 

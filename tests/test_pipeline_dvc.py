@@ -66,6 +66,7 @@ STAGES = [
     "train",
     "calibrate@platt",
     "calibrate@isotonic",
+    "calibrate_segments",
     "validate@calibrated",
     "evaluate",
     "select",

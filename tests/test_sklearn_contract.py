@@ -136,7 +136,8 @@ def test_one_default_input_and_available_kinds():
     for name in ONE_D + ["angular", "calem", "mist"]:
         assert C.make(name).input == DEFAULT_INPUT == "score", name
     assert C.available() == sorted(C.available("scores") + C.available("extra"))
-    assert set(C.available("extra")) == {"angular", "calem", "mist", "multicalibration", "vad"}
+    extra = {"angular", "calem", "mist", "multicalibration", "partial_pooling", "vad"}
+    assert set(C.available("extra")) == extra
     assert all(C.get_class(m).needs for m in C.available("extra"))
     with pytest.raises(ValueError, match="kind must be one of"):
         C.available("some")

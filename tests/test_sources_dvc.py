@@ -61,6 +61,7 @@ def test_dvc_repro_on_a_source(tmp_path):
         "prepare",
         "train",
         "calibrate@platt",
+        "calibrate_segments",
         "evaluate",
         "select",
         "report",

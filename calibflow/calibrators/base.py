@@ -438,7 +438,13 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
 
 def _probe(obj: BaseCalibrator) -> None:
     """Predict on a few scores: a state of the wrong shape fails here, with a ValueError."""
-    if obj.needs:
+    if obj.needs:  # no probe without the extra inputs: a class may check its state's shape instead
+        check = getattr(obj, "_check_state", None)
+        if check is not None:
+            try:
+                check()
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise PayloadError(f"{obj.name}: {exc}") from None
         return
     probe = np.linspace(0.0, 1.0, 7) if obj.input == "probability" else np.linspace(-8.0, 8.0, 7)
     try:

@@ -16,9 +16,10 @@ Choices (all parameters, defaults shown):
   ``min_child_weight=50`` so a leaf speaks for at least that much (frequency-)weight of data.
 - A monotone constraint (+1) on ``z``: within a segment the map is increasing, so the ranking inside each
   segment is kept. Across segments the order may change (that is the point), so ``monotone`` is False.
-- Segment values are encoded by a vocabulary learned at fit time and given to XGBoost as categorical
-  features; a value never seen in fitting is treated as missing (XGBoost's default branch), i.e. it gets
-  the correction learned for the data at large.
+- Segment values are read by ``calibflow.segments.as_levels`` (a null is its own level), encoded by a
+  vocabulary learned at fit time and given to XGBoost as categorical features; a value never seen in
+  fitting is treated as missing (XGBoost's default branch), i.e. it gets the correction learned for the
+  data at large (``unseen_counts`` says how many rows that concerns).
 
 State is the booster as XGBoost's own JSON model (``save_raw("json")``) and the vocabularies; no pickle.
 """
@@ -36,31 +37,9 @@ from scipy.special import expit
 
 from calibflow._validation import check_scores
 from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.segments import aligned, level_codes, segment_matrix, unseen_counts
 
-
-def _segment_matrix(segments: Any, n: int) -> tuple[list[str], list[NDArray]]:
-    """Segment columns as (names, list of 1-D arrays of values); accepts a DataFrame, dict or 2-D array."""
-    if segments is None:
-        raise ValueError("multicalibration needs segments=: one or more columns (country, campaign, ...)")
-    if hasattr(segments, "columns"):
-        names = [str(c) for c in segments.columns]
-        cols = [np.asarray(segments[c]) for c in segments.columns]
-    elif isinstance(segments, dict):
-        names = [str(k) for k in segments]
-        cols = [np.asarray(v) for v in segments.values()]
-    else:
-        arr = np.asarray(segments)
-        arr = arr.reshape(-1, 1) if arr.ndim == 1 else arr
-        if arr.ndim != 2:
-            raise ValueError(f"segments must be 1-D or 2-D, got shape {arr.shape}")
-        names = [f"segment_{i}" for i in range(arr.shape[1])]
-        cols = [arr[:, i] for i in range(arr.shape[1])]
-    if not cols:
-        raise ValueError("segments has no columns")
-    for name, col in zip(names, cols, strict=True):
-        if col.ndim != 1 or col.size != n:
-            raise ValueError(f"length mismatch: segment column {name!r} has {col.size} values, scores {n}")
-    return names, cols
+_segment_matrix = segment_matrix  # the shared reader (calibflow.segments); old name kept for callers
 
 
 @register("multicalibration")
@@ -103,9 +82,9 @@ class MulticalibrationCalibrator(BaseCalibrator):
     # ---- public -------------------------------------------------------------------------------------
     def fit(self, scores, y, sample_weight=None, segments=None) -> MulticalibrationCalibrator:
         s, yy, w = self._validate_fit(scores, y, sample_weight)
-        names, cols = _segment_matrix(segments, s.size)
+        names, cols = segment_matrix(segments, s.size)
         self.segment_names_ = names
-        self.vocab_ = [sorted({str(v) for v in col}) for col in cols]
+        self.vocab_ = [sorted(set(col.tolist())) for col in cols]
         z = self._convert(s)
         X = self._design(z, cols)
         train, valid = self._holdout(yy)
@@ -140,24 +119,25 @@ class MulticalibrationCalibrator(BaseCalibrator):
     def predict(self, scores, segments=None) -> NDArray[np.float64]:
         self._check_fitted()
         s = check_scores(scores, self.input)
-        _, cols = _segment_matrix(segments, s.size)
-        if len(cols) != len(self.segment_names_):
-            raise ValueError(
-                f"segments has {len(cols)} column(s); this calibrator was fitted on {self.segment_names_}"
-            )
+        cols = aligned(segments, self.segment_names_, s.size)
         z = self._convert(s)
         booster = xgb.Booster()
         booster.load_model(bytearray(self.model_json_.encode()))
         margin = booster.predict(self._dmatrix(self._design(z, cols), z), output_margin=True)
         return np.clip(expit(np.asarray(margin, dtype=np.float64)), 0.0, 1.0)
 
+    def unseen_counts(self, segments: Any, n: int) -> dict[str, int]:
+        """Per segment column, the rows whose value was never seen in fitting (XGBoost's missing branch)."""
+        self._check_fitted()
+        return unseen_counts(self.segment_names_, self.vocab_, segments, n)
+
     # ---- helpers ------------------------------------------------------------------------------------
     def _design(self, z: NDArray[np.float64], cols: Sequence[NDArray]) -> NDArray[np.float64]:
         X = np.empty((z.size, 1 + len(cols)))
         X[:, 0] = z
         for i, (col, vocab) in enumerate(zip(cols, self.vocab_, strict=True)):
-            index = {v: k for k, v in enumerate(vocab)}
-            X[:, 1 + i] = [index.get(str(v), np.nan) for v in col]
+            codes = level_codes(col, vocab).astype(np.float64)
+            X[:, 1 + i] = np.where(codes >= 0, codes, np.nan)
         return X
 
     def _dmatrix(self, X, z, y=None, w=None) -> xgb.DMatrix:

@@ -144,7 +144,9 @@ def init(
     time: str = typer.Option(
         None, "--time", help="A date/timestamp column: calibrate on the past, test on the future."
     ),
-    segments: list[str] = typer.Option(None, "--segments", help="Segment column(s), repeatable."),
+    segments: list[str] = typer.Option(
+        None, "--segments", help="Segment column(s): comma-separated (country,device) or repeated."
+    ),
     weight: str = typer.Option(None, "--weight", help="A row weight column."),
     positive: str = typer.Option(None, "--positive", help="The label value counting as 1 (if not 0/1)."),
     name: str = typer.Option(None, "--name", help="The source's name (default: the file's name)."),
@@ -170,7 +172,7 @@ def init(
             if val is not None:
                 decl[key] = val
         if segments:
-            decl["segments"] = list(segments)
+            decl["segments"] = [c.strip() for s in segments for c in s.split(",") if c.strip()]
         nm = name or re.sub(r"[^A-Za-z0-9_]+", "_", Path(data.split("*")[0].rstrip("/")).stem or "source")
         nm = nm if nm[:1].isalpha() else f"s_{nm}"
         spec, info = init_source(params_file, nm, decl)
@@ -268,8 +270,13 @@ def apply_file(
     score_kind: str | None = None,
     batch_rows: int = 1_000_000,
     column: str = "calibrated",
+    unseen: dict[str, int] | None = None,
 ) -> int:
-    """Stream ``input_path`` through the calibrator; write every column plus ``column``; return the rows."""
+    """Stream ``input_path`` through the calibrator; write every column plus ``column``; return the rows.
+
+    A segmented calibrator (``needs`` segments) also reads the segment columns it was fitted on; ``unseen``,
+    when given, receives per column the rows whose value was never seen in fitting (global map there).
+    """
     import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -290,7 +297,14 @@ def apply_file(
     n = 0
     try:
         rel = src.relation(spec, con)
+        seg_cols = [str(c) for c in getattr(cal, "segment_names_", [])] if "segments" in cal.needs else []
         src.check_columns(spec, rel.columns, [score])
+        missing = [c for c in seg_cols if c not in rel.columns]
+        if missing:
+            raise ValueError(
+                f"{input_path}: no column {missing[0]!r}; this calibrator is per segment and reads the "
+                f"segment column(s) {seg_cols} it was fitted on (add or rename the column)"
+            )
         if column in rel.columns:
             raise ValueError(f"{input_path} already has a column {column!r}; pass --column with another name")
         reader = rel.to_arrow_reader(int(batch_rows))
@@ -300,7 +314,14 @@ def apply_file(
                 for batch in reader:
                     x = batch.column(score).to_numpy(zero_copy_only=False).astype(np.float64)
                     _check_batch(x, kind, score, n)
-                    p = cal.predict(src.calibrator_input(x, kind, input_kind))
+                    xin = src.calibrator_input(x, kind, input_kind)
+                    if seg_cols:
+                        segs = {c: batch.column(c).to_pandas() for c in seg_cols}
+                        p = cal.predict(xin, segments=segs)
+                        for c, k in cal.unseen_counts(segs, len(xin)).items() if unseen is not None else ():
+                            unseen[c] = unseen.get(c, 0) + k
+                    else:
+                        p = cal.predict(xin)
                     out = pa.RecordBatch.from_arrays(
                         [*batch.columns, pa.array(p)], [*batch.schema.names, column]
                     )
@@ -335,10 +356,16 @@ def apply(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Add a `calibrated` column to a file of scores with a saved calibrator (streamed, bounded memory)."""
+    unseen: dict[str, int] = {}
     n = _guarded(
-        lambda: apply_file(calibrator, input_path, score, output, score_kind, batch_rows, column), debug
+        lambda: apply_file(calibrator, input_path, score, output, score_kind, batch_rows, column, unseen),
+        debug,
     )
     typer.echo(f"calibrated {n:,} rows -> {output}", err=sys.stderr.isatty())
+    for col, k in unseen.items():
+        if k:
+            typer.echo(f"{k:,} rows have a {col} value unseen in fitting: that column adds nothing to them "
+                       "(global map when every segment is unseen)", err=True)
 
 
 def register(app: typer.Typer) -> None:

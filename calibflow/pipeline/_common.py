@@ -22,10 +22,14 @@ from typing import Any
 
 import yaml
 
+from calibflow.segments import SEGMENTED_METHODS
+
 log = logging.getLogger("tasks")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
-SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration"})
+SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})
+#: The segmented methods fitted by default for a source with segments (``calibrate.segmented``).
+SEGMENTED_DEFAULT = SEGMENTED_METHODS
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).
@@ -78,6 +82,11 @@ class Layout:
 
     def calibrated_method(self, method: str) -> Path:
         return self.calibrated / method
+
+    @property
+    def calibrated_segments(self) -> Path:
+        """The segmented calibrators of sources with segments (stage calibrate_segments)."""
+        return self.root / "data" / "calibrated_segments"
 
     @property
     def validation(self) -> Path:
@@ -162,6 +171,12 @@ def methods(params: dict[str, Any]) -> list[str]:
     if UNCALIBRATED in ms:
         raise StageError(f"params: {UNCALIBRATED!r} is evaluated always; do not list it in calibrate.methods")
     return ms
+
+
+def segmented_methods(params: dict[str, Any]) -> list[str]:
+    """``calibrate.segmented``: the segmented methods fitted for sources with segments (default both)."""
+    ms = section(params, "calibrate").get("segmented", list(SEGMENTED_DEFAULT))
+    return [str(m) for m in ms or []]
 
 
 def seed(params: dict[str, Any]) -> int:

@@ -33,6 +33,12 @@ class ParamsError(ValueError):
     """Invalid params: the message names each bad key and, where it can, the fix."""
 
 
+def _segmented_methods() -> tuple[str, ...]:
+    from calibflow.segments import SEGMENTED_METHODS  # lazy, as the registries below
+
+    return SEGMENTED_METHODS
+
+
 def _registry(kind: str) -> list[str]:
     if kind == "dataset":
         from calibflow.datasets import available
@@ -116,11 +122,22 @@ class Calibrate(_Strict):
     methods: list[str] = Field(min_length=1)
     input: Literal["logit", "probability", "score"] = "logit"
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # the segmented methods fitted for sources that declare segments (stage calibrate_segments)
+    segmented: list[str] = Field(default_factory=lambda: list(_segmented_methods()))
 
     @field_validator("methods")
     @classmethod
     def _methods(cls, v: list[str]) -> list[str]:
         return [_check_name(m, "method") for m in v]
+
+    @field_validator("segmented")
+    @classmethod
+    def _segmented(cls, v: list[str]) -> list[str]:
+        known = _segmented_methods()
+        bad = [m for m in v if m not in known]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a segmented method; use one of {', '.join(known)}")
+        return v
 
     @field_validator("options")
     @classmethod

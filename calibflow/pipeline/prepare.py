@@ -38,6 +38,7 @@ from calibflow.pipeline._common import (
     section,
     seed,
 )
+from calibflow.segments import as_levels
 from calibflow.sources import SourceSpec
 from calibflow.splits import digest, split_indices
 
@@ -133,7 +134,8 @@ def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[
     roles = {"score": spec.score, "weight": spec.weight, "time": spec.time, "treatment": spec.treatment}
     meta = {"row": np.arange(len(raw), dtype=np.int64), "y": y}
     meta.update({k: raw[c].to_numpy() for k, c in roles.items() if c is not None})
-    meta.update({f"{_sources.SEGMENT_PREFIX}{c}": raw[c].astype(str).to_numpy() for c in spec.segments})
+    # one reading of segment values (nulls their own level) shared with the calibrators and `apply`
+    meta.update({f"{_sources.SEGMENT_PREFIX}{c}": as_levels(raw[c]) for c in spec.segments})
     frame = pd.DataFrame(meta)
     if "score" in frame:
         frame["score"] = frame["score"].astype(np.float64)

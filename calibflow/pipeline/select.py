@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow import metrics, selection
+from calibflow import segments as seg
 from calibflow.calibrators import get_class, make
 from calibflow.intervals import percentile_interval
 from calibflow.io import read_json, write_json, write_text
@@ -46,6 +47,7 @@ from calibflow.pipeline._common import (
     require,
     section,
     seed,
+    segmented_methods,
 )
 from calibflow.report._format import fmt_sig
 from calibflow.report.data import RANKING_BASELINES
@@ -123,34 +125,82 @@ def compare(
 def segment_ratios(
     test: pd.DataFrame, p_cal: np.ndarray, cfg: dict[str, Any], rng_seed: int
 ) -> list[dict[str, Any]]:
-    """Per declared segment value: rows, positives, ``sum p / sum y`` before/after, bootstrap interval."""
-    level, n_boot = float(cfg.get("ci_level", 0.95)), int(cfg.get("n_bootstrap", 200))
-    y, p_unc = test["y"].to_numpy(np.float64), test["prob"].to_numpy(np.float64)
-    out = []
-    for col in [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]:
-        values = test[col].astype(str)
-        for i, (value, n) in enumerate(values.value_counts().head(MAX_SEGMENTS).items()):
-            idx = np.flatnonzero((values == value).to_numpy())
-            ys, pc = y[idx], p_cal[idx]
-            pos = float(ys.sum())
-            rng = np.random.default_rng([rng_seed, i])
-            ratios = []
-            for _ in range(n_boot):
-                r = rng.integers(0, idx.size, size=idx.size)
-                s = ys[r].sum()
-                ratios.append(pc[r].sum() / s if s > 0 else np.nan)
-            out.append(
-                {
-                    "column": col[len(_sources.SEGMENT_PREFIX) :],
-                    "value": str(value),
-                    "n": int(n),
-                    "positives": int(pos),
-                    "ratio_uncalibrated": float(p_unc[idx].sum() / pos) if pos else None,
-                    "ratio": float(pc.sum() / pos) if pos else None,
-                    "ratio_ci": percentile_interval(np.asarray(ratios), level),
-                }
-            )
-    return out
+    """Per declared segment value: rows, positives, ``sum p / sum y`` before/after with intervals, a flag
+    where the interval after calibration excludes 1 (``calibflow.segments.segment_check``: nulls are their
+    own level, values past the largest are pooled, so each column's rows add up to the test rows)."""
+    cols = [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]
+    if not cols:
+        return []
+    segments = {c[len(_sources.SEGMENT_PREFIX) :]: test[c].to_numpy(dtype=object) for c in cols}
+    return seg.segment_check(
+        test["y"].to_numpy(np.float64),
+        test["prob"].to_numpy(np.float64),
+        p_cal,
+        segments,
+        n_boot=int(cfg.get("n_bootstrap", 200)),
+        seed=rng_seed,
+        level=float(cfg.get("ci_level", 0.95)),
+        top=MAX_SEGMENTS,
+    )
+
+
+def segmented_challenge(
+    lay: Layout,
+    params: dict[str, Any],
+    name: str,
+    test: pd.DataFrame,
+    global_method: str,
+    p_global: np.ndarray,
+    margin: float,
+) -> dict[str, Any] | None:
+    """The best segmented calibrator (lowest test log loss) against the chosen global one, paired test.
+
+    None when the source has no segmented fits. ``chosen`` is True only when the paired interval of the
+    log-loss change (segmented minus global, ``selection.paired_log_loss``) lies below minus the practical
+    margin on the test split, the test the global choice passed; ``reason`` is the card's one line on it.
+    """
+    probs: dict[str, np.ndarray] = {}
+    for m in segmented_methods(params):
+        path = lay.calibrated_segments / m / f"{name}.parquet"
+        if not path.is_file():
+            continue
+        c = pd.read_parquet(path, columns=["row", "prob"]).sort_values("row")
+        if not np.array_equal(c["row"].to_numpy(), test["row"].to_numpy()):
+            raise StageError(f"{path}: test rows differ from the predictions; rerun calibrate_segments")
+        probs[m] = c["prob"].to_numpy(np.float64)
+    if not probs:
+        return None
+    y = test["y"].to_numpy(np.float64)
+    ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
+    best = min(ll, key=lambda m: (ll[m], m))
+    level = float(section(params, "evaluate").get("ci_level", 0.95))
+    # the same paired test and practical margin the global choice had to clear
+    cmp = selection.paired_log_loss(y, p_global, probs[best], level)
+    better = cmp.high < -margin
+    ci_s = f"[{fmt_sig(cmp.low, signed=True)}, {fmt_sig(cmp.high, signed=True)}]"
+    verdict = (
+        f"better on the test split by more than the margin {fmt_sig(margin)}: {best} is deployed"
+        if better
+        else f"not better by more than the margin {fmt_sig(margin)}: the global {global_method} is kept"
+    )
+    ll_global = metrics.log_loss(y, p_global)
+    reason = (
+        f"per segment: {best} vs global {global_method}, test log loss {fmt_sig(ll_global)}"
+        f" -> {fmt_sig(ll[best])} (change {fmt_sig(cmp.delta, signed=True)}, {100 * level:g}% paired CI "
+        f"{ci_s}), {verdict}"
+    )
+    text = (lay.calibrated_segments / best / f"{name}.json").read_text()
+    return {
+        "global_method": global_method,
+        "segmented_method": best,
+        "candidates": ll,
+        "delta": cmp.delta,
+        "delta_ci": cmp.ci(),
+        "chosen": bool(better),
+        "reason": reason,
+        "text": text,
+        "probs": probs[best],
+    }
 
 
 def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
@@ -256,12 +306,45 @@ def select_one(
     decision = _decide(lay, params, name, paired, metrics.log_loss(y, p_unc), rule)
     method = decision.method
     text = _calibrator_text(lay, params, name, method)
-    met = compare(y, p_unc, probs[method], cfg, seed(params))
-    _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, probs[method], level))
-    segs = segment_ratios(test, probs[method], cfg, seed(params))
+    p_chosen = probs[method]
+    challenge = (
+        segmented_challenge(lay, params, name, test, method, p_chosen, decision.margin)
+        if rule == RULE_AUTO
+        else None
+    )
+    if challenge is not None and challenge["chosen"]:
+        method, text, p_chosen = challenge["segmented_method"], challenge["text"], challenge["probs"]
+    met = compare(y, p_unc, p_chosen, cfg, seed(params))
+    _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, p_chosen, level))
+    segs = segment_ratios(test, p_chosen, cfg, seed(params))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
-    return text, _with_decision(card, decision, rule, level)
+    card = _with_decision(card, decision, rule, level)
+    return text, _with_segments(card, challenge, segs, text, cfg)
 
+
+
+def _with_segments(
+    card: dict[str, Any],
+    challenge: dict[str, Any] | None,
+    segs: list[dict[str, Any]],
+    text: str,
+    cfg: dict[str, Any],
+) -> dict[str, Any]:
+    """Add the segmented challenge and the per-segment flags to a card (a winning challenger calibrates)."""
+    if challenge is not None and challenge["chosen"]:
+        card["verdict"] = selection.CALIBRATE
+        glob = challenge["global_method"]
+        why = f"Use {card['method']}: per-segment calibrator, better than the global {glob}"
+        card["reason"] = f"{why}; {challenge['reason']}"
+    if challenge is not None:
+        card["segmented"] = {k: v for k, v in challenge.items() if k not in ("text", "probs")}
+        card["segment_reason"] = challenge["reason"]
+        card["input"]["segments"] = list(json.loads(text)["state"].get("segment_names_") or [])
+    if segs:
+        card["segment_flags"] = seg.flag_lines(segs)
+        # with many segments some intervals exclude 1 by chance alone: say how many to expect
+        card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.get("ci_level", 0.95)))
+    return card
 
 def _select_aggregate(
     lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str

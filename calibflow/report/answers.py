@@ -13,6 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_num, fmt_sig
 from calibflow.report.chrome import e
+from calibflow.report.segments import segment_section
 
 #: (card key, label) of the rows with a paired change.
 _DELTA_ROWS = (("log_loss", "log loss"), ("ece", "ECE"), ("brier", "Brier"))
@@ -65,27 +66,6 @@ def _ratio_row(m: dict[str, Any], kept: bool = False) -> str:
         '<tr><td class="l">Σp / Σy <small>(1 = perfect)</small></td>'
         f"<td>{e(fmt_sig(_num(m.get('uncalibrated'))))}</td>"
         f"<td>{after}</td><td><small>{e(_iv(m.get('ci')))}</small></td></tr>"
-    )
-
-
-def _segments(card: dict[str, Any]) -> str:
-    segs = [s for s in card.get("segments") or [] if isinstance(s, dict)]
-    if not segs:
-        return ""
-    rows = "".join(
-        f'<tr><td class="l">{e(s.get("column"))} = {e(s.get("value"))}</td><td>{e(fmt_num(s.get("n")))}</td>'
-        f"<td>{e(fmt_num(s.get('positives')))}</td>"
-        f"<td>{e(fmt_sig(_num(s.get('ratio_uncalibrated'))))}</td>"
-        f"<td>{e(fmt_sig(_num(s.get('ratio'))))} "
-        f"<small>{e(_iv(s.get('ratio_ci')))}</small></td></tr>"
-        for s in segs
-    )
-    head = (
-        '<tr><th class="l">segment</th><th>n</th><th>positives</th><th>Σp/Σy before</th><th>after</th></tr>'
-    )
-    return (
-        f"<details><summary>Σp / Σy by segment ({len(segs)})</summary>"
-        f'<div class="wide"><table><thead>{head}</thead><tbody>{rows}</tbody></table></div></details>'
     )
 
 
@@ -171,7 +151,7 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
         f'<div class="answer {v}" data-card="{e(name)}" data-verdict="{v}">'
         f'<h3>{e(name)} <small>{e(kind)}</small></h3><p class="pick">{_pick(card, v)}</p>{reason}'
         f'<div class="wide">{table}</div>{figure}{rule}'
-        f"{_segments(card)}{_data_line(card)}</div>"
+        f"{segment_section(card)}{_data_line(card)}</div>"
     )
 
 

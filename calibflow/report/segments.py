@@ -1,0 +1,69 @@
+"""The answer card's per-segment part, shown first and open (issue 24): a collapsed table hid whole markets.
+
+From a card written by the select stage: the one line on the segmented-vs-global choice
+(``segment_reason``), every segment whose ``sum p / sum y`` interval after calibration excludes 1 (flagged,
+worst first, each on its own line), then the full table: per segment value rows, positives, the ratio before
+and after with intervals (nulls are their own level; each column's rows add up to the test rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calibflow.report._format import fmt_interval, fmt_num
+from calibflow.report.chrome import e
+
+
+def _ratio(v: Any, ci: Any) -> str:
+    num = fmt_num(float(v), 3) if isinstance(v, int | float) and not isinstance(v, bool) else "n/a"
+    iv = fmt_interval(ci, 3) if ci else ""
+    return f"{e(num)} <small>{e(iv)}</small>" if iv else e(num)
+
+
+def _row(s: dict[str, Any]) -> str:
+    mark = ' class="loss"' if s.get("flagged") else ""
+    return (
+        f'<tr{mark}><td class="l">{e(s.get("column"))} = {e(s.get("value"))}</td>'
+        f"<td>{e(fmt_num(s.get('n')))}</td><td>{e(fmt_num(s.get('positives')))}</td>"
+        f"<td>{_ratio(s.get('ratio_uncalibrated'), s.get('ratio_uncalibrated_ci'))}</td>"
+        f"<td>{_ratio(s.get('ratio'), s.get('ratio_ci'))}{' flagged' if s.get('flagged') else ''}</td></tr>"
+    )
+
+
+def segment_section(card: dict[str, Any]) -> str:
+    """HTML of the card's segment part ("" when the card has no segments)."""
+    segs = [s for s in card.get("segments") or [] if isinstance(s, dict)]
+    if not segs:
+        return ""
+    parts = []
+    if card.get("segment_reason"):
+        parts.append(f"<p>{e(card['segment_reason'])}</p>")
+    flags = [str(f) for f in card.get("segment_flags") or []]
+    if flags:
+        items = "".join(f"<li>{e(f)}</li>" for f in flags)
+        parts.append(
+            f'<p class="loss"><b>{len(flags)} segment(s) still off after calibration</b> '
+            f"(the interval of sum p / sum y excludes 1):</p><ul>{items}</ul>"
+        )
+        chance = card.get("segment_flags_by_chance")
+        if isinstance(chance, int | float):
+            parts.append(
+                f'<p class="muted">A calibrated model would see about {chance:.1f} of the '
+                f"{sum(s.get('ratio_ci') is not None for s in segs)} intervals exclude 1 by chance.</p>"
+            )
+    else:
+        parts.append(
+            '<p class="gain">Every segment\'s sum p / sum y interval covers 1 after calibration.</p>'
+            if any(s.get("ratio_ci") for s in segs)
+            else ""
+        )
+    head = (
+        '<tr><th class="l">segment</th><th>n</th><th>positives</th>'
+        "<th>Σp/Σy before [CI]</th><th>after [CI]</th></tr>"
+    )
+    body = "".join(map(_row, segs))
+    parts.append(
+        f"<h4>Σp / Σy by segment ({len(segs)} rows)</h4>"
+        f'<div class="wide"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+    )
+    return f'<div class="segments">{"".join(parts)}</div>'
