@@ -40,12 +40,18 @@ def fit_files(
     from calibflow.aggregate import aggregate_duckdb, fit_from_table, metrics_from_table
     from calibflow.aggregate.metrics import calibrated_table
     from calibflow.io import atomic_path, write_json
+    from calibflow.sources import record_score_kind
 
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
+    _check_out(out, methods)
+    _check_inputs(calib, score, label, weight)
+    if test:
+        _check_inputs(test, score, label, None)
     opts = {"kind": kind, "segments": segments, "distinct_max": distinct_max}
     ctab = aggregate_duckdb(calib, score, label, weight=weight, **opts)
-    fits = {m: fit_from_table(ctab, m, kind) for m in methods}
+    # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
+    fits = {m: record_score_kind(fit_from_table(ctab, m, kind), score_kind) for m in methods}
     record: dict[str, Any] = {
         "path": "aggregate",
         "calib": {"source": calib, "rows": float(ctab["n"].sum()), "table_rows": len(ctab)},
@@ -65,6 +71,29 @@ def fit_files(
             tmp.write_text(cal.to_json())
     write_json(out / "fit.json", record)
     return record
+
+
+def _check_out(out: Path, methods: list[str]) -> None:
+    """One line for an ``--out`` that is a file; a killed earlier fit's temporary files are removed."""
+    from calibflow.pipeline._common import remove_stale_temps
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")
+    for name in (*methods, "fit"):
+        remove_stale_temps(out / f"{name}.json")
+
+
+def _check_inputs(paths: str, score: str, label: str, weight: str | None) -> None:
+    import duckdb
+
+    from calibflow.aggregate.table import expand
+    from calibflow.sources import check_table_inputs
+
+    con = duckdb.connect()
+    try:
+        check_table_inputs(con, "read_parquet($files)", {"files": expand(paths)}, score, label, weight)
+    finally:
+        con.close()
 
 
 def _brief(res: dict) -> dict[str, Any]:

@@ -34,10 +34,22 @@ def _fail(exc: Exception, debug: bool) -> None:
 
 
 def _guarded(fn: Callable[[], Any], debug: bool) -> Any:
+    import duckdb
+
     try:
         return fn()
     except (ValueError, FileNotFoundError, KeyError) as exc:
         _fail(exc, debug)
+    # an unwritable folder, a folder where a file goes, a full disk, a corrupt input: one line, not 70
+    except (OSError, duckdb.Error) as exc:
+        _fail(exc if debug or os.environ.get("CALIBFLOW_DEBUG") else ValueError(_one_line(exc)), debug)
+
+
+def _one_line(exc: Exception) -> str:
+    """``path: reason`` for an OS error, the first line of anything else."""
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # ----------------------------------------------------------------------------------------------- init
@@ -227,6 +239,7 @@ def _print_summary(spec: src.SourceSpec, info: dict[str, Any], params_file: Path
 
 
 def _card_kind(calibrator: Path) -> str | None:
+    """The score kind recorded on the card beside a calibrator written before calibrators recorded it."""
     card = calibrator.with_name("card.json")
     if card.is_file():
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -234,9 +247,72 @@ def _card_kind(calibrator: Path) -> str | None:
     return None
 
 
+#: Keys a model card or ``fit.json`` has and a calibrator never has.
+_NOT_A_CALIBRATOR = {"reason": "the card", "candidates": "the card", "metrics": "the card",
+                     "uncalibrated": "fit's summary", "calib": "fit's summary"}
+
+
+def load_calibrator(calibrator: Path) -> Any:
+    """The calibrator in ``calibrator``; a card, a folder or a missing file is refused in one line.
+
+    A file written before calibrators recorded their score kind gets the kind from the card beside it
+    (written by the same select run); with neither, ``calibrate_scores`` asks for ``--score-kind``.
+    """
+    from calibflow.calibrators import from_json
+
+    if calibrator.is_dir():
+        raise ValueError(f"--calibrator {calibrator} is a folder; give the calibrator.json inside it")
+    if not calibrator.is_file():
+        raise FileNotFoundError(f"{calibrator}: no such calibrator (run `calibflow run` to produce one)")
+    text = calibrator.read_text(encoding="utf-8", errors="replace")
+    with contextlib.suppress(ValueError):
+        payload = json.loads(text)
+        keys = payload if isinstance(payload, dict) else {}
+        what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)
+        if what == "the card":
+            raise ValueError(f"{calibrator} is the card; use calibrator.json (beside it)")
+        if what:
+            raise ValueError(f"{calibrator} is {what}; use one of the <method>.json files beside it")
+    cal = from_json(text)
+    if getattr(cal, "score_kind_", None) is None and (kind := _card_kind(calibrator)) in src.SCORE_KINDS:
+        src.record_score_kind(cal, kind)
+    return cal
+
+
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".csv.gz": "csv.gz"}
+
+
+def output_format(output: Path) -> str:
+    """``parquet``, ``csv`` or ``csv.gz`` from the output's name; anything else is refused (no guessing)."""
+    name = output.name.lower()
+    for ext, fmt in _FORMATS.items():
+        if name.endswith(ext):
+            return fmt
+    raise ValueError(
+        f"--output {output}: unknown format {output.suffix or '(no extension)'!r}; "
+        "name it .parquet, .csv or .csv.gz"
+    )
+
+
+def check_output(output: Path) -> None:
+    """One line for an output path that cannot be a file (a folder, or under a file)."""
+    if output.is_dir():
+        raise ValueError(f"--output {output} is a folder; give a file name, e.g. {output / 'scored.parquet'}")
+    for parent in output.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"--output {output}: {parent} is a file, not a folder")
+            break
+
+
 @contextlib.contextmanager
 def _atomic_file(path: Path) -> Iterator[Path]:
+    """A pid-tagged temporary beside ``path``, renamed over it on success; a killed run's is removed
+    by the next run (``remove_stale_temps``, as the stages do)."""
+    from calibflow.pipeline._common import remove_stale_temps
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
@@ -245,11 +321,30 @@ def _atomic_file(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def _open_writer(tmp: Path, fmt: str, schema: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        return pq.ParquetWriter(tmp, schema)
+    sink = pa.CompressedOutputStream(str(tmp), "gzip") if fmt == "csv.gz" else pa.OSFile(str(tmp), "wb")
+    writer = pacsv.CSVWriter(sink, schema)
+    close = writer.close
+
+    def close_both() -> None:  # the CSV writer does not close a stream it was given
+        close()
+        sink.close()
+
+    writer.close = close_both
+    return writer
+
+
 def _check_batch(x, kind: str, score: str, offset: int) -> None:
     import numpy as np
 
-    bad = ~np.isfinite(x)
-    what = "not finite (NaN or inf)"
+    bad = np.isinf(x)
+    what = "infinite"
     if not bad.any() and kind == "probability":
         bad = (x < 0) | (x > 1)
         what = "outside [0, 1] (use --score-kind logit or score if these are not probabilities)"
@@ -260,6 +355,34 @@ def _check_batch(x, kind: str, score: str, offset: int) -> None:
         )
 
 
+def _refuse_nulls(rel: Any, score: str, x: Any, offset: int, column: str) -> None:
+    """Null or NaN scores (``--on-null fail``): one line with their count in the whole input."""
+    import numpy as np
+
+    missing = np.isnan(x)
+    if not missing.any():
+        return
+    q = src.quote_ident(score)
+    count = rel.aggregate(f"count(*) FILTER (WHERE {q} IS NULL OR isnan(CAST({q} AS DOUBLE)))").fetchall()
+    raise ValueError(
+        f"column {score!r}: {int(count[0][0]):,} null or NaN score(s), the first at row "
+        f"{offset + int(np.flatnonzero(missing)[0])}; drop them, or pass --on-null pass to leave "
+        f"{column!r} empty on those rows"
+    )
+
+
+def _calibrate_batch(cal: Any, x: Any, kind: str) -> Any:
+    """The ``calibrated`` column of one batch: null where the score is null or NaN (``--on-null pass``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    missing = np.isnan(x)
+    p = np.full(x.shape, np.nan)
+    if (~missing).any():
+        p[~missing] = src.calibrate_scores(cal, x[~missing], kind)
+    return pa.array(p, mask=missing if missing.any() else None)
+
+
 def apply_file(
     calibrator: Path,
     input_path: str,
@@ -268,29 +391,32 @@ def apply_file(
     score_kind: str | None = None,
     batch_rows: int = 1_000_000,
     column: str = "calibrated",
+    on_null: str = "fail",
 ) -> int:
-    """Stream ``input_path`` through the calibrator; write every column plus ``column``; return the rows."""
+    """Stream ``input_path`` through the calibrator; write every column plus ``column``; return the rows.
+
+    The score's scale is the calibrator's own (``score_kind`` only for files that record none, and
+    refused when it conflicts). Null or NaN scores fail the run with their count (``on_null="fail"``) or
+    get a null ``column`` (``"pass"``).
+    """
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
 
-    from calibflow.calibrators import from_json
-
-    if not calibrator.is_file():
-        raise FileNotFoundError(f"{calibrator}: no such calibrator (run `calibflow run` to produce one)")
-    cal = from_json(calibrator.read_text())
-    kind = score_kind or _card_kind(calibrator) or "logit"
-    if kind not in src.SCORE_KINDS:
-        raise ValueError(f"--score-kind {kind!r} is not one of {'|'.join(src.SCORE_KINDS)}")
-    input_kind = str(getattr(cal, "input", "logit"))
-    fmt = "csv" if output.name.lower().endswith((".csv", ".csv.gz")) else "parquet"
+    if on_null not in ("fail", "pass"):
+        raise ValueError(f"--on-null {on_null!r} is not one of fail|pass")
+    fmt = output_format(output)
+    check_output(output)
+    cal = load_calibrator(calibrator)
+    kind = src.score_kind_of(cal, score_kind)
     spec = src.SourceSpec(name="input", path=input_path, label=score, score=score)
     con = src.connect()
     n = 0
     try:
         rel = src.relation(spec, con)
         src.check_columns(spec, rel.columns, [score])
+        stype = dict(zip(rel.columns, rel.types, strict=True))[score]
+        if not src.is_numeric_type(stype):
+            raise ValueError(f"column {score!r} is {stype}, not numbers; convert it to a numeric column")
         if column in rel.columns:
             raise ValueError(f"{input_path} already has a column {column!r}; pass --column with another name")
         reader = rel.to_arrow_reader(int(batch_rows))
@@ -299,17 +425,14 @@ def apply_file(
             try:
                 for batch in reader:
                     x = batch.column(score).to_numpy(zero_copy_only=False).astype(np.float64)
+                    if on_null == "fail":
+                        _refuse_nulls(rel, score, x, n, column)
                     _check_batch(x, kind, score, n)
-                    p = cal.predict(src.calibrator_input(x, kind, input_kind))
                     out = pa.RecordBatch.from_arrays(
-                        [*batch.columns, pa.array(p)], [*batch.schema.names, column]
+                        [*batch.columns, _calibrate_batch(cal, x, kind)],
+                        [*batch.schema.names, column],
                     )
-                    if writer is None:
-                        writer = (
-                            pacsv.CSVWriter(tmp, out.schema)
-                            if fmt == "csv"
-                            else pq.ParquetWriter(tmp, out.schema)
-                        )
+                    writer = writer or _open_writer(tmp, fmt, out.schema)
                     writer.write_batch(out)
                     n += batch.num_rows
                 if writer is None:
@@ -328,15 +451,17 @@ def apply(
     score: str = typer.Option(..., "--score", help="The column holding your model's score."),
     output: Path = typer.Option(..., "--output", help="Output .parquet or .csv (written atomically)."),
     score_kind: str = typer.Option(
-        None, "--score-kind", help="probability | logit | score (default: the card's)."
+        None, "--score-kind", help="Only for calibrators that do not record it: probability | logit | score."
     ),
     batch_rows: int = typer.Option(1_000_000, "--batch-rows", min=1, help="Rows per streamed batch."),
     column: str = typer.Option("calibrated", "--column", help="Name of the added column."),
+    on_null: str = typer.Option("fail", "--on-null", help="fail (default) | pass: null scores stay null."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Add a `calibrated` column to a file of scores with a saved calibrator (streamed, bounded memory)."""
     n = _guarded(
-        lambda: apply_file(calibrator, input_path, score, output, score_kind, batch_rows, column), debug
+        lambda: apply_file(calibrator, input_path, score, output, score_kind, batch_rows, column, on_null),
+        debug,
     )
     typer.echo(f"calibrated {n:,} rows -> {output}", err=sys.stderr.isatty())
 
