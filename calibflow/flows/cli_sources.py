@@ -321,23 +321,28 @@ def _atomic_file(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+class _CsvFile:
+    """A CSV writer that closes the (possibly gzip) stream it writes to; pyarrow's leaves it open."""
+
+    def __init__(self, tmp: Path, schema: Any, gzip: bool) -> None:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        self.sink = pa.CompressedOutputStream(str(tmp), "gzip") if gzip else pa.OSFile(str(tmp), "wb")
+        self.writer = pacsv.CSVWriter(self.sink, schema)
+
+    def write_batch(self, batch: Any) -> None:
+        self.writer.write_batch(batch)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.sink.close()
+
+
 def _open_writer(tmp: Path, fmt: str, schema: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        return pq.ParquetWriter(tmp, schema)
-    sink = pa.CompressedOutputStream(str(tmp), "gzip") if fmt == "csv.gz" else pa.OSFile(str(tmp), "wb")
-    writer = pacsv.CSVWriter(sink, schema)
-    close = writer.close
-
-    def close_both() -> None:  # the CSV writer does not close a stream it was given
-        close()
-        sink.close()
-
-    writer.close = close_both
-    return writer
+    return pq.ParquetWriter(tmp, schema) if fmt == "parquet" else _CsvFile(tmp, schema, fmt == "csv.gz")
 
 
 def _check_batch(x, kind: str, score: str, offset: int) -> None:
@@ -355,15 +360,21 @@ def _check_batch(x, kind: str, score: str, offset: int) -> None:
         )
 
 
-def _refuse_nulls(rel: Any, score: str, x: Any, offset: int, column: str) -> None:
-    """Null or NaN scores (``--on-null fail``): one line with their count in the whole input."""
+def _refuse_nulls(spec: src.SourceSpec, score: str, x: Any, offset: int, column: str) -> None:
+    """Null or NaN scores (``--on-null fail``): one line with their count in the whole input (a second
+    connection counts them: the first one is busy streaming)."""
     import numpy as np
 
     missing = np.isnan(x)
     if not missing.any():
         return
     q = src.quote_ident(score)
-    count = rel.aggregate(f"count(*) FILTER (WHERE {q} IS NULL OR isnan(CAST({q} AS DOUBLE)))").fetchall()
+    con = src.connect()
+    try:
+        rel = src.relation(spec, con)
+        count = rel.aggregate(f"count(*) FILTER (WHERE {q} IS NULL OR isnan(CAST({q} AS DOUBLE)))").fetchall()
+    finally:
+        con.close()
     raise ValueError(
         f"column {score!r}: {int(count[0][0]):,} null or NaN score(s), the first at row "
         f"{offset + int(np.flatnonzero(missing)[0])}; drop them, or pass --on-null pass to leave "
@@ -426,7 +437,7 @@ def apply_file(
                 for batch in reader:
                     x = batch.column(score).to_numpy(zero_copy_only=False).astype(np.float64)
                     if on_null == "fail":
-                        _refuse_nulls(rel, score, x, n, column)
+                        _refuse_nulls(spec, score, x, n, column)
                     _check_batch(x, kind, score, n)
                     out = pa.RecordBatch.from_arrays(
                         [*batch.columns, _calibrate_batch(cal, x, kind)],
