@@ -20,6 +20,9 @@ import typer
 from calibflow.flows.cli_sources import _guarded
 
 DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
+#: Most segment values fit reports metrics for (each costs a bootstrap of every metric; a column with
+#: millions of values, such as an id, is a mistake, not a breakdown).
+MAX_SEGMENT_VALUES = 1_000
 
 
 def fit_files(
@@ -45,9 +48,9 @@ def fit_files(
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
     _check_out(out, methods)
-    _check_inputs(calib, score, label, weight)
+    _check_inputs(calib, score, label, weight, segments)
     if test:
-        _check_inputs(test, score, label, None)
+        _check_inputs(test, score, label, None, ())
     opts = {"kind": kind, "segments": segments, "distinct_max": distinct_max}
     ctab = aggregate_duckdb(calib, score, label, weight=weight, **opts)
     # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
@@ -83,17 +86,30 @@ def _check_out(out: Path, methods: list[str]) -> None:
         remove_stale_temps(out / f"{name}.json")
 
 
-def _check_inputs(paths: str, score: str, label: str, weight: str | None) -> None:
+def _check_inputs(paths: str, score: str, label: str, weight: str | None, segments: tuple[str, ...]) -> None:
+    """Column types and weights (``check_table_inputs``); segment columns with a bounded number of values."""
     import duckdb
 
     from calibflow.aggregate.table import expand
-    from calibflow.sources import check_table_inputs
+    from calibflow.sources import check_table_inputs, quote_ident, require_columns
 
     con = duckdb.connect()
+    source, params = "read_parquet($files)", {"files": expand(paths)}
     try:
-        check_table_inputs(con, "read_parquet($files)", {"files": expand(paths)}, score, label, weight)
+        check_table_inputs(con, source, params, score, label, weight)
+        if not segments:
+            return
+        have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}", params).fetchall()]
+        require_columns(have, segments, where=" in the source")
+        key = f"hash({', '.join(quote_ident(c) for c in segments)})"
+        (n,) = con.execute(f"SELECT approx_count_distinct({key}) FROM {source}", params).fetchall()[0]
     finally:
         con.close()
+    if n > MAX_SEGMENT_VALUES:
+        raise ValueError(
+            f"--segment {', '.join(segments)} has about {n:,} distinct values; fit reports metrics for at "
+            f"most {MAX_SEGMENT_VALUES:,} segments: use a coarser column, or leave --segment out"
+        )
 
 
 def _brief(res: dict) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from calibflow.flows.checkout_lock import note_stage
+
 _DVC_LOCK = threading.Lock()
 #: Stage subprocesses running now (each in its own process group), for Ctrl-C and the API watchdog.
 RUNNING: set[subprocess.Popen] = set()
@@ -126,6 +128,7 @@ def _stream(
     )
     with _RUNNING_GUARD:
         RUNNING.add(proc)
+    note_stage(root, proc.pid)  # a later run stops this group if we die without doing it ourselves
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -138,6 +141,7 @@ def _stream(
         stop_group(proc, grace)
         raise
     finally:
+        note_stage(root, None)
         with _RUNNING_GUARD:
             RUNNING.discard(proc)
 

@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 import calibflow.flows  # noqa: F401  (configures the environment before prefect is imported)
 from calibflow.flows import dvc_stages, gitops, project_root
-from calibflow.flows.checkout_lock import checkout_lock, prefect_slot
+from calibflow.flows.checkout_lock import checkout_lock
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")
@@ -139,13 +139,14 @@ def pipeline(
     them with ``dvc commit`` afterwards. commit: record dvc.lock and the git-tracked outputs as a
     commit on ``commit_branch`` (the checked-out branch is never moved). check_params: validate
     params.yaml / params_file against calibflow.pipeline.params_schema first.
-    A second run of the same checkout queues (Prefect concurrency limit + file lock) instead of
-    failing on DVC's repository lock.
+    A second run of the same checkout queues on the checkout's file lock (saying once whom it waits for)
+    instead of failing on DVC's repository lock.
     """
     base = Path(root) if root else project_root()
     if check_params:
         _check_params(base, params_file)
-    with prefect_slot(base), checkout_lock(base, wait=True):
+    # the kernel's file lock alone: it dies with its holder (a Prefect slot outlived a killed run)
+    with checkout_lock(base, wait=True):
         return _pipeline_body(
             base,
             targets,
