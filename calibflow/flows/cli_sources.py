@@ -265,14 +265,15 @@ def load_calibrator(calibrator: Path) -> Any:
     if not calibrator.is_file():
         raise FileNotFoundError(f"{calibrator}: no such calibrator (run `calibflow run` to produce one)")
     text = calibrator.read_text(encoding="utf-8", errors="replace")
-    with contextlib.suppress(ValueError):
+    what = None
+    with contextlib.suppress(ValueError):  # not JSON: from_json says so below
         payload = json.loads(text)
         keys = payload if isinstance(payload, dict) else {}
         what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)
-        if what == "the card":
-            raise ValueError(f"{calibrator} is the card; use calibrator.json (beside it)")
-        if what:
-            raise ValueError(f"{calibrator} is {what}; use one of the <method>.json files beside it")
+    if what == "the card":
+        raise ValueError(f"{calibrator}: this is the card; use calibrator.json (beside it)")
+    if what:
+        raise ValueError(f"{calibrator} is {what}; use one of the <method>.json files beside it")
     cal = from_json(text)
     if getattr(cal, "score_kind_", None) is None and (kind := _card_kind(calibrator)) in src.SCORE_KINDS:
         src.record_score_kind(cal, kind)
@@ -415,8 +416,8 @@ def apply_file(
 
     if on_null not in ("fail", "pass"):
         raise ValueError(f"--on-null {on_null!r} is not one of fail|pass")
-    fmt = output_format(output)
     check_output(output)
+    fmt = output_format(output)
     cal = load_calibrator(calibrator)
     kind = src.score_kind_of(cal, score_kind)
     spec = src.SourceSpec(name="input", path=input_path, label=score, score=score)
