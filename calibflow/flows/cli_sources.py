@@ -63,7 +63,7 @@ def inspect(spec: src.SourceSpec) -> dict[str, Any]:
         src.check_columns(spec, rel.columns, spec.role_columns())
         src.check_columns(spec, rel.columns, src.feature_columns(spec, rel.columns))
         types = dict(zip(rel.columns, [str(t) for t in rel.types], strict=True))
-        q = '"' + spec.label.replace('"', '""') + '"'
+        q = src.quote_ident(spec.label)
         balance = rel.aggregate(f"{q} AS label, count(*) AS n", q).order("label").fetchall()
         out: dict[str, Any] = {
             "columns": types,
@@ -73,7 +73,7 @@ def inspect(spec: src.SourceSpec) -> dict[str, Any]:
         for role in ("time", "score"):
             col = getattr(spec, role)
             if col is not None:
-                c = '"' + col.replace('"', '""') + '"'
+                c = src.quote_ident(col)
                 lo, hi = rel.aggregate(f"min({c}), max({c})").fetchall()[0]
                 out[f"{role}_range"] = [str(lo), str(hi)]
         return out
@@ -204,7 +204,7 @@ def _guess_kind(data: str, score: str, label: str) -> str:
     try:
         rel = src.relation(spec, con)
         src.check_columns(spec, rel.columns, [score])
-        c = '"' + score.replace('"', '""') + '"'
+        c = src.quote_ident(score)
         lo, hi = rel.aggregate(f"min({c}), max({c})").fetchall()[0]
     finally:
         con.close()
