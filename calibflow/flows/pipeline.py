@@ -12,6 +12,7 @@ upstream succeeded).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -192,7 +193,9 @@ def _pipeline_body(
     stages = plan_stages(str(base), targets)
     stale = [s for s in stages if s.stale]
     print(f"{len(stale)} of {len(stages)} stages to run: {', '.join(s.name for s in stale) or 'none'}")
-    runs = _run_parallel(base, stages) if parallel else _run_serial(base, stale)
+    # --commit records dvc.lock on its own branch: DVC's autostage must not stage it in the user's index
+    with gitops.index_kept(base) if commit else contextlib.nullcontext():
+        runs = _run_parallel(base, stages) if parallel else _run_serial(base, stale)
     published = publish(str(base))
     if push_after:
         push(str(base))
