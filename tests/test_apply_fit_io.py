@@ -164,3 +164,18 @@ def test_fit_segment_with_millions_of_values_is_one_line_not_a_crash(tmp_path):
              "--score", "p", "--label", "y", "--segment", "id", "--methods", "platt",
              "--out", str(tmp_path / "o"))
     _one_line(r, "distinct values; fit reports metrics for at most 1,000 segments")
+
+
+def test_hostile_column_names_are_quoted_not_parsed(work, tmp_path):
+    """A score column named with quotes and SQL goes through ``sources.quote_ident`` everywhere."""
+    col = 'my"p"; DROP TABLE x; --'
+    t = pq.read_table(work / "in.parquet").rename_columns([col, "y", "w", "ylab"])
+    pq.write_table(t, tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    r = _cli("apply", "--calibrator", str(work / "models" / "calibrator.json"), "--input",
+             str(tmp_path / "in.parquet"), "--score", col, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).column_names == [col, "y", "w", "ylab", "calibrated"]
+    r = _cli("fit", "--calib", str(tmp_path / "in.parquet"), "--score", col, "--label", "y", "--weight", "w",
+             "--methods", "platt", "--out", str(tmp_path / "fit"))
+    assert r.returncode == 0, r.stderr
