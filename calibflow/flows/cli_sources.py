@@ -389,10 +389,12 @@ def _calibrate_batch(cal: Any, x: Any, kind: str) -> Any:
     import pyarrow as pa
 
     missing = np.isnan(x)
+    if not missing.any():  # the usual batch: no copy, no mask
+        return pa.array(src.calibrate_scores(cal, x, kind))
     p = np.full(x.shape, np.nan)
     if (~missing).any():
         p[~missing] = src.calibrate_scores(cal, x[~missing], kind)
-    return pa.array(p, mask=missing if missing.any() else None)
+    return pa.array(p, mask=missing)
 
 
 def apply_file(
