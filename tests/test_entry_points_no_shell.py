@@ -94,3 +94,23 @@ def test_the_launcher_runs_clean_commands_and_keeps_shell_syntax_inert(tmp_path)
     assert not marker.exists()
     want = [f"platt; touch {marker}", ";", "touch", str(marker), "$(touch", f"{marker})"]
     assert out.read_text() == repr(want)
+
+
+def test_serve_and_trigger_cannot_turn_the_check_off(tmp_path):
+    """`serve` checks params whatever --parameters says; a trigger may not pass check_params: false.
+    Both refuse in one line before any server starts."""
+    marker = tmp_path / "X"
+    root = _project(tmp_path / "proj", f"a; touch {marker}; true")
+    env = {**_env(root), "PREFECT_HOME": str(tmp_path / "home")}
+    off = '{"check_params": false}'
+    cases = [
+        (["serve", "--parameters", off, "--port", "1"], "is not a source name"),
+        (["trigger", "--parameters", off, "--port", "1"], "check_params cannot be turned off"),
+    ]
+    for args, message in cases:
+        proc = subprocess.run([PY, "-m", "calibflow.flows.cli", *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    home = tmp_path / "home"
+    assert not marker.exists() and (not home.exists() or not any(home.iterdir()))  # no server started
