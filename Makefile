@@ -39,9 +39,10 @@ lint: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m benchmarks
 
-# Stage commands run `python -m calibflow.pipeline...` from PATH: the venv's interpreter must come first.
+# `calibflow repro`: params.yaml checked first, then `dvc repro` with the venv's interpreter first on PATH
+# and every stage command run as an argument list, never through a shell (docs/reliability.md).
 repro: $(VENV)/.run-installed
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/calibflow repro
 
 clean-venv:
 	rm -rf $(VENV)

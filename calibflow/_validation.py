@@ -128,6 +128,24 @@ def check_weights(
     return w
 
 
+def check_weighted_classes(
+    y: NDArray[np.float64], w: NDArray[np.float64], name: str = "sample_weight"
+) -> None:
+    """Refuse weights that leave one class with zero total weight: the fit would see one class only.
+
+    ``check_labels`` sees both classes in ``y``, but a class whose every row has weight 0 is absent from
+    the weighted data; fitting it anyway gives probabilities of 1e-11 or 1 - 1e-11 with no warning.
+    """
+    for cls in (1.0, 0.0):
+        mask = y == cls
+        if mask.any() and not (w[mask] > 0).any():
+            what = "positive (y = 1)" if cls == 1.0 else "negative (y = 0)"
+            raise ValueError(
+                f"{name} is 0 on every {what} row, so the weighted data has one class only; "
+                "calibration needs positive weight on both 0 and 1"
+            )
+
+
 def check_probabilities(p: ArrayLike, n: int | None = None, name: str = "p") -> NDArray[np.float64]:
     """Validate predicted probabilities in [0, 1]."""
     arr = check_scores(p, input="probability", name=name)

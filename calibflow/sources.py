@@ -485,11 +485,11 @@ def record_score_kind(cal: Any, score_kind: str) -> Any:
     return cal
 
 
-def calibrate_scores(cal: Any, score: np.ndarray, score_kind: str | None = None, **extra: Any) -> np.ndarray:
-    """Calibrated probabilities of the user's raw ``score`` column, converted as ``cal`` was fitted.
+def score_kind_of(cal: Any, score_kind: str | None = None) -> str:
+    """The scale ``cal`` converts the user's scores from: the one recorded in its file, else ``score_kind``.
 
-    The scale comes from the calibrator file (``score_kind`` recorded at fit time). ``score_kind`` given
-    here must agree with it; a calibrator that records none needs it, and nothing is guessed.
+    ``score_kind`` given here must agree with a recorded one; a calibrator that records none needs it,
+    and nothing is guessed.
     """
     recorded = getattr(cal, "score_kind_", None)
     if recorded is not None and score_kind is not None and score_kind != recorded:
@@ -503,5 +503,57 @@ def calibrate_scores(cal: Any, score: np.ndarray, score_kind: str | None = None,
             "this calibrator does not record the scale of the scores it was fitted on; "
             "pass --score-kind probability|logit|score"
         )
+    if kind not in SCORE_KINDS:
+        raise ValueError(f"--score-kind {kind!r} is not one of {'|'.join(SCORE_KINDS)}")
+    return kind
+
+
+def calibrate_scores(cal: Any, score: np.ndarray, score_kind: str | None = None, **extra: Any) -> np.ndarray:
+    """Calibrated probabilities of the user's raw ``score`` column, converted as ``cal`` was fitted.
+
+    The scale comes from the calibrator file (``score_kind`` recorded at fit time); see ``score_kind_of``.
+    """
+    kind = score_kind_of(cal, score_kind)
     x = calibrator_input(np.asarray(score, dtype=np.float64), kind, str(getattr(cal, "input", "score")))
     return cal.predict(x, **extra) if extra else cal.predict(x)
+
+
+#: DuckDB column types that hold numbers (a score, a weight, a 0/1 label).
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT", "DOUBLE", "DECIMAL")
+
+
+def is_numeric_type(duckdb_type: Any, allow_bool: bool = False) -> bool:
+    """Whether a DuckDB column type holds numbers (``U``-prefixed and ``DECIMAL(p, s)`` included)."""
+    t = str(duckdb_type).upper().removeprefix("U")
+    return t.startswith(_NUMERIC) or (allow_bool and t == "BOOLEAN")
+
+
+def check_table_inputs(
+    con: Any, source: str, params: dict, score: str, label: str, weight: str | None = None
+) -> None:
+    """Types of the score, label and weight columns of DuckDB FROM item ``source``, checked before any
+    cast (a text label is one line, not a cast error), and the weights checked as the library checks
+    them (``calibflow._validation.check_weights``): none missing, negative or infinite, a positive total.
+    """
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {source})",
+                             params).fetchall())
+    for role, col, allow_bool in (("score", score, False), ("label", label, True), ("weight", weight, False)):
+        if col is not None and col in types and not is_numeric_type(types[col], allow_bool):
+            need = "0/1 numbers or booleans" if role == "label" else "numbers"
+            raise ValueError(f"{role} column {col!r} is {types[col]}, not {need}; convert it first")
+    if weight is None:
+        return
+    w = f"CAST({quote_ident(weight)} AS DOUBLE)"
+    bad, neg, total = con.execute(
+        f"SELECT count(*) FILTER (WHERE {w} IS NULL OR NOT isfinite({w})), count(*) FILTER (WHERE {w} < 0), "
+        f"coalesce(sum({w}) FILTER (WHERE isfinite({w})), 0) FROM {source}",
+        params,
+    ).fetchall()[0]
+    if bad:
+        raise ValueError(f"weight column {weight!r} has {bad:,} missing or non-finite value(s); fix them")
+    if neg:
+        raise ValueError(f"weight column {weight!r} has {neg:,} negative value(s); weights are counts (>= 0)")
+    if total <= 0:
+        raise ValueError(
+            f"weight column {weight!r} sums to 0 (all weights zero); at least one positive weight is needed"
+        )

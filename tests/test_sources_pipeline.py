@@ -318,7 +318,7 @@ def test_apply_bad_input_and_atomic_output(good_run, tmp_path):
     )
     assert res.exit_code == 1
     assert (
-        "column 'p_model': 3 score(s) not finite (NaN or inf) in this batch, e.g. rows 3, 40, 41"
+        "column 'p_model': 3 null or NaN score(s), the first at row 3; drop them, or pass --on-null pass"
         in res.output
     )
     assert out.read_bytes() == b"previous output" and list(tmp_path.glob(".out.parquet.*")) == []

@@ -43,18 +43,19 @@ def _point(g: pd.DataFrame, n: np.ndarray, n_bins: int, exact: bool) -> dict[str
         scale = np.where(base > 0, n / base, 0.0)  # a replicate rescales each group's sums
     tot, pos = n.sum(), n[y == 1].sum()
     sq, sll, sq2 = (g[c].to_numpy() * scale for c in ("sum_q", "sum_ll", "sum_q2"))
-    out = {
-        "log_loss": sll.sum() / tot,
-        "brier": (sq2.sum() - 2 * sq[y == 1].sum() + pos) / tot,
-        "calibration_ratio": sq.sum() / pos if pos > 0 else float("nan"),
-    }
+    # a replicate may draw no row of a small segment (tot = 0): its metrics are NaN, not an error
     with np.errstate(invalid="ignore", divide="ignore"):
+        out = {
+            "log_loss": sll.sum() / tot,
+            "brier": (sq2.sum() - 2 * sq[y == 1].sum() + pos) / tot,
+            "calibration_ratio": sq.sum() / pos if pos > 0 else float("nan"),
+        }
         mean_q = g["sum_q"].to_numpy() / base
-    idx = np.minimum((np.nan_to_num(mean_q) * n_bins).astype(np.intp), n_bins - 1)
-    cnt = np.bincount(idx, weights=n, minlength=n_bins)
-    gap = np.bincount(idx, weights=n * y - sq, minlength=n_bins)
-    out["ece"] = float(np.abs(gap).sum() / tot)
-    out["mce"] = float(np.max(np.abs(gap[cnt > 0]) / cnt[cnt > 0]))
+        idx = np.minimum((np.nan_to_num(mean_q) * n_bins).astype(np.intp), n_bins - 1)
+        cnt = np.bincount(idx, weights=n, minlength=n_bins)
+        gap = np.bincount(idx, weights=n * y - sq, minlength=n_bins)
+        out["ece"] = float(np.abs(gap).sum() / tot)
+    out["mce"] = float(np.max(np.abs(gap[cnt > 0]) / cnt[cnt > 0])) if (cnt > 0).any() else float("nan")
     b = g["bucket"].to_numpy()
     nb = int(b.max()) + 1
     pb = np.bincount(b, weights=np.where(y == 1, n, 0.0), minlength=nb)
@@ -68,19 +69,20 @@ def _point(g: pd.DataFrame, n: np.ndarray, n_bins: int, exact: bool) -> dict[str
     return {k: float(v) for k, v in out.items()}
 
 
+def _interval(values: list[float], a: float) -> list[float]:
+    """The central interval of the replicates that saw any row (NaN when none did)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return [float(np.quantile(v, a)), float(np.quantile(v, 1 - a))] if v.size else [float("nan")] * 2
+
+
 def _with_intervals(g: pd.DataFrame, n_bins: int, level: float) -> dict:
     res = _point(g, g["n"].to_numpy(), n_bins, exact=True)
     reps = _replicate_cols(g)
     if reps:
         draws = [_point(g, g[c].to_numpy(), n_bins, exact=False) for c in reps]
         a = (1 - level) / 2
-        res["ci"] = {
-            m: [
-                float(np.quantile([d[m] for d in draws], a)),
-                float(np.quantile([d[m] for d in draws], 1 - a)),
-            ]
-            for m in _METRICS
-        }
+        res["ci"] = {m: _interval([d[m] for d in draws], a) for m in _METRICS}
         res["replicates"] = len(reps)
     return res
 

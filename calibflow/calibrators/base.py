@@ -29,7 +29,13 @@ from scipy.special import expit, logit
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
-from calibflow._validation import as_1d_float, check_labels, check_scores, check_weights
+from calibflow._validation import (
+    as_1d_float,
+    check_labels,
+    check_scores,
+    check_weighted_classes,
+    check_weights,
+)
 from calibflow.calibrators._logistic import label_weights
 
 SCHEMA_VERSION = 1
@@ -157,6 +163,8 @@ class BaseCalibrator(BaseEstimator):
         s = check_scores(scores, self.input)
         yy = check_labels(y, n=s.size)
         w = check_weights(sample_weight, s.size, allow_negative=self.negative_weights)
+        if not self.negative_weights:
+            check_weighted_classes(yy, w)
         return s, yy, w
 
     def _convert(self, s: NDArray[np.float64]) -> NDArray[np.float64]:

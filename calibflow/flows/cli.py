@@ -289,7 +289,7 @@ def _run(
 
 @app.command()
 def repro(args: list[str] = typer.Argument(None, help="Extra arguments for dvc repro.")) -> None:
-    """Plain ``dvc repro`` (no Prefect)."""
+    """``dvc repro`` (no Prefect), after checking params.yaml; stage commands run without a shell."""
     raise typer.Exit(_dvc_repro(*(args or [])))
 
 
@@ -318,11 +318,11 @@ def serve(
             raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
         if not isinstance(params, dict):
             raise UserError("--parameters must be a JSON object, e.g. '{\"commit\": true}'")
-        if params.get("check_params", True):
-            from calibflow.pipeline.params_schema import load_and_validate
+        from calibflow.pipeline.params_schema import load_and_validate
 
-            root = Path(params.get("root") or project_root())
-            load_and_validate(root / (params.get("params_file") or "params.yaml"))
+        # checked now whatever --parameters says; every served run checks them again before its stages
+        root = Path(params.get("root") or project_root())
+        load_and_validate(root / (params.get("params_file") or "params.yaml"))
         return params
 
     params = _friendly(body)
@@ -357,6 +357,8 @@ def trigger(
             params = json.loads(parameters)
         except json.JSONDecodeError as exc:
             raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
+        if isinstance(params, dict) and params.get("check_params", True) is not True:
+            raise UserError("--parameters: check_params cannot be turned off for a triggered run")
         if not srv.healthy(port):
             raise UserError(
                 f"no Prefect server at {srv.api_url(port)}: run `calibflow serve` (it starts one)"
@@ -456,9 +458,14 @@ def validate(quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
 
 
 def _dvc_repro(*args: str, quiet: bool = False) -> int:
-    """``dvc repro ARGS`` in the project, stage commands seeing this interpreter first on PATH."""
+    """``dvc repro ARGS`` in the project after the params check (the one ``calibflow run`` makes), stage
+    commands seeing this interpreter first on PATH and run without a shell (``stage_env``)."""
+    from calibflow.pipeline.params_schema import load_and_validate
+
+    root = project_root()
+    _friendly(lambda: load_and_validate(root / "params.yaml"))
     cmd = [sys.executable, "-m", "dvc", "repro", *args]
-    return subprocess.run(cmd, cwd=project_root(), env=stage_env(), capture_output=quiet).returncode
+    return subprocess.run(cmd, cwd=root, env=stage_env(), capture_output=quiet).returncode
 
 
 from calibflow.flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)

@@ -20,6 +20,9 @@ import typer
 from calibflow.flows.cli_sources import _guarded
 
 DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
+#: Most segment values fit reports metrics for (each costs a bootstrap of every metric; a column with
+#: millions of values, such as an id, is a mistake, not a breakdown).
+MAX_SEGMENT_VALUES = 1_000
 
 
 def fit_files(
@@ -40,12 +43,18 @@ def fit_files(
     from calibflow.aggregate import aggregate_duckdb, fit_from_table, metrics_from_table
     from calibflow.aggregate.metrics import calibrated_table
     from calibflow.io import atomic_path, write_json
+    from calibflow.sources import record_score_kind
 
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
+    _check_out(out, methods)
+    _check_inputs(calib, score, label, weight, segments)
+    if test:
+        _check_inputs(test, score, label, None, ())
     opts = {"kind": kind, "segments": segments, "distinct_max": distinct_max}
     ctab = aggregate_duckdb(calib, score, label, weight=weight, **opts)
-    fits = {m: fit_from_table(ctab, m, kind) for m in methods}
+    # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
+    fits = {m: record_score_kind(fit_from_table(ctab, m, kind), score_kind) for m in methods}
     record: dict[str, Any] = {
         "path": "aggregate",
         "calib": {"source": calib, "rows": float(ctab["n"].sum()), "table_rows": len(ctab)},
@@ -65,6 +74,42 @@ def fit_files(
             tmp.write_text(cal.to_json())
     write_json(out / "fit.json", record)
     return record
+
+
+def _check_out(out: Path, methods: list[str]) -> None:
+    """One line for an ``--out`` that is a file; a killed earlier fit's temporary files are removed."""
+    from calibflow.pipeline._common import remove_stale_temps
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")
+    for name in (*methods, "fit"):
+        remove_stale_temps(out / f"{name}.json")
+
+
+def _check_inputs(paths: str, score: str, label: str, weight: str | None, segments: tuple[str, ...]) -> None:
+    """Column types and weights (``check_table_inputs``); segment columns with a bounded number of values."""
+    import duckdb
+
+    from calibflow.aggregate.table import expand
+    from calibflow.sources import check_table_inputs, quote_ident, require_columns
+
+    con = duckdb.connect()
+    source, params = "read_parquet($files)", {"files": expand(paths)}
+    try:
+        check_table_inputs(con, source, params, score, label, weight)
+        if not segments:
+            return
+        have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}", params).fetchall()]
+        require_columns(have, segments, where=" in the source")
+        key = f"hash({', '.join(quote_ident(c) for c in segments)})"
+        (n,) = con.execute(f"SELECT approx_count_distinct({key}) FROM {source}", params).fetchall()[0]
+    finally:
+        con.close()
+    if n > MAX_SEGMENT_VALUES:
+        raise ValueError(
+            f"--segment {', '.join(segments)} has about {n:,} distinct values; fit reports metrics for at "
+            f"most {MAX_SEGMENT_VALUES:,} segments: use a coarser column, or leave --segment out"
+        )
 
 
 def _brief(res: dict) -> dict[str, Any]:

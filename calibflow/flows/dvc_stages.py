@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from calibflow.flows.checkout_lock import note_stage
+
 _DVC_LOCK = threading.Lock()
 #: Stage subprocesses running now (each in its own process group), for Ctrl-C and the API watchdog.
 RUNNING: set[subprocess.Popen] = set()
@@ -83,14 +85,18 @@ def plan(root: Path, targets: list[str] | None = None) -> list[StageInfo]:
 def stage_env() -> dict[str, str]:
     """The environment stage commands run in: this interpreter's bin folder first on PATH.
 
-    Stage commands say ``python -m tasks.<step>``; DVC runs them through the shell with the caller's
-    PATH, so an unactivated virtual environment would otherwise hand them the system Python.
+    Stage commands say ``python -m calibflow.pipeline.<step>``; DVC runs them as ``$SHELL -c CMD`` with
+    the caller's PATH, so an unactivated virtual environment would otherwise hand them the system
+    Python. ``SHELL`` is calibflow's no-shell launcher (``calibflow.flows.noshell``): DVC then runs every
+    stage command as an argument list, never through a shell.
     """
+    from calibflow.flows.noshell import launcher
+
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     if path.split(os.pathsep)[0] != bindir:
         path = bindir + os.pathsep + path
-    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1"}
+    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1", "SHELL": launcher()}
 
 
 def _dvc(root: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -122,6 +128,7 @@ def _stream(
     )
     with _RUNNING_GUARD:
         RUNNING.add(proc)
+    note_stage(root, proc.pid)  # a later run stops this group if we die without doing it ourselves
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -134,6 +141,7 @@ def _stream(
         stop_group(proc, grace)
         raise
     finally:
+        note_stage(root, None)
         with _RUNNING_GUARD:
             RUNNING.discard(proc)
 
@@ -192,10 +200,13 @@ def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
     The command is split with ``shlex`` and run as an argument list, so a value interpolated into it
     (a method name from params) can never run a second command. Our stage commands use no shell syntax.
     """
+    from calibflow.flows.noshell import command_argv
+
     t0 = time.perf_counter()
-    argv = shlex.split(cmd)
-    if argv and argv[0] == "python":  # what the stage commands say; DVC would find it on PATH
-        argv[0] = sys.executable
+    try:
+        argv = command_argv(cmd)
+    except ValueError as exc:
+        raise StageFailed(f"stage {name!r}: {exc}") from None
     try:
         proc = subprocess.run(argv, cwd=root, env=stage_env(), capture_output=True, text=True)
     except OSError as exc:  # no such program: a broken (or hostile) command, never a shell fallback

@@ -18,10 +18,11 @@ files deleted from a folder are removed from the branch too).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 DEFAULT_BRANCH = "calibflow/runs"
@@ -120,3 +121,31 @@ def commit_paths(
         commit = _git(top, "commit-tree", tree, *parents, "-m", message, env=env)
     _git(top, "update-ref", "-m", f"calibflow: {message.splitlines()[0]}", ref, commit, tip or _ZERO)
     return commit
+
+
+@contextlib.contextmanager
+def index_kept(root: str | os.PathLike[str]) -> Iterator[None]:
+    """Put the user's git index back byte for byte after the block.
+
+    ``core.autostage = true`` (.dvc/config) makes ``dvc repro`` ``git add`` ``dvc.lock`` and the
+    ``.gitignore`` files it writes: a ``--commit`` run, which records those on its own branch, would
+    otherwise leave them staged in the user's index. Outside a git repository this does nothing.
+    """
+    from calibflow.io import write_bytes
+
+    base = Path(root)
+    try:
+        path = base / _git(base, "rev-parse", "--git-path", "index")
+    except (GitOpsError, OSError):
+        yield
+        return
+    before = path.read_bytes() if path.is_file() else None
+    try:
+        yield
+    finally:
+        now = path.read_bytes() if path.is_file() else None
+        if now != before:
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_bytes(path, before)

@@ -156,9 +156,9 @@ def one_run_per_checkout(root: str) -> Iterator[None]:
     never
     each hold one and wait for the other.
     """
-    from calibflow.flows.checkout_lock import checkout_lock, prefect_slot
+    from calibflow.flows.checkout_lock import checkout_lock
 
-    with prefect_slot(root), checkout_lock(root, wait=True):
+    with checkout_lock(root, wait=True):  # the kernel's lock: it dies with its holder (issue 30)
         yield
 
 

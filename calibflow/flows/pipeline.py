@@ -12,6 +12,7 @@ upstream succeeded).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 
 import calibflow.flows  # noqa: F401  (configures the environment before prefect is imported)
 from calibflow.flows import dvc_stages, gitops, project_root
-from calibflow.flows.checkout_lock import checkout_lock, prefect_slot
+from calibflow.flows.checkout_lock import checkout_lock
 
 SUMMARY = Path("reports/summary.md")
 VALIDATION = Path("reports/validation.json")
@@ -139,13 +140,14 @@ def pipeline(
     them with ``dvc commit`` afterwards. commit: record dvc.lock and the git-tracked outputs as a
     commit on ``commit_branch`` (the checked-out branch is never moved). check_params: validate
     params.yaml / params_file against calibflow.pipeline.params_schema first.
-    A second run of the same checkout queues (Prefect concurrency limit + file lock) instead of
-    failing on DVC's repository lock.
+    A second run of the same checkout queues on the checkout's file lock (saying once whom it waits for)
+    instead of failing on DVC's repository lock.
     """
     base = Path(root) if root else project_root()
     if check_params:
         _check_params(base, params_file)
-    with prefect_slot(base), checkout_lock(base, wait=True):
+    # the kernel's file lock alone: it dies with its holder (a Prefect slot outlived a killed run)
+    with checkout_lock(base, wait=True):
         return _pipeline_body(
             base,
             targets,
@@ -191,7 +193,9 @@ def _pipeline_body(
     stages = plan_stages(str(base), targets)
     stale = [s for s in stages if s.stale]
     print(f"{len(stale)} of {len(stages)} stages to run: {', '.join(s.name for s in stale) or 'none'}")
-    runs = _run_parallel(base, stages) if parallel else _run_serial(base, stale)
+    # --commit records dvc.lock on its own branch: DVC's autostage must not stage it in the user's index
+    with gitops.index_kept(base) if commit else contextlib.nullcontext():
+        runs = _run_parallel(base, stages) if parallel else _run_serial(base, stale)
     published = publish(str(base))
     if push_after:
         push(str(base))

@@ -1,11 +1,13 @@
 """The schema of ``params.yaml`` (pydantic): unknown keys and bad values are errors naming the key.
 
-Checked by ``calibflow run``/``serve``/``trigger`` before any server or stage starts, and on a
-``--params-file`` before it is used. Why strict: a typo such as ``evaluate.n_bin: 5`` used to run with
-the default while ``dvc.lock`` recorded the typo. Why names are checked against ``^[a-z0-9_]+$`` and the
-registries: method, dataset and paper names are interpolated into DVC stage commands
-(``python -m calibflow.pipeline.calibrate ${item.method}``), which DVC runs through a shell; a name such as
-``platt; touch X`` must never get that far.
+Checked by every entry point that can start a stage (``calibflow run``/``repro``/``validate``, ``make repro``,
+served and triggered runs) before any server or stage starts, and on a ``--params-file`` before it is used;
+a key written twice in the file is reported as such (``load_and_validate``). Why strict: a typo such as
+``evaluate.n_bin: 5`` used to run with the default while ``dvc.lock`` recorded the typo. Why names are
+checked against ``^[a-z0-9_]+$`` and the registries: method, dataset and paper names are interpolated into
+DVC stage commands (``python -m calibflow.pipeline.calibrate ${item.method}``); calibflow's entry points
+hand DVC a no-shell launcher (``calibflow.flows.noshell``), but a plain ``dvc repro`` runs them through a
+shell, so a name such as ``platt; touch X`` must never get that far.
 
 Sections owned by other modules are validated by their own parser, called from here:
 ``sources`` by ``calibflow.sources.parse_source`` (one call site: ``_check_sources``).
@@ -74,13 +76,27 @@ class Datasets(_Strict):
     @field_validator("names")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        return [_check_name(n, "dataset") for n in v]
+        from calibflow.datasets._loaders import BINARY_TASKS
+
+        for n in v:
+            if _check_name(n, "dataset") not in BINARY_TASKS:
+                raise ValueError(f"{n!r} has no binary task (datasets with one: {', '.join(BINARY_TASKS)})")
+        return v
 
     @field_validator("targets")
     @classmethod
     def _targets(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
+        from calibflow.datasets._loaders import HILLSTROM_TARGETS
+
+        choices = {"hillstrom": HILLSTROM_TARGETS}  # the datasets with more than one label
+        for k, target in v.items():
             _check_name(k, "dataset")
+            if k not in choices:
+                raise ValueError(f"{k!r} has one fixed target; remove datasets.targets.{k}")
+            if target not in choices[k]:
+                close = difflib.get_close_matches(str(target), choices[k], n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"choose from {', '.join(choices[k])}"
+                raise ValueError(f"datasets.targets.{k}: {target!r} is not a target of {k} ({hint})")
         return v
 
 
@@ -128,7 +144,15 @@ class Calibrate(_Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, v: list[str]) -> list[str]:
-        return [_check_name(m, "method") for m in v]
+        from calibflow.calibrators import available
+
+        for m in v:
+            if _check_name(m, "method") not in available("scores"):
+                raise ValueError(
+                    f"{m!r} needs inputs beyond (score, label), so the pipeline cannot fit it; "
+                    f"choose from {', '.join(available('scores'))}"
+                )
+        return v
 
     @field_validator("segmented")
     @classmethod
@@ -142,9 +166,24 @@ class Calibrate(_Strict):
     @field_validator("options")
     @classmethod
     def _options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for k in v:
-            _check_name(k, "method")
+        for k, opts in v.items():
+            _check_options(_check_name(k, "method"), opts)
         return v
+
+
+def _check_options(method: str, opts: dict[str, Any]) -> None:
+    """Option names against the method's constructor (``input`` is calibrate.input's), then the values
+    by building the calibrator (``calibrators.make``); an unknown one gets a did-you-mean."""
+    from calibflow.calibrators import get_class, make
+
+    allowed = sorted(set(get_class(method)().get_params(deep=False)) - {"input"})
+    for key in opts:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            known = ", ".join(allowed) or "none"
+            hint = f"did you mean {close[0]}?" if close else f"options of {method}: {known}"
+            raise ValueError(f"calibrate.options.{method}.{key}: not an option of {method} ({hint})")
+    make(method, **opts)
 
 
 class Evaluate(_Strict):
@@ -253,6 +292,22 @@ class Params(_Strict):
             raise ValueError(f"papers lists {missing} but reproduce has no block for them")
         return self
 
+    @model_validator(mode="after")
+    def _cross_sections(self) -> Params:
+        """Values that name something in another section: select.rule a candidate method, monitor.sources
+        declared sources."""
+        rule = self.select.rule
+        if rule != "auto" and rule not in self.calibrate.methods:
+            raise ValueError(
+                f"select.rule: {rule!r} is not in calibrate.methods ({', '.join(self.calibrate.methods)}); "
+                "add it there or use auto"
+            )
+        for name in self.monitor.get("sources") or []:
+            if name not in self.sources:
+                known = ", ".join(self.sources) or "none declared"
+                raise ValueError(f"monitor.sources: {name!r} is not a source under `sources:` ({known})")
+        return self
+
 
 def _check_sources(sources: Mapping[str, Any]) -> None:
     """Every ``sources`` entry: a registry-style name and a declaration ``parse_source`` accepts."""
@@ -307,13 +362,35 @@ def validate_params(params: Any) -> Params:
         raise ParamsError("\n".join(dict.fromkeys(lines))) from None
 
 
+class DuplicateKey(ValueError):
+    """A key written twice in one mapping of a YAML file (YAML keeps the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping, naming both lines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKey(f"line {line}: key {key!r} is written twice (first at line {seen[key]}); "
+                                   "keep one")
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_and_validate(path: str | Path) -> dict[str, Any]:
     """Read a params YAML file and validate it; every failure is a ``ParamsError`` naming the file."""
     p = Path(path)
     if not p.is_file():
         raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKey as exc:
+        raise ParamsError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -13,7 +13,6 @@ validation suite in one file (what the Prefect flow publishes as a table artifac
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import importlib.metadata as im
 import logging
@@ -82,7 +81,6 @@ def metadata(root: Path, lay: Layout) -> dict[str, Any]:
     return {
         "git_revision": rev,
         "git_dirty": bool(status) if status is not None else None,
-        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "python": platform.python_version(),
         "packages": package_versions(),
         "checksums": read_json(lay.manifest) if lay.manifest.is_file() else {},

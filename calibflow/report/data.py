@@ -52,7 +52,8 @@ RANKING_BASELINES: dict[str, str] = {
 class ReportData:
     """Everything the page shows. Each field may be empty; the renderers say what is missing.
 
-    - ``metadata``: ``git_revision``, ``git_dirty``, ``generated``, ``python``, ``packages`` {name: version},
+    - ``metadata``: ``git_revision``, ``git_dirty``, ``python``, ``packages`` {name: version} (no clock time:
+      the page is a DVC output and must be byte-identical for the same inputs),
       ``checksums`` {dataset: {file: {"sha256", "bytes"}}}.
     - ``validation``: one dict per phase from the validate stage (``phase``, ``success``, ``suites``).
     - ``evaluation``: {dataset: {method: metrics dict}}; ``reliability`` and ``histograms``:

@@ -73,7 +73,6 @@ def _metadata(data: ReportData) -> str:
     dirty = " (uncommitted changes)" if md.get("git_dirty") else ""
     rows = [
         ["git revision", f"<code>{_e(rev)}</code>{_e(dirty)}"],
-        ["generated", _e(md.get("generated", "–"))],
         ["python", _e(md.get("python", "–"))],
         ["seed", _e(data.params.get("seed", "–"))],
     ]
