@@ -82,8 +82,37 @@ def _friendly(fn: Callable[[], Any]) -> Any:
     except StageFailed as exc:
         if _debug():
             raise
+        stage_failed(exc)
+    except RunFailed as exc:
         typer.echo(f"error: {exc}", err=True)
+        _say_log()
         raise typer.Exit(1) from None
+
+
+class RunFailed(Exception):
+    """A run stopped on something other than a stage (a bug, DVC itself): one line, the rest in the log."""
+
+
+def _say_log() -> None:
+    from calibflow.flows import runlog
+
+    log = runlog.current()
+    if log is not None:
+        typer.echo(f"run log: {log} (--debug prints it here)", err=True)
+
+
+def stage_failed(exc: Any) -> None:
+    """At most three lines: the stage's own error line (and the one after it), then where the log is.
+
+    Exits with the stage command's own status (DVC's "exited with N"), not DVC's.
+    """
+    first, *more = exc.summary
+    name = f"stage {exc.stage!r}" if exc.stage else "the run"
+    typer.echo(f"error: {name} failed (exit {exc.code}): {first}", err=True)
+    for line in more[:1]:
+        typer.echo(f"  {line}", err=True)
+    _say_log()
+    raise typer.Exit(exc.code if 0 < exc.code < 256 else 1)
 
 
 def check_targets(root: Path, targets: list[str]) -> None:
@@ -239,6 +268,7 @@ def _run(
     dask_workers: int,
     port: int,
 ) -> None:
+    from calibflow.flows import runlog
     from calibflow.flows.checkout_lock import checkout_lock
     from calibflow.pipeline.params_schema import load_and_validate
 
@@ -252,6 +282,7 @@ def _run(
     if task_runner not in ("sequential", "dask"):
         raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
     with checkout_lock(root, wait=wait):
+        runlog.open_run_log(root)
         proc, url = _use_server(port)
         watch = _guard_run(url)
         try:
@@ -259,7 +290,8 @@ def _run(
 
             runner = _task_runner(task_runner, dask_address, dask_workers)
             flow = pipeline.with_options(task_runner=runner) if runner else pipeline
-            result = flow(
+            result = _logged(
+                flow,
                 targets=targets or None,
                 params_file=params_file,
                 pull_first=pull,
@@ -285,6 +317,27 @@ def _run(
     typer.echo(
         f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {root / REPORT}{rev}"
     )
+
+
+def _logged(flow: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call ``flow``; an unexpected exception becomes one line, its traceback written to the run log."""
+    import traceback
+
+    from calibflow.flows import runlog
+    from calibflow.flows.checkout_lock import CheckoutBusy
+    from calibflow.flows.dvc_stages import StageFailed
+    from calibflow.pipeline.params_schema import ParamsError
+
+    try:
+        return flow(**kwargs)
+    except (StageFailed, UserError, ParamsError, CheckoutBusy):
+        raise
+    except Exception as exc:
+        if _debug():
+            raise
+        runlog.write(traceback.format_exc())
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise RunFailed(f"calibflow run stopped: {type(exc).__name__}: {first}") from None
 
 
 @app.command()
