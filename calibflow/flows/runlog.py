@@ -18,12 +18,15 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ENV = "CALIBFLOW_RUN_LOG"
 #: A record with this attribute set to True is meant for the terminal (progress and heartbeat lines).
 CONSOLE = "calibflow_console"
 KEEP = 20
+#: Seconds of silence from a stage before a heartbeat line says what it is doing.
+HEARTBEAT_S = 10.0
 FOLDER = Path(".calibflow") / "logs"
 
 
@@ -124,7 +127,9 @@ class Heartbeat:
     Use as a context manager around the stage and call ``saw(line)`` for each output line.
     """
 
-    def __init__(self, label: str, emit, every: float = 10.0) -> None:
+    def __init__(self, label: str, emit: Callable[[str], None], every: float | None = None) -> None:
+        # CALIBFLOW_HEARTBEAT_S: the silence before a heartbeat line (10 s; tests use less).
+        every = float(os.environ.get("CALIBFLOW_HEARTBEAT_S", HEARTBEAT_S)) if every is None else every
         self.label, self.emit, self.every = label, emit, every
         self.t0 = self.last = time.monotonic()
         self.line = ""
