@@ -158,3 +158,10 @@ def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tm
     log = _log(proc.stderr).read_text()
     assert "Traceback" in log and "exited with 1" in log
     assert {f: (root / f).read_bytes() for f in keep} == keep
+
+    # the monitor on the same bad file: its own line and the log's path, Prefect's tracebacks in the log
+    proc = _run(root, "monitor", "run", "--source", "ads", "--no-commit")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "label column has values other than 0/1" in lines[0] and lines[1].startswith("run log: ")
+    assert {f: (root / f).read_bytes() for f in keep} == keep
