@@ -418,21 +418,22 @@ def trigger(
         from prefect.exceptions import ObjectNotFound
 
         try:
-            fr = run_deployment(
-                f"{DEPLOYMENT_FLOW}/{name}",
-                parameters=params or None,
-                timeout=None if wait else 0,
-                poll_interval=2,
-            )
+            fr = run_deployment(f"{DEPLOYMENT_FLOW}/{name}", parameters=params or None, timeout=0)
         except ObjectNotFound:
             raise UserError(
                 f"no deployment {DEPLOYMENT_FLOW}/{name}: start it with `calibflow serve --name {name}`"
             ) from None
-        typer.echo(
-            f"flow run {fr.name} ({fr.id}): {fr.state.type.value if fr.state else 'SCHEDULED'}; "
-            f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
-        )
+        url = f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
+        if wait:  # its states and progress lines as they come (the run executes in the serve process)
+            from calibflow.flows.follow import follow
+
+            typer.echo(f"flow run {fr.name} ({fr.id}): {url}")
+            fr = follow(fr.id, typer.echo)
+        typer.echo(f"flow run {fr.name} ({fr.id}): {fr.state.type.value if fr.state else 'SCHEDULED'}; {url}")
         if wait and fr.state and not fr.state.is_completed():
+            message = (fr.state.message or "").strip().splitlines()
+            if message:
+                typer.echo(f"error: {message[0]}", err=True)
             raise typer.Exit(1)
 
     _friendly(body)
