@@ -70,11 +70,12 @@ def _friendly(fn: Callable[[], Any]) -> Any:
     """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
     from calibflow.flows.checkout_lock import CheckoutBusy
     from calibflow.flows.dvc_stages import StageFailed
+    from calibflow.flows.server import PortTaken
     from calibflow.pipeline.params_schema import ParamsError
 
     try:
         return fn()
-    except (UserError, ParamsError, CheckoutBusy) as exc:
+    except (UserError, ParamsError, CheckoutBusy, PortTaken) as exc:
         if _debug():
             raise
         typer.echo(f"error: {exc}", err=True)
@@ -143,7 +144,8 @@ def check_cron(cron: str) -> None:
 
 
 def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
-    """The API this run reports to: $PREFECT_API_URL, else the local server if up, else a temporary one."""
+    """The API this run reports to: $PREFECT_API_URL, else this project's local server if up (never
+    another checkout's or anything else on that port), else a temporary one."""
     from calibflow.flows import server as srv
 
     url = os.environ.get("PREFECT_API_URL")
@@ -153,7 +155,7 @@ def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
                 f"no Prefect API answers at PREFECT_API_URL={url} (unset it, or start that server)"
             )
         return None, url
-    if srv.healthy(port):
+    if srv.ours(port):
         os.environ["PREFECT_API_URL"] = srv.api_url(port)
         return None, srv.api_url(port)
     return srv.start_temporary()
@@ -381,7 +383,7 @@ def serve(
     params = _friendly(body)
     from calibflow.flows.serve import serve as do_serve
 
-    srv.start(port)
+    _friendly(lambda: srv.start(port))
     typer.echo(
         f"serving deployment {DEPLOYMENT_FLOW}/{name} on {cron!r} at {srv.api_url(port)}, "
         f"UI {srv.ui_url(port)} (Ctrl-C to stop)"
@@ -410,7 +412,9 @@ def trigger(
             params = json.loads(parameters)
         except json.JSONDecodeError as exc:
             raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
-        if not srv.healthy(port):
+        if not srv.ours(port):
+            if srv.listening(port):
+                raise UserError(srv.taken_message(port))
             raise UserError(
                 f"no Prefect server at {srv.api_url(port)}: run `calibflow serve` (it starts one)"
             )
@@ -446,7 +450,7 @@ def server_start(
 ) -> None:
     from calibflow.flows import server as srv
 
-    url = srv.start(port, ui=ui)
+    url = _friendly(lambda: srv.start(port, ui=ui))
     where = f"; UI at {srv.ui_url(port)}" if ui else ""
     typer.echo(f"Prefect server healthy at {url}{where}")
 
