@@ -111,10 +111,11 @@ def _is(dtype: str, kinds: tuple[str, ...]) -> bool:
 
 
 def _label_counts(rel, col: str) -> tuple[list[tuple[Any, int]], int]:
+    """The most frequent values (null included) and the number of distinct non-null values, in one pass."""
     q = quote_ident(col)
-    top = rel.aggregate(f"{q} AS v, count(*) AS n", q).order("n DESC, v").limit(SHOWN + 1).fetchall()
-    distinct = rel.aggregate(f"count(DISTINCT {q})").fetchall()[0][0]
-    return [(v, int(n)) for v, n in top], int(distinct)
+    grouped = rel.aggregate(f"{q} AS v, count(*) AS n", q)
+    top = grouped.project("v, n, count(v) OVER () AS k").order("n DESC, v").limit(SHOWN + 1).fetchall()
+    return [(v, int(n)) for v, n, _ in top], int(top[0][2]) if top else 0
 
 
 def _show(values: list[tuple[Any, int]]) -> str:
@@ -174,29 +175,35 @@ def check_label(spec: SourceSpec, rel, dtype: str) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------ score
 
 
-def check_score(spec: SourceSpec, rel, dtype: str, kind: str | None) -> dict[str, Any]:
+def score_exprs(spec: SourceSpec) -> dict[str, str]:
+    """Aggregates for the shared pass: nulls, NaN, inf and the finite range of the score."""
+    x = f"CAST({quote_ident(spec.score)} AS DOUBLE)"
+    return {
+        "score_null": f"count(*) FILTER (WHERE {x} IS NULL)",
+        "score_nan": f"count(*) FILTER (WHERE isnan({x}))",
+        "score_inf": f"count(*) FILTER (WHERE isinf({x}))",
+        "score_lo": f"min({x}) FILTER (WHERE isfinite({x}))",
+        "score_hi": f"max({x}) FILTER (WHERE isfinite({x}))",
+    }
+
+
+def check_score(spec: SourceSpec, st: dict[str, Any], kind: str | None) -> dict[str, Any]:
     """Finite range and guessed kind from the finite values only; a ``ValueError`` for what the run refuses.
 
     ``kind`` is the declared ``--score-kind`` (None: guess ``probability`` when every finite value lies
     in [0, 1], else ``score``). Non-finite values never decide the guess; they are refused, counted.
     """
     col = f"score column {spec.score!r}"
-    if not _is(dtype, _NUMERIC):
-        raise _fail(spec, f"{col} has type {dtype}, expected numbers (convert it, or pick another column)")
-    x = f"CAST({quote_ident(spec.score)} AS DOUBLE)"
-    nulls, nans, infs, lo, hi, n = rel.aggregate(
-        f"count(*) FILTER (WHERE {x} IS NULL), count(*) FILTER (WHERE isnan({x})), "
-        f"count(*) FILTER (WHERE isinf({x})), min({x}) FILTER (WHERE isfinite({x})), "
-        f"max({x}) FILTER (WHERE isfinite({x})), count(*)"
-    ).fetchall()[0]
+    lo, hi = st["score_lo"], st["score_hi"]
     guess = "probability" if lo is not None and lo >= 0 and hi <= 1 else "score"
     seen = f"[{lo:.6g}, {hi:.6g}]" if lo is not None else "no finite value"
-    bad = nulls + nans + infs
+    bad = st["score_null"] + st["score_nan"] + st["score_inf"]
     if bad:
         raise _fail(
             spec,
-            f"{col} has {bad:,} value(s) that are not finite ({nulls} null, {nans} NaN, {infs} inf) in "
-            f"{n:,} rows; the finite ones lie in {seen}; drop or fix those rows",
+            f"{col} has {bad:,} value(s) that are not finite ({st['score_null']} null, "
+            f"{st['score_nan']} NaN, {st['score_inf']} inf) in {st['rows']:,} rows; the finite ones lie in "
+            f"{seen}; drop or fix those rows",
         )
     if kind == "probability" and guess != "probability":
         raise _fail(
@@ -220,12 +227,15 @@ def detect_time_format(spec: SourceSpec, rel, given: str | None = None) -> str:
     fmts = [given] if given else [ISO, *TIME_FORMATS]
     fails = [iso if f == ISO else f"try_strptime({q}, {_lit(f)}) IS NULL" for f in fmts]
     exprs = [f"count(*) FILTER (WHERE {q} IS NOT NULL AND {cond})" for cond in fails]
-    counts = rel.aggregate(", ".join(exprs)).fetchall()[0]
+    # Over the distinct values (a few thousand days), not every row: one cheap pass for all candidates.
+    counts = rel.project(q).distinct().aggregate(", ".join(exprs)).fetchall()[0]
     ok = [f for f, c in zip(fmts, counts, strict=True) if c == 0]
     col = f"time column {spec.time!r}"
     if given and not ok:
         ex = _examples(rel, q, fails[0])
-        raise _fail(spec, f"{col}: {counts[0]:,} value(s) do not match --time-format {given!r}, e.g. {ex}")
+        raise _fail(
+            spec, f"{col}: {counts[0]:,} distinct value(s) do not match --time-format {given!r}, e.g. {ex}"
+        )
     if not ok:
         ex = _examples(rel, q, fails[0])
         raise _fail(
@@ -252,8 +262,8 @@ def _examples(rel, q: str, cond: str) -> str:
     return ", ".join(repr(r[0]) for r in rows)
 
 
-def check_time(spec: SourceSpec, rel, dtype: str, given: str | None, con=None) -> dict[str, Any]:
-    """Time range and, for text, the format; a ``ValueError`` for null or unreadable times.
+def time_plan(spec: SourceSpec, rel, dtype: str, given: str | None, con) -> tuple[Any, str, dict[str, Any]]:
+    """(relation to read, SQL of the time as a timestamp, {time_format}) after checking the type and format.
 
     A CSV date column that DuckDB's sniffer typed by itself is looked at as the text it is: the sniffer
     picks day- or month-first on its own. Text that is not ISO 8601 gets an explicit ``time_format``, and
@@ -261,35 +271,22 @@ def check_time(spec: SourceSpec, rel, dtype: str, given: str | None, con=None) -
     """
     q = quote_ident(spec.time)
     out: dict[str, Any] = {}
-    if _is(dtype, _TEMPORAL) and con is not None and src._fmt(src.files(spec.path)[0]) == "csv":
+    if _is(dtype, _TEMPORAL) and src._fmt(src.files(spec.path)[0]) == "csv":
         rel = src.relation_for_path(spec.path, con, [spec.time])
         dtype = "VARCHAR"
     if _is(dtype, ("VARCHAR",)):
         fmt = detect_time_format(spec, rel, given)
         if fmt != ISO or given:  # ISO text needs no format: DuckDB and pandas read it one way
             out["time_format"] = fmt
-        t = f"CAST({q} AS TIMESTAMPTZ)" if fmt == ISO else f"strptime({q}, {_lit(fmt)})"
-    elif _is(dtype, _TEMPORAL):
+        return rel, (f"CAST({q} AS TIMESTAMPTZ)" if fmt == ISO else f"strptime({q}, {_lit(fmt)})"), out
+    if _is(dtype, _TEMPORAL):
         if given:
             raise _fail(spec, f"--time-format is for text dates; column {spec.time!r} is {dtype} already")
-        t = q
-    else:
-        raise _fail(
-            spec, f"time column {spec.time!r} has type {dtype}, expected dates, timestamps or date text"
-        )
-    nulls, lo, hi = rel.aggregate(f"count(*) FILTER (WHERE {q} IS NULL), min({t}), max({t})").fetchall()[0]
-    if nulls:
-        raise _fail(spec, f"time column {spec.time!r} has {nulls:,} null value(s) (drop those rows)")
-    out["time_range"] = [str(lo), str(hi)]
-    return out
+        return rel, q, out
+    raise _fail(spec, f"time column {spec.time!r} has type {dtype}, expected dates, timestamps or date text")
 
 
 # -------------------------------------------------------------------------------------------- the whole
-
-
-def _nulls(rel, col: str) -> int:
-    q = quote_ident(col)
-    return int(rel.aggregate(f"count(*) FILTER (WHERE {q} IS NULL)").fetchall()[0][0])
 
 
 def inspect_source(
@@ -309,27 +306,53 @@ def inspect_source(
         src.check_columns(spec, rel.columns, spec.role_columns())
         src.check_columns(spec, rel.columns, src.feature_columns(spec, rel.columns))
         types = dict(zip(rel.columns, [str(t) for t in rel.types], strict=True))
-        rows = int(rel.aggregate("count(*)").fetchall()[0][0])
-        if rows == 0:
+        if not rel.limit(1).fetchall():  # reads the first rows only
             raise _fail(spec, f"{spec.path} has no rows (a header only?): nothing to calibrate")
-        out: dict[str, Any] = {"columns": types, "rows": rows, "notes": []}
-        out["labels"] = check_label(spec, rel, types[spec.label])
-        if spec.score is not None:
-            out.update(check_score(spec, rel, types[spec.score], score_kind))
-        if spec.time is not None:
-            out.update(check_time(spec, rel, types[spec.time], time_format, con))
-        elif time_format:
+        if spec.score is not None and not _is(types[spec.score], _NUMERIC):
+            raise _fail(
+                spec,
+                f"score column {spec.score!r} has type {types[spec.score]}, expected numbers (convert it, "
+                "or pick another column)",
+            )
+        out: dict[str, Any] = {"columns": types, "notes": []}
+        if time_format and spec.time is None:
             raise _fail(spec, "--time-format given without --time")
-        for seg in spec.segments:
-            n = _nulls(rel, seg)
-            if n:
-                out["notes"].append(f"segment column {seg!r}: {n:,} null value(s) of {rows:,} rows")
+        # One pass over the rows for every count and range (a 2 GB CSV is parsed once here, not per check).
+        exprs = {"rows": "count(*)"}
+        if spec.time is not None:
+            rel, t, fmt = time_plan(spec, rel, types[spec.time], time_format, con)
+            out.update(fmt)
+            q = quote_ident(spec.time)
+            exprs.update(
+                time_null=f"count(*) FILTER (WHERE {q} IS NULL)", time_lo=f"min({t})", time_hi=f"max({t})"
+            )
+        if spec.score is not None:
+            exprs.update(score_exprs(spec))
+        for k, seg in enumerate(spec.segments):
+            exprs[f"seg{k}"] = f"count(*) FILTER (WHERE {quote_ident(seg)} IS NULL)"
         if spec.weight is not None:
             w = f"TRY_CAST({quote_ident(spec.weight)} AS DOUBLE)"
-            bad = rel.aggregate(f"count(*) FILTER (WHERE {w} IS NULL OR NOT isfinite({w}) OR {w} < 0)")
-            n = int(bad.fetchall()[0][0])
-            if n:
-                raise _fail(spec, f"weight column {spec.weight!r}: {n:,} value(s) null, not finite or < 0")
+            exprs["weight_bad"] = f"count(*) FILTER (WHERE {w} IS NULL OR NOT isfinite({w}) OR {w} < 0)"
+        st = dict(zip(exprs, rel.aggregate(", ".join(exprs.values())).fetchall()[0], strict=True))
+        rows = out["rows"] = int(st["rows"])
+        out["labels"] = check_label(spec, rel, types[spec.label])
+        if spec.score is not None:
+            out.update(check_score(spec, st, score_kind))
+        if spec.time is not None:
+            if st["time_null"]:
+                raise _fail(
+                    spec, f"time column {spec.time!r} has {st['time_null']:,} null value(s) (drop those rows)"
+                )
+            out["time_range"] = [str(st["time_lo"]), str(st["time_hi"])]
+        for k, seg in enumerate(spec.segments):
+            if st[f"seg{k}"]:
+                out["notes"].append(
+                    f"segment column {seg!r}: {st[f'seg{k}']:,} null value(s) of {rows:,} rows"
+                )
+        if spec.weight is not None and st["weight_bad"]:
+            raise _fail(
+                spec, f"weight column {spec.weight!r}: {st['weight_bad']:,} value(s) null, not finite or < 0"
+            )
         return out
     finally:
         con.close()
