@@ -64,7 +64,10 @@ def serve(
     from calibflow.flows import server as srv
     from calibflow.flows.monitor import serve as do_serve
 
-    srv.start(port)
+    try:
+        srv.start(port)
+    except srv.PortTaken as exc:  # another checkout's server, or anything else, on the port
+        _fail(exc)
     typer.echo(f"serving calibflow-monitor/{name} on {cron!r} at {srv.api_url(port)} (Ctrl-C to stop)")
     do_serve(cron=cron, name=name, parameters=json.loads(parameters), port=port)
 
