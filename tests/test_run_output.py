@@ -132,7 +132,9 @@ def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tm
     p["model"].update(n_estimators=10, max_depth=3, n_jobs=1)
     p["calibrate"]["methods"] = ["platt", "isotonic"]
     p["evaluate"].update(n_bootstrap=20, n_bins=10)
-    p["sources"] = {"ads": {"path": "userdata/scores.parquet", "label": "clicked", "score": "p_model"}}
+    p["sources"] = {
+        "ads": {"path": "userdata/scores.parquet", "label": "clicked", "score": "p_model", "time": "date"}
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     frame = scores_frame(n=20_000, days=30, seed=4)
     data = write(frame, "parquet", root / "userdata")
