@@ -44,6 +44,7 @@ KEYS = (
     "segments",
     "treatment",
     "time",
+    "time_format",
     "split",
 )
 RANDOM_KEYS = ("kind", "fractions", "stratify")
@@ -79,6 +80,7 @@ class SourceSpec:
     segments: tuple[str, ...] = ()
     treatment: str | None = None
     time: str | None = None
+    time_format: str | None = None  # text times: ISO8601 or one strptime format (calibflow init detects it)
     split: dict = field(default_factory=dict)  # {"kind": "random"|"time", ...}
 
     @property
@@ -241,6 +243,9 @@ def parse_source(name: str, decl: Mapping) -> SourceSpec:
                 "probability (in [0, 1]), logit or score (any real)",
             )
     time_col = _opt_str(name, decl, "time")
+    time_format = _opt_str(name, decl, "time_format")
+    if time_format is not None and time_col is None:
+        raise _err(name, "time_format", "given without `time`", "remove it or declare `time`")
     spec = SourceSpec(
         name=name,
         path=path,
@@ -253,6 +258,7 @@ def parse_source(name: str, decl: Mapping) -> SourceSpec:
         segments=_segments(name, decl),
         treatment=_opt_str(name, decl, "treatment"),
         time=time_col,
+        time_format=time_format,
         split=_split(name, decl, time_col),
     )
     roles = [c for c in (spec.label, spec.score, spec.weight, spec.treatment, spec.time) if c]
@@ -316,14 +322,23 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(config={"threads": int(threads or 1)})
 
 
-def relation_for_path(path: str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
-    """A lazy DuckDB relation over a file, folder or glob (files passed as values, never as SQL text)."""
+def relation_for_path(
+    path: str, con: duckdb.DuckDBPyConnection | None = None, text: Sequence[str] = ()
+) -> duckdb.DuckDBPyRelation:
+    """A lazy DuckDB relation over a file, folder or glob (files passed as values, never as SQL text).
+
+    ``text``: CSV columns read as text, not typed by DuckDB's sniffer (a date column with an explicit
+    ``time_format``: the sniffer would pick day- or month-first by itself).
+    """
     con = con or connect()
     found = files(path)
     try:
         if _fmt(found[0]) == "parquet":
             return con.read_parquet(found, union_by_name=len(found) > 1)
-        return con.read_csv(found, union_by_name=len(found) > 1) if len(found) > 1 else con.read_csv(found[0])
+        opts: dict[str, Any] = {"dtype": {c: "VARCHAR" for c in text}} if text else {}
+        if len(found) > 1:
+            return con.read_csv(found, union_by_name=True, **opts)
+        return con.read_csv(found[0], **opts)
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         raise ValueError(f"{path}: cannot be read as {_fmt(found[0])}: {first}") from None
@@ -332,7 +347,7 @@ def relation_for_path(path: str, con: duckdb.DuckDBPyConnection | None = None) -
 def relation(spec: SourceSpec, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
     """The source's rows as a lazy DuckDB relation."""
     try:
-        return relation_for_path(spec.path, con)
+        return relation_for_path(spec.path, con, [spec.time] if spec.time_format else [])
     except (ValueError, FileNotFoundError) as exc:
         raise type(exc)(f"source {spec.name!r}: {exc}") from None
 

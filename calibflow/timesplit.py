@@ -113,12 +113,16 @@ def time_windows(t_min: Any, t_max: Any, cfg: Mapping[str, Any]) -> TimeWindows:
     return TimeWindows(calib_start, test_start, end)
 
 
-def to_datetime(values: Any) -> pd.Series:
-    """A time column as pandas datetimes (dates, timestamps, ISO strings); unparseable values become NaT."""
+def to_datetime(values: Any, fmt: str | None = None) -> pd.Series:
+    """A time column as pandas datetimes (dates, timestamps, ISO strings); unparseable values become NaT.
+
+    ``fmt``: the one format of text times (``ISO8601`` or strptime codes, a source's ``time_format``), so
+    ``01/02/2026`` is read the same way in every row; without it pandas guesses per value (``mixed``).
+    """
     s = pd.Series(values)
     if pd.api.types.is_datetime64_any_dtype(s):
         return s
-    return pd.to_datetime(s, errors="coerce", format="mixed")
+    return pd.to_datetime(s, errors="coerce", format=fmt or "mixed")
 
 
 def assign_splits(times: Any, windows: TimeWindows) -> np.ndarray:

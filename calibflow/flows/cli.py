@@ -70,11 +70,12 @@ def _friendly(fn: Callable[[], Any]) -> Any:
     """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
     from calibflow.flows.checkout_lock import CheckoutBusy
     from calibflow.flows.dvc_stages import StageFailed
+    from calibflow.flows.server import PortTaken
     from calibflow.pipeline.params_schema import ParamsError
 
     try:
         return fn()
-    except (UserError, ParamsError, CheckoutBusy) as exc:
+    except (UserError, ParamsError, CheckoutBusy, PortTaken) as exc:
         if _debug():
             raise
         typer.echo(f"error: {exc}", err=True)
@@ -82,8 +83,37 @@ def _friendly(fn: Callable[[], Any]) -> Any:
     except StageFailed as exc:
         if _debug():
             raise
+        stage_failed(exc)
+    except RunFailed as exc:
         typer.echo(f"error: {exc}", err=True)
+        _say_log()
         raise typer.Exit(1) from None
+
+
+class RunFailed(Exception):
+    """A run stopped on something other than a stage (a bug, DVC itself): one line, the rest in the log."""
+
+
+def _say_log() -> None:
+    from calibflow.flows import runlog
+
+    log = runlog.current()
+    if log is not None:
+        typer.echo(f"run log: {log} (--debug prints it here)", err=True)
+
+
+def stage_failed(exc: Any) -> None:
+    """At most three lines: the stage's own error line (and the one after it), then where the log is.
+
+    Exits with the stage command's own status (DVC's "exited with N"), not DVC's.
+    """
+    first, *more = exc.summary
+    name = f"stage {exc.stage!r}" if exc.stage else "the run"
+    typer.echo(f"error: {name} failed (exit {exc.code}): {first}", err=True)
+    for line in more[:1]:
+        typer.echo(f"  {line}", err=True)
+    _say_log()
+    raise typer.Exit(exc.code if 0 < exc.code < 256 else 1)
 
 
 def check_targets(root: Path, targets: list[str]) -> None:
@@ -114,7 +144,8 @@ def check_cron(cron: str) -> None:
 
 
 def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
-    """The API this run reports to: $PREFECT_API_URL, else the local server if up, else a temporary one."""
+    """The API this run reports to: $PREFECT_API_URL, else this project's local server if up (never
+    another checkout's or anything else on that port), else a temporary one."""
     from calibflow.flows import server as srv
 
     url = os.environ.get("PREFECT_API_URL")
@@ -124,7 +155,7 @@ def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
                 f"no Prefect API answers at PREFECT_API_URL={url} (unset it, or start that server)"
             )
         return None, url
-    if srv.healthy(port):
+    if srv.ours(port):
         os.environ["PREFECT_API_URL"] = srv.api_url(port)
         return None, srv.api_url(port)
     return srv.start_temporary()
@@ -239,6 +270,7 @@ def _run(
     dask_workers: int,
     port: int,
 ) -> None:
+    from calibflow.flows import runlog
     from calibflow.flows.checkout_lock import checkout_lock
     from calibflow.pipeline.params_schema import load_and_validate
 
@@ -252,6 +284,7 @@ def _run(
     if task_runner not in ("sequential", "dask"):
         raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
     with checkout_lock(root, wait=wait):
+        runlog.open_run_log(root)
         proc, url = _use_server(port)
         watch = _guard_run(url)
         try:
@@ -259,7 +292,8 @@ def _run(
 
             runner = _task_runner(task_runner, dask_address, dask_workers)
             flow = pipeline.with_options(task_runner=runner) if runner else pipeline
-            result = flow(
+            result = _logged(
+                flow,
                 targets=targets or None,
                 params_file=params_file,
                 pull_first=pull,
@@ -285,6 +319,27 @@ def _run(
     typer.echo(
         f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {root / REPORT}{rev}"
     )
+
+
+def _logged(flow: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call ``flow``; an unexpected exception becomes one line, its traceback written to the run log."""
+    import traceback
+
+    from calibflow.flows import runlog
+    from calibflow.flows.checkout_lock import CheckoutBusy
+    from calibflow.flows.dvc_stages import StageFailed
+    from calibflow.pipeline.params_schema import ParamsError
+
+    try:
+        return flow(**kwargs)
+    except (StageFailed, UserError, ParamsError, CheckoutBusy):
+        raise
+    except Exception as exc:
+        if _debug():
+            raise
+        runlog.write(traceback.format_exc())
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise RunFailed(f"calibflow run stopped: {type(exc).__name__}: {first}") from None
 
 
 @app.command()
@@ -328,7 +383,7 @@ def serve(
     params = _friendly(body)
     from calibflow.flows.serve import serve as do_serve
 
-    srv.start(port)
+    _friendly(lambda: srv.start(port))
     typer.echo(
         f"serving deployment {DEPLOYMENT_FLOW}/{name} on {cron!r} at {srv.api_url(port)}, "
         f"UI {srv.ui_url(port)} (Ctrl-C to stop)"
@@ -359,7 +414,9 @@ def trigger(
             raise UserError(f"--parameters is not a JSON object: {exc.msg} at column {exc.colno}") from None
         if isinstance(params, dict) and params.get("check_params", True) is not True:
             raise UserError("--parameters: check_params cannot be turned off for a triggered run")
-        if not srv.healthy(port):
+        if not srv.ours(port):
+            if srv.listening(port):
+                raise UserError(srv.taken_message(port))
             raise UserError(
                 f"no Prefect server at {srv.api_url(port)}: run `calibflow serve` (it starts one)"
             )
@@ -367,21 +424,22 @@ def trigger(
         from prefect.exceptions import ObjectNotFound
 
         try:
-            fr = run_deployment(
-                f"{DEPLOYMENT_FLOW}/{name}",
-                parameters=params or None,
-                timeout=None if wait else 0,
-                poll_interval=2,
-            )
+            fr = run_deployment(f"{DEPLOYMENT_FLOW}/{name}", parameters=params or None, timeout=0)
         except ObjectNotFound:
             raise UserError(
                 f"no deployment {DEPLOYMENT_FLOW}/{name}: start it with `calibflow serve --name {name}`"
             ) from None
-        typer.echo(
-            f"flow run {fr.name} ({fr.id}): {fr.state.type.value if fr.state else 'SCHEDULED'}; "
-            f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
-        )
+        url = f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
+        if wait:  # its states and progress lines as they come (the run executes in the serve process)
+            from calibflow.flows.follow import follow
+
+            typer.echo(f"flow run {fr.name} ({fr.id}): {url}")
+            fr = follow(fr.id, typer.echo)
+        typer.echo(f"flow run {fr.name} ({fr.id}): {fr.state.type.value if fr.state else 'SCHEDULED'}; {url}")
         if wait and fr.state and not fr.state.is_completed():
+            message = (fr.state.message or "").strip().splitlines()
+            if message:
+                typer.echo(f"error: {message[0]}", err=True)
             raise typer.Exit(1)
 
     _friendly(body)
@@ -394,7 +452,7 @@ def server_start(
 ) -> None:
     from calibflow.flows import server as srv
 
-    url = srv.start(port, ui=ui)
+    url = _friendly(lambda: srv.start(port, ui=ui))
     where = f"; UI at {srv.ui_url(port)}" if ui else ""
     typer.echo(f"Prefect server healthy at {url}{where}")
 

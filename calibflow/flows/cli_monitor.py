@@ -19,6 +19,10 @@ def _fail(exc: Exception) -> None:
     if os.environ.get("CALIBFLOW_DEBUG"):
         raise exc
     typer.echo(f"error: {exc}", err=True)
+    from calibflow.flows import runlog
+
+    if runlog.current() is not None:  # Prefect's tracebacks went there, not to the terminal
+        typer.echo(f"run log: {runlog.current()} (--debug prints it here)", err=True)
     raise typer.Exit(1)
 
 
@@ -32,8 +36,10 @@ def run(
     max_windows: int = typer.Option(None, help="Process at most N windows this run."),
 ) -> None:
     """Score every new matured window now (a Prefect flow run: events, artifact, registry)."""
+    from calibflow.flows import runlog
     from calibflow.flows.monitor import monitor
 
+    runlog.open_run_log(project_root(), "monitor")
     try:
         out = monitor(
             root=str(project_root()), sources=source or None, now=now, commit=commit, max_windows=max_windows
@@ -58,7 +64,10 @@ def serve(
     from calibflow.flows import server as srv
     from calibflow.flows.monitor import serve as do_serve
 
-    srv.start(port)
+    try:
+        srv.start(port)
+    except srv.PortTaken as exc:  # another checkout's server, or anything else, on the port
+        _fail(exc)
     typer.echo(f"serving calibflow-monitor/{name} on {cron!r} at {srv.api_url(port)} (Ctrl-C to stop)")
     do_serve(cron=cron, name=name, parameters=json.loads(parameters), port=port)
 

@@ -23,6 +23,7 @@ from typing import Any
 import typer
 import yaml
 
+from calibflow import source_checks
 from calibflow import sources as src
 
 
@@ -56,29 +57,8 @@ def _one_line(exc: Exception) -> str:
 
 
 def inspect(spec: src.SourceSpec) -> dict[str, Any]:
-    """Columns and types, rows, label balance, time range and score range of a declared source."""
-    con = src.connect()
-    try:
-        rel = src.relation(spec, con)
-        src.check_columns(spec, rel.columns, spec.role_columns())
-        src.check_columns(spec, rel.columns, src.feature_columns(spec, rel.columns))
-        types = dict(zip(rel.columns, [str(t) for t in rel.types], strict=True))
-        q = src.quote_ident(spec.label)
-        balance = rel.aggregate(f"{q} AS label, count(*) AS n", q).order("label").fetchall()
-        out: dict[str, Any] = {
-            "columns": types,
-            "rows": int(sum(n for _, n in balance)),
-            "labels": {str(v): int(n) for v, n in balance},
-        }
-        for role in ("time", "score"):
-            col = getattr(spec, role)
-            if col is not None:
-                c = src.quote_ident(col)
-                lo, hi = rel.aggregate(f"min({c}), max({c})").fetchall()[0]
-                out[f"{role}_range"] = [str(lo), str(hi)]
-        return out
-    finally:
-        con.close()
+    """Columns and types, rows, label balance, time and score range of a declared source (checked)."""
+    return source_checks.inspect_source(spec, spec.score_kind, spec.time_format)
 
 
 _SOURCES_LINE = re.compile(r"^sources:[ \t]*(\{[ \t]*\})?[ \t]*(#.*)?$")
@@ -109,8 +89,9 @@ def init_source(
     params_path: Path,
     name: str,
     decl: dict[str, Any],
+    info: dict[str, Any] | None = None,
 ) -> tuple[src.SourceSpec, dict[str, Any]]:
-    """Check the declaration and the file, then add it to ``params_path`` atomically."""
+    """Check the declaration and the file (unless ``info`` holds that check), then add it atomically."""
     from calibflow.io import write_text
 
     spec = src.parse_source(name, decl)
@@ -124,7 +105,7 @@ def init_source(
     if name in ((current.get("datasets") or {}).get("names") or []):
         raise ValueError(f"{name!r} is a dataset in {params_path}; pick another --name")
     base = params_path.resolve().parent
-    info = inspect(spec.at(base))
+    info = info or inspect(spec.at(base))
     new = add_source_text(text, name, decl)
     if (yaml.safe_load(new) or {}).get("sources", {}).get(name) != decl:
         raise ValueError(
@@ -161,7 +142,14 @@ def init(
     ),
     weight: str = typer.Option(None, "--weight", help="A row weight column."),
     positive: str = typer.Option(None, "--positive", help="The label value counting as 1 (if not 0/1)."),
-    name: str = typer.Option(None, "--name", help="The source's name (default: the file's name)."),
+    time_format: str = typer.Option(
+        None,
+        "--time-format",
+        help="Format of text dates, e.g. '%d/%m/%Y' (default: detected from all values).",
+    ),
+    name: str = typer.Option(
+        None, "--name", help="The source's name: lowercase letters, digits, _ (default: the file's name)."
+    ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -174,8 +162,8 @@ def init(
             decl["positive"] = _coerce(positive)
         if score is not None:
             decl["score"] = score
-            kind = score_kind or _guess_kind(data, score, label)
-            decl["score_kind"] = kind
+            if score_kind is not None:  # else guessed from the finite scores below
+                decl["score_kind"] = score_kind
         if features is not None:
             decl["features"] = (
                 "all" if features == "all" else [f.strip() for f in features.split(",") if f.strip()]
@@ -185,35 +173,50 @@ def init(
                 decl[key] = val
         if segments:
             decl["segments"] = [c.strip() for s in segments for c in s.split(",") if c.strip()]
-        nm = name or re.sub(r"[^A-Za-z0-9_]+", "_", Path(data.split("*")[0].rstrip("/")).stem or "source")
-        nm = nm if nm[:1].isalpha() else f"s_{nm}"
-        spec, info = init_source(params_file, nm, decl)
+        nm = source_name(name, data)
+        # Everything the run would refuse later is refused now, before params.yaml is touched.
+        info = source_checks.inspect_source(src.parse_source(nm, decl).at(base), score_kind, time_format)
+        if score is not None:
+            decl["score_kind"] = info["score_kind"]
+        if "time_format" in info:
+            decl["time_format"] = info["time_format"]
+        spec, info = init_source(params_file, nm, decl, info)
         _print_summary(spec, info, params_file)
 
     _guarded(go, debug)
+
+
+#: What the params schema accepts as a source name (params_schema.NAME, and sources: a letter first).
+SOURCE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def source_name(given: str | None, data: str) -> str:
+    """``--name`` if the schema accepts it (else a one-line refusal with a fix), or one made from the file."""
+    if given is not None:
+        if not SOURCE_NAME.match(given):
+            fix = normalise_name(given)
+            raise ValueError(
+                f"--name {given!r} is not a source name (lowercase letters, digits and _, starting with "
+                f"a letter): try --name {fix}"
+            )
+        return given
+    stem = Path(data.split("*")[0].rstrip("/")).name.split(".")[0] or "source"
+    nm = normalise_name(stem)
+    if nm != stem:
+        typer.echo(f"source name {nm!r} (from the file name {stem!r}; --name sets another)", err=True)
+    return nm
+
+
+def normalise_name(text: str) -> str:
+    """``My-Scores`` -> ``my_scores``; a name not starting with a letter gets ``s_`` in front."""
+    nm = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "source"
+    return nm if nm[:1].isalpha() else f"s_{nm}"
 
 
 def _coerce(text: str) -> Any:
     with contextlib.suppress(ValueError):
         return int(text)
     return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _guess_kind(data: str, score: str, label: str) -> str:
-    """``probability`` when every score lies in [0, 1], else ``score`` (say ``--score-kind logit`` if so)."""
-    spec = src.parse_source("probe", {"path": data, "label": label, "score": score})
-    con = src.connect()
-    try:
-        rel = src.relation(spec, con)
-        src.check_columns(spec, rel.columns, [score])
-        c = src.quote_ident(score)
-        lo, hi = rel.aggregate(f"min({c}), max({c})").fetchall()[0]
-    finally:
-        con.close()
-    try:
-        return "probability" if lo is not None and float(lo) >= 0 and float(hi) <= 1 else "score"
-    except (TypeError, ValueError):
-        return "score"
 
 
 def _print_summary(spec: src.SourceSpec, info: dict[str, Any], params_file: Path) -> None:
@@ -223,10 +226,13 @@ def _print_summary(spec: src.SourceSpec, info: dict[str, Any], params_file: Path
     bal = ", ".join(f"{v}: {n:,}" for v, n in info["labels"].items())
     typer.echo(f"  label {spec.label!r}: {bal}")
     if "time_range" in info:
-        typer.echo(f"  time {spec.time!r}: {info['time_range'][0]} to {info['time_range'][1]}")
+        fmt = f" (text, read as {info['time_format']})" if info.get("time_format") else ""
+        typer.echo(f"  time {spec.time!r}: {info['time_range'][0]} to {info['time_range'][1]}{fmt}")
     if "score_range" in info:
         lo, hi = info["score_range"]
         typer.echo(f"  score {spec.score!r} ({spec.score_kind}): {lo} to {hi}")
+    for note in info.get("notes", []):
+        typer.echo(f"  note: {note}")
     typer.echo(f"added to {params_file} (split: {spec.split})")
     typer.echo(f"next: calibflow run    (or `make run`; then models/{spec.name}/calibrator.json is yours)")
     if spec.score is None:  # a features source: the calibrator maps the trained model's margin

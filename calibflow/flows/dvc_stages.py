@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -53,7 +54,58 @@ class StageRun:
 
 
 class StageFailed(RuntimeError):
-    """A DVC stage's command failed; the message carries the stage name and the end of its output."""
+    """A DVC stage's command failed; the message carries the stage name and the end of its output.
+
+    ``code`` is the stage command's own exit status (what DVC reports as "exited with N", not DVC's 255)
+    and ``summary`` the stage's own error line(s), for the one line the CLI prints.
+    """
+
+    def __init__(self, message: str, stage: str = "", code: int = 1, summary: list[str] | None = None):
+        super().__init__(message)
+        self.stage = stage
+        self.code = code
+        self.summary = summary or [message.splitlines()[0]]
+
+
+_EXITED = re.compile(r"exited with (-?\d+)")
+#: Lines of a stage's output that are DVC's own, never the stage's explanation.
+_DVC_LINE = re.compile(r"^(ERROR:|Running stage |> |Updating lock file|Use `dvc push`|WARNING:)")
+
+
+def stage_code(output: str, dvc_code: int) -> int:
+    """The stage command's exit status from DVC's "failed to run: ..., exited with N" (else DVC's own)."""
+    found = _EXITED.findall(output)
+    return int(found[-1]) if found else dvc_code
+
+
+def stage_summary(output: str, max_lines: int = 2) -> list[str]:
+    """The stage's own error line and what directly follows it (at most ``max_lines``).
+
+    Stages print ``error: <problem> (<fix>)`` on an expected failure (``calibflow.pipeline._common.cli``);
+    a crash ends in the exception's last line. DVC's own lines are skipped.
+    """
+    lines = [ln.rstrip() for ln in output.splitlines() if ln.strip()]
+    own = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
+    if own:
+        first = own[-1]
+        picked = [lines[first][len("error: ") :]]
+        for ln in lines[first + 1 :]:
+            if len(picked) >= max_lines or _DVC_LINE.match(ln) or ln.startswith("error: "):
+                break
+            picked.append(ln)
+        return picked
+    rest = [ln for ln in lines if not _DVC_LINE.match(ln)]
+    if rest:
+        return [rest[-1]]
+    dvc_err = [ln for ln in lines if ln.startswith("ERROR:")]
+    return [dvc_err[-1][len("ERROR:") :].strip()] if dvc_err else ["no output"]
+
+
+def _failed(name: str, what: str, dvc_code: int, output: str) -> StageFailed:
+    code = stage_code(output, dvc_code)
+    return StageFailed(
+        f"stage {name!r} failed (exit {code}){what}:\n{_tail(output)}", name, code, stage_summary(output)
+    )
 
 
 def plan(root: Path, targets: list[str] | None = None) -> list[StageInfo]:
@@ -189,7 +241,7 @@ def reproduce_stage(
         code, output = _stream([sys.executable, "-m", "dvc", "repro", "--single-item", name], root, on_line)
     secs = time.perf_counter() - t0
     if code != 0:
-        raise StageFailed(f"stage {name!r} failed (exit {code}):\n{_tail(output)}")
+        raise _failed(name, "", code, output)
     ran = "didn't change, skipping" not in output
     return StageRun(name, ran, secs, _tail(output, 15))
 
@@ -210,12 +262,10 @@ def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
     try:
         proc = subprocess.run(argv, cwd=root, env=stage_env(), capture_output=True, text=True)
     except OSError as exc:  # no such program: a broken (or hostile) command, never a shell fallback
-        raise StageFailed(f"stage {name!r} could not start: {exc}") from None
+        raise StageFailed(f"stage {name!r} could not start: {exc}", name) from None
     output = (proc.stdout or "") + (proc.stderr or "")
     if proc.returncode != 0:
-        raise StageFailed(
-            f"stage {name!r} failed (exit {proc.returncode}): {shlex.quote(cmd)}\n{_tail(output)}"
-        )
+        raise _failed(name, f": {shlex.quote(cmd)}", proc.returncode, output)
     return StageRun(name, True, time.perf_counter() - t0, _tail(output, 15))
 
 
@@ -307,7 +357,12 @@ def run_experiment(
     with _DVC_LOCK:
         code, output = _stream(argv, root, on_line)
     if code != 0:
-        raise StageFailed(f"dvc exp run with {params_file.name} failed (exit {code}):\n{_tail(output)}")
+        raise StageFailed(
+            f"dvc exp run with {params_file.name} failed (exit {code}):\n{_tail(output)}",
+            "dvc exp run",
+            stage_code(output, code),
+            stage_summary(output),
+        )
     ran = [ln.split(":", 1)[1].strip() for ln in output.splitlines() if ln.startswith("Ran experiment(s):")]
     return ExperimentRun(
         ran[0] if ran else (name or "?"), time.perf_counter() - t0, overrides, _tail(output, 15)

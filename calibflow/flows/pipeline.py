@@ -23,7 +23,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 import calibflow.flows  # noqa: F401  (configures the environment before prefect is imported)
-from calibflow.flows import dvc_stages, gitops, project_root
+from calibflow.flows import dvc_stages, gitops, project_root, runlog
 from calibflow.flows.checkout_lock import checkout_lock
 
 SUMMARY = Path("reports/summary.md")
@@ -46,14 +46,23 @@ def plan_stages(root: str, targets: list[str] | None) -> list[dvc_stages.StageIn
 
 
 @task(cache_policy=NO_CACHE, task_run_name="{name}")
-def reproduce(root: str, name: str, outs: list[str] | None = None) -> dict[str, Any]:
-    """One DVC stage. Network stages (fetch) retry via ``with_options`` in the flow."""
+def reproduce(root: str, name: str, outs: list[str] | None = None, step: str = "") -> dict[str, Any]:
+    """One DVC stage. Network stages (fetch) retry via ``with_options`` in the flow.
+
+    ``step`` (``"[k/N] "``) prefixes the progress lines: one when the stage is done, and a heartbeat
+    after every 10 s without output saying what the stage last said it was doing.
+    """
     logger = get_run_logger()
-    # Each line of the stage's output goes to the run's logs as it comes (UI and API, not only console).
-    run = dvc_stages.reproduce_stage(
-        Path(root), name, on_line=lambda line: logger.info("%s", line), outs=outs
-    )
-    logger.info("%s: %s in %.1f s", name, "ran" if run.ran else "up to date", run.seconds)
+    label = f"{step}{name}"
+    with runlog.Heartbeat(label, lambda msg: runlog.console(logger, "%s", msg)) as beat:
+
+        def on_line(line: str) -> None:
+            # Each line of the stage's output goes to the run's logs as it comes (run log, UI and API).
+            beat.saw(line)
+            logger.info("%s", line)
+
+        run = dvc_stages.reproduce_stage(Path(root), name, on_line=on_line, outs=outs)
+    runlog.console(logger, "%s ... %s in %.1f s", label, "done" if run.ran else "up to date", run.seconds)
     return run.to_dict()
 
 
@@ -192,7 +201,13 @@ def _pipeline_body(
         }
     stages = plan_stages(str(base), targets)
     stale = [s for s in stages if s.stale]
-    print(f"{len(stale)} of {len(stages)} stages to run: {', '.join(s.name for s in stale) or 'none'}")
+    runlog.console(
+        get_run_logger(),
+        "%d of %d stages to run: %s",
+        len(stale),
+        len(stages),
+        ", ".join(s.name for s in stale) or "none",
+    )
     # --commit records dvc.lock on its own branch: DVC's autostage must not stage it in the user's index
     with gitops.index_kept(base) if commit else contextlib.nullcontext():
         runs = _run_parallel(base, stages) if parallel else _run_serial(base, stale)
@@ -205,22 +220,27 @@ def _pipeline_body(
 
 def _run_serial(base: Path, stale: list[dvc_stages.StageInfo]) -> list[dict[str, Any]]:
     runs = []
-    for st in stale:
+    for k, st in enumerate(stale, 1):
         # fetch reaches the network (PyPI, public URLs) when the cache and mirror miss: retry it.
         t = (
             reproduce.with_options(retries=2, retry_delay_seconds=5)
             if st.name.startswith("fetch")
             else reproduce
         )
-        runs.append(t(str(base), st.name, st.outs))
+        runs.append(t(str(base), st.name, st.outs, f"[{k}/{len(stale)}] "))
     return runs
 
 
 def _run_parallel(base: Path, stages: list[dvc_stages.StageInfo]) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
+    total = sum(1 for st in stages if st.stale)
+    logger = get_run_logger()
     for layer in dvc_stages.layers(stages):
         futures = [run_command.submit(str(base), st.name, st.cmd) for st in layer]
-        runs.extend(f.result() for f in futures)
+        for f in futures:
+            runs.append(f.result())
+            r = runs[-1]
+            runlog.console(logger, "[%d/%d] %s ... done in %.1f s", len(runs), total, r["name"], r["seconds"])
         commit_stages(str(base), [st.name for st in layer])
     return runs
 

@@ -32,8 +32,10 @@ def serve(
     # starts an ephemeral second server nor warns that it cannot schedule.
     os.environ["PREFECT_API_URL"] = server.api_url(port)
     validate_cron(cron)
-    if not server.healthy(port):
-        raise RuntimeError(f"no Prefect server at {server.api_url(port)}: run `calibflow server start` first")
+    if not server.ours(port):  # never register with another checkout's server (or anything else on the port)
+        raise RuntimeError(
+            f"no Prefect server of this project at {server.api_url(port)}: run `calibflow server start`"
+        )
     from calibflow.flows.pipeline import pipeline
 
     params = {"commit": True, **(parameters or {})}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -49,6 +50,77 @@ def healthy(port: int = DEFAULT_PORT, timeout: float = 2.0, url: str | None = No
         return False
 
 
+# ---- which server is this project's -----------------------------------------------------------------
+#
+# Anything may listen on 127.0.0.1:4200: another checkout's Prefect server, or no Prefect at all. A server is
+# this project's only when it says its PREFECT_HOME is ours: Prefect's /api/admin/settings answers with the
+# server's own settings, ``home`` included (the marker). Anything else is never used as ours.
+
+
+def home() -> Path:
+    """This project's PREFECT_HOME (set by calibflow.flows.configure_environment unless the user set it)."""
+    return Path(os.environ.get("PREFECT_HOME", ".prefect")).expanduser().resolve()
+
+
+def server_home(port: int = DEFAULT_PORT, timeout: float = 2.0) -> str | None:
+    """The PREFECT_HOME the Prefect server on ``port`` says it uses; None when none answers as one."""
+    try:
+        url = f"{api_url(port)}/admin/settings"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback)
+            got = json.loads(resp.read()).get("home")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(got) if got else None
+
+
+def ours(port: int = DEFAULT_PORT) -> bool:
+    """Whether the server on ``port`` is healthy and is this project's (same PREFECT_HOME)."""
+    other = server_home(port)
+    return other is not None and Path(other).expanduser().resolve() == home() and healthy(port)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def holder(port: int) -> str:
+    """Who listens on 127.0.0.1:``port``, in words: pid and command line (Linux /proc), or what it says."""
+    other = server_home(port)
+    pid = _listener_pid(port)
+    who = f"pid {pid} ({_cmdline(pid).strip()[:120]})" if pid else "another process"
+    if other is not None:
+        return f"another Prefect server, PREFECT_HOME={other}, {who}"
+    return who
+
+
+def _listener_pid(port: int) -> int | None:
+    """The pid with a listening socket on ``port`` (via /proc/net/tcp and each process's fds), if visible."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(proc.name)
+    return None
+
+
+class PortTaken(RuntimeError):
+    """The port answers, but not as this project's Prefect server."""
+
+
 def _prefect(*args: str, ui: bool = True, port: int | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_UI_ENABLED": "true" if ui else "false"}
     # The UI asks this URL for the API; Prefect defaults it to port 4200 whatever --port says.
@@ -59,19 +131,31 @@ def _prefect(*args: str, ui: bool = True, port: int | None = None) -> subprocess
 
 
 def start(port: int = DEFAULT_PORT, wait: float = 60.0, ui: bool = True) -> str:
-    """Start the local server in the background (idempotent) and wait until /health answers."""
-    if healthy(port):
+    """Start the local server in the background (idempotent) and wait until /health answers.
+
+    A port held by anything but this project's server is a ``PortTaken`` error naming the holder.
+    """
+    if ours(port):
         return api_url(port)
+    if listening(port):
+        raise PortTaken(taken_message(port))
     args = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
     proc = _prefect(*args, *([] if ui else ["--no-ui"]), ui=ui, port=port)
     if proc.returncode != 0 and "already running" not in (proc.stdout + proc.stderr):
         raise RuntimeError(f"prefect server failed to start:\n{proc.stdout}{proc.stderr}")
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        if healthy(port):
+        if ours(port):
             return api_url(port)
         time.sleep(0.5)
     raise RuntimeError(f"prefect server did not become healthy on port {port} within {wait:.0f} s")
+
+
+def taken_message(port: int) -> str:
+    return (
+        f"port {port} is held by {holder(port)}, not this project's Prefect server (PREFECT_HOME={home()}): "
+        f"stop it, or use another port (--port {_free_port()} is free)"
+    )
 
 
 def stop() -> None:
@@ -81,7 +165,12 @@ def stop() -> None:
 
 
 def status(port: int = DEFAULT_PORT) -> dict[str, object]:
-    return {"url": api_url(port), "healthy": healthy(port), "prefect_home": os.environ.get("PREFECT_HOME")}
+    """``healthy``: this project's server answers on ``port``; ``held_by``: who else holds it, if anyone."""
+    mine = ours(port)
+    out: dict[str, object] = {"url": api_url(port), "healthy": mine, "prefect_home": str(home())}
+    if not mine and listening(port):
+        out["held_by"] = holder(port)
+    return out
 
 
 # ---- the temporary server of one run ---------------------------------------------------------

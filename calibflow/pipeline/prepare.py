@@ -102,7 +102,7 @@ def _source_split(
     """Each row's split (``""``: after the test window) and the split's record for the report."""
     cfg = {k: v for k, v in spec.split.items() if k != "kind"}
     if spec.split.get("kind") == "time":
-        t = timesplit.to_datetime(frame["time"])
+        t = timesplit.to_datetime(frame["time"], spec.time_format)
         try:
             w = timesplit.time_windows(t.min(), t.max(), cfg)
         except ValueError as exc:
@@ -166,7 +166,7 @@ def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[
         "time_range": None,
     }
     if spec.time is not None:
-        t = timesplit.to_datetime(frame["time"])
+        t = timesplit.to_datetime(frame["time"], spec.time_format)
         record["time_range"] = [t.min().isoformat(), t.max().isoformat()]
     return frame, record
 

@@ -58,6 +58,16 @@ def _label_ok(spec: SourceSpec, s: pd.Series) -> np.ndarray:
     return (v == 0) | (v == 1)
 
 
+def _values_seen(bad: pd.Series) -> str:
+    """`` (values seen: 2, 'Y', null)``: the distinct offending values (a few), for the one-line message."""
+    if bad.empty:
+        return ""
+    shown = [
+        ("null" if pd.isna(v) else repr(v) if isinstance(v, str) else str(v)) for v in bad.unique()[:EXAMPLES]
+    ]
+    return f" (values seen: {', '.join(shown)}{', ...' if bad.nunique(dropna=False) > EXAMPLES else ''})"
+
+
 def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any], dict[str, Check]]:
     """The raw suite of one source: (flag frame, expectations, {flag column: Check})."""
     gxe = _gxe()
@@ -71,7 +81,7 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
     flags["label_binary"] = _label_ok(spec, lab)
     checks["label_binary"] = Check(
         spec.label,
-        "label(s) missing or not in {0, 1}",
+        "label(s) missing or not in {0, 1}" + _values_seen(lab[~flags["label_binary"]]),
         "use 0/1 or true/false, or set `positive:` to the value that counts as 1",
     )
     if spec.score is not None:
@@ -93,7 +103,7 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
         flags["weight_ok"] = np.isfinite(w) & (w >= 0)
         checks["weight_ok"] = Check(spec.weight, "weight(s) not finite or negative", "weights must be >= 0")
     if spec.time is not None:
-        flags["time_parses"] = timesplit.to_datetime(raw[spec.time]).notna().to_numpy()
+        flags["time_parses"] = timesplit.to_datetime(raw[spec.time], spec.time_format).notna().to_numpy()
         checks["time_parses"] = Check(spec.time, "time value(s) do not parse as dates", "use ISO dates")
     frame = pd.DataFrame(flags)
     y = np.where(flags["label_binary"], _y01(spec, lab), 0)
