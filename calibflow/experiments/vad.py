@@ -63,6 +63,7 @@ from scipy.special import expit
 from calibflow import metrics as M
 from calibflow.calibrators import available, make
 from calibflow.calibrators.vad import VADWarning, estimate_lambda
+from calibflow.experiments.claims import paired_claim
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = "Fan, Si & Zhang (2022), Calibration Matters: Tackling Maximization Bias in Large-scale Advertising"
@@ -687,6 +688,29 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
     return tables, metrics, notes
 
 
+# ================================ claims (seed meta-run) ========================================
+def vad_claims(reps, alphas, pairs: list[tuple[str, str, str]], where: str) -> list[dict[str, Any]]:
+    """|E| on the selected set lower after the correction than before, per alpha and (label, before, after)
+    pair; paired over replications at the page's 1% level."""
+    out = []
+    for a in alphas:
+        for label, before, after in pairs:
+            o, v = np.abs(_arr(reps, "E", before, a)), np.abs(_arr(reps, "E", after, a))
+            cid = re.sub(r"[^A-Za-z0-9_.|<+-]+", "_", f"{where}.{label}.alpha{a:g}.absE")
+            out.append(
+                paired_claim(
+                    cid,
+                    f"{where}, {label}, alpha = {a:.0%}: |E| lower after the correction",
+                    v,
+                    o,
+                    direction=-1,
+                    unit="|E| (after - before)",
+                    alpha=0.01,
+                ).to_dict()
+            )
+    return out
+
+
 # ================================ figures =======================================================
 def _curves(title: str, alphas, series: dict[str, dict[str, NDArray]]) -> Figure:
     """E, ECE, MCE against alpha; ``series[metric][label]`` = mean per alpha."""
@@ -744,6 +768,7 @@ def run(config: dict, seed: int) -> Reproduction:
         rep.metrics.update(metrics)
         rep.notes += notes
         rep.figures.append(_syn_figure(res["reps"], syn_cfg["alphas"]))
+        rep.claims += vad_claims(res["reps"], syn_cfg["alphas"], [("VAD", "Vanilla", "VAD")], "synthetic")
     if real_cfg["replications"] > 0 and real_cfg["datasets"]:
         res, missing = run_real(real_cfg, seed)
         tables, metrics, notes = real_tables(res, real_cfg)
@@ -754,6 +779,9 @@ def run(config: dict, seed: int) -> Reproduction:
             rep.notes.append(f"Baselines not registered at run time, left out: {', '.join(missing)}.")
         for name, reps in res.items():
             rep.figures.append(_real_figure(name, reps, real_cfg["alphas"]))
+            methods = [m.split("|")[0] for m in reps[0]["metrics"]["E"] if m.endswith("|Original")]
+            pairs = [(f"{m} + VAD+", f"{m}|Original", f"{m}|VAD+") for m in methods]
+            rep.claims += vad_claims(reps, real_cfg["alphas"], pairs, name)
     rep.elapsed_s = time.perf_counter() - t0
     return rep
 
