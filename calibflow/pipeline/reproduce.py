@@ -9,12 +9,12 @@ Datasets the experiment loads are cached in ``data/papers`` (see ``paper_data_di
 Seeds (outside DVC; the stage's own outputs are left alone):
 
 - ``--seed N`` runs at master seed N instead of ``params["seed"]`` and saves
-  ``reports/reproductions/seeds/<key>-<profile>-<N>.json``; with ``--check META`` it also says, for every
+  ``reports/seeds/<key>-<profile>-<N>.json``; with ``--check META`` it also says, for every
   claim the stored meta-run calls robust, whether this run agrees (a held-out seed's review).
 - ``--seeds K`` is the meta-run: K master seeds derived from the project seed
   (``calibflow.experiments.claims.master_seeds``), one run each (saved as above; a seed already saved is
   reused, so an interrupted meta-run resumes), then for every claim the number of seeds where it is
-  significant and the pooled effect, to ``reports/reproductions/<key>-meta-<profile>.json`` or ``--out``.
+  significant and the pooled effect, to ``reports/seeds/<key>-meta-<profile>.json`` or ``--out``.
 """
 
 from __future__ import annotations
@@ -138,10 +138,12 @@ def run_seed(
     root: str | os.PathLike[str] = ".",
     profile: str | None = None,
 ) -> Reproduction:
-    """One run at master seed ``master``, saved under ``reports/reproductions/seeds/`` (reused if there)."""
+    """One run at master seed ``master``, saved under ``reports/seeds/`` (reused if there)."""
     lay = Layout(Path(root))
     profile, config = experiment_config(params, key, profile)
-    out = lay.reproductions / "seeds" / f"{key}-{profile}-{master}.json"
+    # Not under reports/reproductions: the report stage depends on that folder, and seed runs are not
+    # pipeline outputs.
+    out = lay.reports / "seeds" / f"{key}-{profile}-{master}.json"
     if out.exists():
         log.info("seed %d: reusing %s", master, out)
         return Reproduction.load(out)
@@ -174,9 +176,17 @@ def meta_run(
     lay = Layout(Path(root))
     profile, _ = experiment_config(params, key, profile)
     seeds = CL.master_seeds(seed(params), k)
-    runs = [run_seed(key, params, s, root, profile).claims for s in seeds]
+    runs, failed = [], {}
+    for s in seeds:
+        try:
+            runs.append(run_seed(key, params, s, root, profile).claims)
+        except (ValueError, RuntimeError) as exc:  # a seed the method cannot run on counts against its claims
+            log.info("seed %d failed: %s", s, exc)
+            runs.append([])
+            failed[s] = str(exc)
     meta = CL.meta_result(key, profile, seed(params), seeds, runs)
-    target = Path(out) if out else lay.reproductions / f"{key}-meta-{profile}.json"
+    meta["failed_seeds"] = failed
+    target = Path(out) if out else lay.reports / "seeds" / f"{key}-meta-{profile}.json"
     write_json(target, meta)
     log.info("meta-run %s (%s, K=%d): %s -> %s", key, profile, k, meta["verdicts"], target)
     return meta

@@ -1,0 +1,144 @@
+"""Claims across seeds (issue 27): the claim logic in calibflow.experiments.claims and the reproduce stage's
+--seed / --seeds / --check, run for real on a small CalEM configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from calibflow.experiments import claims as CL
+from calibflow.experiments.decision import _verdict
+from calibflow.pipeline import reproduce
+from calibflow.pipeline._common import StageError
+
+
+def test_master_seeds_are_deterministic_distinct_and_never_the_project_seed():
+    a, b = CL.master_seeds(20261122, 5), CL.master_seeds(20261122, 5)
+    assert a == b and len(set(a)) == 5 and 20261122 not in a
+    assert CL.master_seeds(4242, 5) != a
+    assert CL.master_seeds(20261122, 3) == a[:3]  # growing K keeps the seeds already run
+    assert all(0 <= s < 2**31 for s in a)
+
+
+def test_paired_claim_is_significant_only_in_the_claimed_direction():
+    rng = np.random.default_rng(0)
+    base = rng.normal(1.0, 0.1, 30)
+    better = base - 0.05 + rng.normal(0, 0.01, 30)  # consistently lower
+    lower = CL.paired_claim("x", "lower", better, base, direction=-1)
+    higher = CL.paired_claim("x", "higher", better, base, direction=+1)
+    assert lower.significant and not higher.significant
+    assert lower.effect == pytest.approx(-0.05, abs=0.01) and lower.lo < lower.effect < lower.hi < 0
+    with_nan = CL.paired_claim("x", "", np.r_[better, np.nan], np.r_[base, 1.0], direction=-1)
+    assert with_nan.n == 30  # the pair with a missing value is dropped, not counted
+
+
+def test_joint_claim_needs_every_part():
+    rng = np.random.default_rng(1)
+    strong = CL.paired_claim("a", "", rng.normal(1, 0.1, 20), one_sided=True)
+    weak = CL.paired_claim("b", "", rng.normal(0.0, 1.0, 20), one_sided=True)
+    wrong = CL.paired_claim("c", "", rng.normal(-1, 0.1, 20), one_sided=False)  # significant, wrong sign
+    assert strong.significant and not weak.significant
+    assert CL.joint_claim("ab", "", [strong, strong]).significant
+    assert not CL.joint_claim("ab", "", [strong, weak]).significant
+    assert CL.joint_claim("ac", "", [strong, wrong]).p == 1.0
+
+
+def test_replications_for_power_matches_the_textbook_value_and_a_simulation():
+    # Cohen's d = 0.5, two-sided 5%, 80% power: 34 pairs (noncentral t).
+    assert CL.replications_for_power(0.5, 1.0) == 34
+    assert CL.replications_for_power(1.0, 1.0) < 34 < CL.replications_for_power(0.3, 1.0)
+    assert CL.replications_for_power(0.0, 1.0) is None
+    rng = np.random.default_rng(2)
+    hits = [CL.paired_claim("p", "", rng.normal(0.5, 1.0, 34)).significant for _ in range(2000)]
+    assert 0.76 < np.mean(hits) < 0.84
+
+
+def _run(cid: str, sig: bool, effect: float = 1.0) -> dict:
+    p = 0.001 if sig else 0.4
+    return CL.Claim(cid, cid, effect, effect - 0.5, effect + 0.5, p, 10, sd=1.0).to_dict()
+
+
+def test_summarise_counts_seeds_and_gives_the_verdicts():
+    seeds = [1, 2, 3, 4, 5]
+    pattern = {"robust": [1, 1, 1, 1, 0], "mixed": [1, 1, 0, 0, 0], "null": [0, 0, 0, 1, 0]}
+    runs = [[_run(c, bool(v[i]), effect=1.0 + i) for c, v in pattern.items()] for i in range(5)]
+    runs[4] = [r for r in runs[4] if r["id"] != "robust"]  # the last seed never reached this claim
+    rows = {r["id"]: r for r in CL.summarise(runs, seeds)}
+    assert rows["robust"]["k_significant"] == 4 and rows["robust"]["verdict"] == CL.ROBUST
+    assert rows["robust"]["missing_in"] == [5]
+    assert rows["mixed"]["verdict"] == CL.NOT_ROBUST and rows["null"]["verdict"] == CL.ROBUST_NULL
+    assert rows["mixed"]["pooled_effect"] == pytest.approx(3.0)  # mean of 1..5
+    lo, hi = rows["mixed"]["pooled_interval"]
+    assert lo < 3.0 < hi
+    meta = CL.meta_result("k", "seeds", 7, seeds, runs)
+    agree = {r["id"]: r["agrees"] for r in CL.check_against(meta["claims"], [_run("robust", True)])}
+    assert agree == {"robust": True, "null": False}  # null: missing from the held-out run
+    assert "| mixed |" in CL.markdown(meta) and "2 of 5" in CL.markdown(meta, ["mixed"])
+
+
+def test_decision_uses_uncertainty_only_above_both_the_score_and_the_random_control():
+    # The reviewer's case: +0.06% over the score (noise), far above a control that happens to lose.
+    gain = np.array([0.003, -0.002, 0.001, -0.001, 0.002])
+    control = np.array([-0.02, -0.03, -0.025, -0.02, -0.03])
+    assert _verdict(gain, control) == "no (not above score)"
+    strong = np.array([0.02, 0.025, 0.018, 0.022, 0.03])
+    assert _verdict(strong, control) == "uses uncertainty"
+    assert _verdict(strong, strong + 0.001 * np.arange(5)) == "no (not above control)"
+
+
+@pytest.fixture
+def small_calem_params(tmp_path: Path) -> Path:
+    """params.yaml with a CalEM 'seeds' profile small enough for a test (one cell, no Hillstrom)."""
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["reproduce"]["calem"]["seeds"] = {
+        "profile": "seeds",
+        "figure": False,
+        "simulation": {
+            "n": 2000,
+            "replications": 3,
+            "shares": [0.1],
+            "p_y": [0.3],
+            "g": ["g1"],
+            "h": ["h1"],
+            "literal": False,
+            "max_iter": 20,
+        },
+        "hillstrom": None,
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_meta_run_runs_k_derived_seeds_resumes_and_refuses_a_used_seed_as_held_out(
+    tmp_path: Path, small_calem_params: Path
+):
+    params = yaml.safe_load(small_calem_params.read_text())
+    out = tmp_path / "meta.json"
+    meta = reproduce.meta_run("calem", params, 3, tmp_path, "seeds", out)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(meta))
+    assert meta["seeds"] == CL.master_seeds(params["seed"], 3) and meta["K"] == 3
+    ids = {r["id"] for r in meta["claims"]}
+    assert {"sim.g1/h1.py0.3.share0.1.improvement", "sim.g1/h1.py0.3.share0.1.improvement_sq"} <= ids
+    for r in meta["claims"]:
+        assert 0 <= r["k_significant"] <= 3 and len(r["effects"]) == 3 and r["missing_in"] == []
+    runs = sorted((tmp_path / "reports" / "seeds").glob("calem-seeds-*.json"))
+    assert len(runs) == 3
+    assert not (tmp_path / "reports" / "reproductions" / "calem.json").exists()  # DVC output untouched
+    stamps = [p.stat().st_mtime_ns for p in runs]
+    again = reproduce.meta_run("calem", params, 3, tmp_path, "seeds", out)  # resumes: nothing re-run
+    assert [p.stat().st_mtime_ns for p in runs] == stamps and again["claims"] == meta["claims"]
+    with pytest.raises(StageError, match="not held out"):
+        reproduce.check_seed("calem", params, meta["seeds"][0], out, str(tmp_path))
+    rows = reproduce.check_seed("calem", params, 4242, out, str(tmp_path))
+    assert {r["id"] for r in rows} == {r["id"] for r in meta["claims"] if r["verdict"] != CL.NOT_ROBUST}
+
+
+def test_stage_cli_rejects_seed_and_seeds_together(small_calem_params: Path):
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(["calem", "--seed", "1", "--seeds", "3", "--params", str(small_calem_params)])
+    assert exc.value.code == 2
