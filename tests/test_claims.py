@@ -142,3 +142,61 @@ def test_stage_cli_rejects_seed_and_seeds_together(small_calem_params: Path):
     with pytest.raises(SystemExit) as exc:
         reproduce.main(["calem", "--seed", "1", "--seeds", "3", "--params", str(small_calem_params)])
     assert exc.value.code == 2
+
+
+def test_ranking_random_held_out_varies_the_split_with_the_seed_and_keeps_the_counts():
+    from calibflow.experiments import ranking as R
+
+    coat = R.load_coat()  # real data; raises when the mirror is absent
+    last = R.released_split(coat, num_neg=4, seed=1)
+    a = R.released_split(coat, num_neg=4, seed=1, held_out="random")
+    b = R.released_split(coat, num_neg=4, seed=2, held_out="random")
+    again = R.released_split(coat, num_neg=4, seed=1, held_out="random")
+    assert (a.cal == again.cal).all()  # deterministic per seed
+    assert not (a.cal == b.cal).all() and not (a.cal == last.cal).all()  # the seed moves the split
+    np.testing.assert_array_equal(a.cal.sum(axis=1), last.cal.sum(axis=1))  # same count per user
+    assert not (a.cal & (a.Y == 0)).any()  # only positives are held out
+    with pytest.raises(ValueError, match="held_out"):
+        R._check_config({**R.DEFAULTS, "held_out": "first"})
+
+
+def test_vad_semisynthetic_control_knows_the_truth():
+    from scipy.special import logit
+
+    from calibflow.experiments import vad as V
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(4000, 6)) * [1, 2, 3, 1, 1, 5]
+    p = V.known_model(X, 0.12, 1.5, rng)
+    assert abs(p.mean() - 0.12) < 1e-3 and np.std(logit(p)) == pytest.approx(1.5, rel=1e-6)
+    q = rng.uniform(0.01, 0.99, 50)
+    np.testing.assert_allclose(V._shrink(q, 1.0, 0.3), q, rtol=1e-9)  # lambda 1: no shrink
+    np.testing.assert_allclose(V._shrink(q, 0.0, 0.3), np.full(50, 1 / (1 + np.exp(-0.3))))
+
+    config = {
+        "profile": "test",
+        "synthetic": {"replications": 0},
+        "real": {
+            "replications": 1,
+            "datasets": ["bank_marketing"],
+            "max_rows": 6000,
+            "shift": "segment",
+            "replica_scheme": "bootstrap",
+            "n_replicas": 2,
+            "alphas": [0.05, 0.1],
+            "baselines": ["platt"],
+            "xgb": {"n_estimators": 30, "max_depth": 3},
+            "semisynthetic": {"replications": 2, "shrinks": [0.5]},
+        },
+    }
+    rep = V.run(config, 5)  # real data: raises when the mirror is absent
+    table = next(t for t in rep.tables if t.title.startswith("Semi-synthetic control (bank_marketing"))
+    assert table.columns == ["alpha", "Original", "VAD", "oracle", "shrink 0.5"]
+    assert table.rows[-1][0] == "lambda" and table.rows[-1][-1].startswith("0.500")
+    ids = {c["id"] for c in rep.claims}
+    assert {
+        "semisynthetic.bank_marketing.alpha0.05.VAD<Original",
+        "semisynthetic.bank_marketing.alpha0.1.VAD<shrink0.5",
+        "semisynthetic.bank_marketing.lambda_VAD<oracle",
+    } <= ids
+    assert all(c["n"] == 2 for c in rep.claims if c["id"].startswith("semisynthetic."))
