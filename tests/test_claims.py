@@ -200,3 +200,20 @@ def test_vad_semisynthetic_control_knows_the_truth():
         "semisynthetic.bank_marketing.lambda_VAD<oracle",
     } <= ids
     assert all(c["n"] == 2 for c in rep.claims if c["id"].startswith("semisynthetic."))
+
+
+def test_page_block_is_generated_from_the_meta_json_and_replaced_in_place(tmp_path: Path):
+    seeds = [1, 2, 3, 4, 5]
+    runs = [[_run("a.x", i < 4), _run("b.y", i < 2)] for i in range(5)]
+    meta = CL.meta_result("k", "seeds", 7, seeds, runs)
+    meta_path = tmp_path / "k_seeds.json"
+    meta_path.write_text(json.dumps(meta))
+    page = tmp_path / "k.md"
+    page.write_text("# Page\n\nProse the generator must keep.\n")
+    assert CL.main([str(meta_path), "--page", str(page), "--show", r"^a\."]) == 0
+    first = page.read_text()
+    assert first.startswith("# Page\n\nProse the generator must keep.\n")
+    assert "| a.x | " in first and "| 4 of 5 | robust |" in first
+    assert "`b.*`: 1 further claim(s): 0 robust, 0 robust null, 1 not robust" in first
+    assert CL.main([str(meta_path), "--page", str(page), "--show", r"^a\."]) == 0
+    assert page.read_text() == first  # regenerating replaces the block, never appends a second one
