@@ -202,18 +202,30 @@ def test_vad_semisynthetic_control_knows_the_truth():
     assert all(c["n"] == 2 for c in rep.claims if c["id"].startswith("semisynthetic."))
 
 
-def test_page_block_is_generated_from_the_meta_json_and_replaced_in_place(tmp_path: Path):
+def test_page_blocks_are_generated_from_the_stored_jsons_and_replaced_in_place(tmp_path: Path, monkeypatch):
+    from calibflow.experiments import pages
+    from calibflow.results import Reproduction, Table
+
+    monkeypatch.chdir(tmp_path)
     seeds = [1, 2, 3, 4, 5]
     runs = [[_run("a.x", i < 4), _run("b.y", i < 2)] for i in range(5)]
-    meta = CL.meta_result("k", "seeds", 7, seeds, runs)
-    meta_path = tmp_path / "k_seeds.json"
-    meta_path.write_text(json.dumps(meta))
-    page = tmp_path / "k.md"
-    page.write_text("# Page\n\nProse the generator must keep.\n")
-    assert CL.main([str(meta_path), "--page", str(page), "--show", r"^a\."]) == 0
+    Path("k_seeds.json").write_text(json.dumps(CL.meta_result("k", "seeds", 7, seeds, runs)))
+    rep = Reproduction("k", "paper", "full", tables=[Table("Gen table", ["m", "gain"], [["VW", 0.0123456]])])
+    rep.save("k_full.json")
+    page = Path("k.md")
+    page.write_text(
+        "# Page\n\nProse the generator must keep.\n\n"
+        "<!-- generated: claims k_seeds.json ^a\\. -->\nstale\n<!-- /generated -->\n\nMore prose.\n\n"
+        "<!-- generated: table k_full.json Gen -->\n<!-- /generated -->\n"
+    )
+    assert pages.main([str(page)]) == 0
     first = page.read_text()
-    assert first.startswith("# Page\n\nProse the generator must keep.\n")
-    assert "| a.x | " in first and "| 4 of 5 | robust |" in first
+    assert first.startswith("# Page\n\nProse the generator must keep.\n") and "More prose." in first
+    assert "stale" not in first and "| a.x | " in first and "| 4 of 5 | robust |" in first
     assert "`b.*`: 1 further claim(s): 0 robust, 0 robust null, 1 not robust" in first
-    assert CL.main([str(meta_path), "--page", str(page), "--show", r"^a\."]) == 0
-    assert page.read_text() == first  # regenerating replaces the block, never appends a second one
+    assert "#### Gen table" in first and "| VW | 0.01235 |" in first and "profile `full`" in first
+    assert pages.main([str(page)]) == 0
+    assert page.read_text() == first  # idempotent: blocks are replaced, never appended
+    page.write_text("<!-- generated: table k_full.json Missing -->\n<!-- /generated -->\n")
+    with pytest.raises(ValueError, match="no table whose title starts with 'Missing'"):
+        pages.main([str(page)])
