@@ -65,13 +65,16 @@ def _run(cid: str, sig: bool, effect: float = 1.0) -> dict:
 def test_summarise_counts_seeds_and_gives_the_verdicts():
     seeds = [1, 2, 3, 4, 5]
     pattern = {"robust": [1, 1, 1, 1, 0], "mixed": [1, 1, 0, 0, 0], "null": [0, 0, 0, 1, 0]}
-    runs = [[_run(c, bool(v[i]), effect=1.0 + i) for c, v in pattern.items()] for i in range(5)]
+    centre = {"robust": 3.0, "mixed": 3.0, "null": 0.0}  # the null's effects straddle 0
+    runs = [[_run(c, bool(v[i]), effect=centre[c] - 2.0 + i) for c, v in pattern.items()] for i in range(5)]
     runs[4] = [r for r in runs[4] if r["id"] != "robust"]  # the last seed never reached this claim
     rows = {r["id"]: r for r in CL.summarise(runs, seeds)}
     assert rows["robust"]["k_significant"] == 4 and rows["robust"]["verdict"] == CL.ROBUST
     assert rows["robust"]["missing_in"] == [5]
     assert rows["mixed"]["verdict"] == CL.NOT_ROBUST and rows["null"]["verdict"] == CL.ROBUST_NULL
     assert rows["mixed"]["pooled_effect"] == pytest.approx(3.0)  # mean of 1..5
+    tiny = [[_run("tiny", i == 0, effect=0.1 + 0.001 * i)] for i in range(5)]  # consistent, never significant
+    assert CL.summarise(tiny, seeds)[0]["verdict"] == CL.POOLED_ONLY
     lo, hi = rows["mixed"]["pooled_interval"]
     assert lo < 3.0 < hi
     meta = CL.meta_result("k", "seeds", 7, seeds, runs)

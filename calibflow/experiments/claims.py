@@ -11,8 +11,10 @@ and, for every claim, counts the seeds in which it is significant and pools the 
 - ``summarise`` turns K runs' claims into one row per claim: significant in k of K seeds, the pooled effect
   (mean of the K per-seed effects) with a t interval over seeds (each seed is one independent replicate of the
   whole experiment, so the interval carries the split-to-split and model-to-model spread), and a verdict:
-  ``robust`` (significant in at least K - 1 of K), ``robust null`` (in at most 1 of K: the page may say "no
-  effect") or ``not robust`` (anything between: the page must not state it either way).
+  ``robust`` (significant in at least K - 1 of K), ``robust null`` (in at most 1 of K and the pooled interval
+  contains 0: the page may say "no effect seen"), ``pooled only`` (in at most 1 of K, but the pooled interval
+  excludes 0: an effect too small for one run to show) or ``not robust`` (anything between: the page must
+  not state it either way).
 - ``replications_for_power`` sizes the replications per cell: the n at which a paired t-test of the given
   effect and spread reaches the given power (noncentral t).
 
@@ -32,6 +34,7 @@ from scipy import stats
 
 ALPHA = 0.05
 ROBUST, ROBUST_NULL, NOT_ROBUST = "robust", "robust null", "not robust"
+POOLED_ONLY = "pooled only"  # rarely significant per seed, but the pooled interval excludes 0
 
 
 @dataclass
@@ -239,6 +242,9 @@ def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) ->
         effects = [per[s].effect if s in per else float("nan") for s in seeds]
         k = sum(per[s].significant for s in seeds if s in per)
         mean, lo, hi = t_interval(effects)
+        v = verdict(int(k), len(seeds))
+        if v == ROBUST_NULL and (lo > 0 or hi < 0):  # not a null: too small for one seed, seen when pooled
+            v = POOLED_ONLY
         sds = [c.sd for c in per.values() if np.isfinite(c.sd)]
         sd = float(np.sqrt(np.mean(np.square(sds)))) if sds else float("nan")
         n_rep = int(np.median([c.n for c in per.values()]))
@@ -250,7 +256,7 @@ def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) ->
                 "direction": first.direction,
                 "K": len(seeds),
                 "k_significant": int(k),
-                "verdict": verdict(int(k), len(seeds)),
+                "verdict": v,
                 "pooled_effect": mean,
                 "pooled_interval": [lo, hi],
                 "pooled_p": _ttest_1samp(np.asarray([e for e in effects if np.isfinite(e)]), "two-sided"),
@@ -276,7 +282,7 @@ def check_against(
     held = {d["id"]: Claim.from_dict(d) for d in claims}
     out = []
     for row in meta_claims:
-        if row["verdict"] == NOT_ROBUST:
+        if row["verdict"] not in (ROBUST, ROBUST_NULL):
             continue
         c = held.get(row["id"])
         expected = row["verdict"] == ROBUST
@@ -328,11 +334,13 @@ def group_counts(meta: dict[str, Any], ids_shown: Iterable[str]) -> str:
     for r in meta["claims"]:
         if r["id"] in shown:
             continue
-        g = groups.setdefault(r["id"].split(".")[0], {ROBUST: 0, ROBUST_NULL: 0, NOT_ROBUST: 0})
+        g = groups.setdefault(
+            r["id"].split(".")[0], {ROBUST: 0, ROBUST_NULL: 0, NOT_ROBUST: 0, POOLED_ONLY: 0}
+        )
         g[r["verdict"]] += 1
     return "\n".join(
         f"- `{g}.*`: {sum(c.values())} further claim(s): {c[ROBUST]} robust, {c[ROBUST_NULL]} robust null, "
-        f"{c[NOT_ROBUST]} not robust"
+        f"{c[NOT_ROBUST]} not robust" + (f", {c[POOLED_ONLY]} pooled only" if c[POOLED_ONLY] else "")
         for g, c in groups.items()
     )
 
@@ -367,7 +375,7 @@ def meta_result(
 ) -> dict[str, Any]:
     """The stored meta-run: which seeds, and one ``summarise`` row per claim."""
     rows = summarise(runs, seeds)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in (ROBUST, ROBUST_NULL, NOT_ROBUST)}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in (ROBUST, ROBUST_NULL, NOT_ROBUST, POOLED_ONLY)}
     return {
         "key": key,
         "profile": profile,
@@ -375,7 +383,8 @@ def meta_result(
         "seeds": [int(s) for s in seeds],
         "K": len(seeds),
         "alpha": ALPHA,
-        "rule": "robust: significant in at least K-1 of K seeds; robust null: in at most 1; else not robust",
+        "rule": "robust: significant in at least K-1 of K seeds; robust null: in at most 1 and the pooled "
+        "interval contains 0; pooled only: in at most 1 but the pooled interval excludes 0; else not robust",
         "verdicts": counts,
         "claims": rows,
     }
