@@ -11,9 +11,9 @@ and, for every claim, counts the seeds in which it is significant and pools the 
 - ``summarise`` turns K runs' claims into one row per claim: significant in k of K seeds, the pooled effect
   (mean of the K per-seed effects) with a t interval over seeds (each seed is one independent replicate of the
   whole experiment, so the interval carries the split-to-split and model-to-model spread), and a verdict:
-  ``robust`` (significant in at least K - 1 of K), ``robust null`` (in at most 1 of K and the pooled interval
-  contains 0: the page may say "no effect seen"), ``pooled only`` (in at most 1 of K, but the pooled interval
-  excludes 0: an effect too small for one run to show) or ``not robust`` (anything between: the page must
+  ``robust`` (significant in at least K - 1 of K), ``pooled only`` (in at most 1 of K, but the pooled
+  interval lies on the claimed side of 0: an effect too small for one run to show), ``robust null`` (in at
+  most 1 of K otherwise: the page may say "no effect seen") or ``not robust`` (anything between: the page must
   not state it either way).
 - ``replications_for_power`` sizes the replications per cell: the n at which a paired t-test of the given
   effect and spread reaches the given power (noncentral t).
@@ -34,7 +34,7 @@ from scipy import stats
 
 ALPHA = 0.05
 ROBUST, ROBUST_NULL, NOT_ROBUST = "robust", "robust null", "not robust"
-POOLED_ONLY = "pooled only"  # rarely significant per seed, but the pooled interval excludes 0
+POOLED_ONLY = "pooled only"  # rarely significant per seed, but the pooled interval is on the claimed side
 
 
 @dataclass
@@ -243,7 +243,8 @@ def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) ->
         k = sum(per[s].significant for s in seeds if s in per)
         mean, lo, hi = t_interval(effects)
         v = verdict(int(k), len(seeds))
-        if v == ROBUST_NULL and (lo > 0 or hi < 0):  # not a null: too small for one seed, seen when pooled
+        # not a null: an effect in the claimed direction too small for one seed, seen when pooled
+        if v == ROBUST_NULL and (lo > 0 if first.direction > 0 else hi < 0):
             v = POOLED_ONLY
         sds = [c.sd for c in per.values() if np.isfinite(c.sd)]
         sd = float(np.sqrt(np.mean(np.square(sds)))) if sds else float("nan")
@@ -383,8 +384,8 @@ def meta_result(
         "seeds": [int(s) for s in seeds],
         "K": len(seeds),
         "alpha": ALPHA,
-        "rule": "robust: significant in at least K-1 of K seeds; robust null: in at most 1 and the pooled "
-        "interval contains 0; pooled only: in at most 1 but the pooled interval excludes 0; else not robust",
+        "rule": "robust: significant in at least K-1 of K seeds; pooled only: in at most 1, but the pooled "
+        "interval lies on the claimed side of 0; robust null: in at most 1 otherwise; else not robust",
         "verdicts": counts,
         "claims": rows,
     }
