@@ -188,7 +188,7 @@ def meta_run(
     meta["failed_seeds"] = failed
     target = Path(out) if out else lay.reports / "seeds" / f"{key}-meta-{profile}.json"
     write_json(target, meta)
-    log.info("meta-run %s (%s, K=%d): %s -> %s", key, profile, k, meta["verdicts"], target)
+    print(f"meta-run {key} ({profile}, K={k}): {meta['verdicts']} -> {target}")
     return meta
 
 
@@ -204,9 +204,10 @@ def check_seed(
     rep = run_seed(key, params, master, root, meta["profile"])
     rows = CL.check_against(meta["claims"], rep.claims)
     bad = [r for r in rows if not r["agrees"]]
+    # The answer of the command, so stdout (not the stage log): one line per disagreement, then the count.
     for r in bad:
-        log.info("disagrees: %s (%s; held-out p = %s)", r["id"], r["verdict"], r["held_out_p"])
-    log.info("held-out seed %d: %d of %d robust claim(s) agree", master, len(rows) - len(bad), len(rows))
+        print(f"disagrees: {r['id']} ({r['verdict']} in the meta-run; held-out p = {r['held_out_p']})")
+    print(f"held-out seed {master}: {len(rows) - len(bad)} of {len(rows)} robust claim(s) agree")
     return rows
 
 
