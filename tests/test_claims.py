@@ -129,7 +129,7 @@ def test_meta_run_runs_k_derived_seeds_resumes_and_refuses_a_used_seed_as_held_o
     assert {"sim.g1/h1.py0.3.share0.1.improvement", "sim.g1/h1.py0.3.share0.1.improvement_sq"} <= ids
     for r in meta["claims"]:
         assert 0 <= r["k_significant"] <= 3 and len(r["effects"]) == 3 and r["missing_in"] == []
-    runs = sorted((tmp_path / "reports" / "seeds").glob("calem-seeds-*.json"))
+    runs = sorted((tmp_path / "reports" / "seeds").glob("calem-seeds-*-*.json"))
     assert len(runs) == 3
     assert not (tmp_path / "reports" / "reproductions" / "calem.json").exists()  # DVC output untouched
     stamps = [p.stat().st_mtime_ns for p in runs]

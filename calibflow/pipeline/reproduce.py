@@ -9,7 +9,7 @@ Datasets the experiment loads are cached in ``data/papers`` (see ``paper_data_di
 Seeds (outside DVC; the stage's own outputs are left alone):
 
 - ``--seed N`` runs at master seed N instead of ``params["seed"]`` and saves
-  ``reports/seeds/<key>-<profile>-<N>.json``; with ``--check META`` it also says, for every
+  ``reports/seeds/<key>-<profile>-<config hash>-<N>.json``; with ``--check META`` it also says, for every
   claim the stored meta-run calls robust, whether this run agrees (a held-out seed's review).
 - ``--seeds K`` is the meta-run: K master seeds derived from the project seed
   (``calibflow.experiments.claims.master_seeds``), one run each (saved as above; a seed already saved is
@@ -20,7 +20,9 @@ Seeds (outside DVC; the stage's own outputs are left alone):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import logging
 import os
 import time
@@ -131,6 +133,11 @@ def run(
     return rep
 
 
+def config_hash(config: dict[str, Any]) -> str:
+    """Short stable hash of a profile's config (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 def run_seed(
     key: str,
     params: dict[str, Any],
@@ -142,8 +149,8 @@ def run_seed(
     lay = Layout(Path(root))
     profile, config = experiment_config(params, key, profile)
     # Not under reports/reproductions: the report stage depends on that folder, and seed runs are not
-    # pipeline outputs.
-    out = lay.reports / "seeds" / f"{key}-{profile}-{master}.json"
+    # pipeline outputs. The config hash in the name: a changed profile is never served from an old run.
+    out = lay.reports / "seeds" / f"{key}-{profile}-{config_hash(config)}-{master}.json"
     if out.exists():
         log.info("seed %d: reusing %s", master, out)
         return Reproduction.load(out)
