@@ -210,6 +210,10 @@ def check_seed(
         raise StageError(f"seed {master} is not held out: the meta-run used it; pick another --seed")
     rep = run_seed(key, params, master, root, meta["profile"])
     rows = CL.check_against(meta["claims"], rep.claims)
+    write_json(
+        Layout(Path(root)).reports / "seeds" / f"{key}-check-{master}.json",
+        {"meta": str(meta_path), "seed": master, "claims": rows},
+    )
     bad = [r for r in rows if not r["agrees"]]
     # The answer of the command, so stdout (not the stage log): one line per disagreement, then the count.
     for r in bad:
