@@ -5,9 +5,10 @@ run at one master seed cannot tell a robust effect from a lucky draw, so a meta-
 reproduction with K independent master seeds (``master_seeds``: data splits, models and samples all change)
 and, for every claim, counts the seeds in which it is significant and pools the effect over seeds.
 
-- A ``Claim`` is one test in one run: a stable ``id``, the statement, the effect in the claimed direction's
-  units, its 95% interval, the p-value, the replications behind it and the standard deviation of the paired
-  differences (for sizing). It is *significant* when p < alpha and the effect has the claimed sign.
+- A ``Claim`` is one test in one run: a stable ``id``, the statement, the signed effect (``direction`` says
+  which sign the claim asserts), its 95% interval, the p-value, the replications behind it and the standard
+  deviation of the paired differences (for sizing). It is *significant* when p < alpha and the effect has
+  the claimed sign.
 - ``summarise`` turns K runs' claims into one row per claim: significant in k of K seeds, the pooled effect
   (mean of the K per-seed effects) with a t interval over seeds (each seed is one independent replicate of the
   whole experiment, so the interval carries the split-to-split and model-to-model spread), and a verdict:
