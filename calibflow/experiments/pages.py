@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ def table_markdown(table: dict[str, Any]) -> str:
 
 def render(spec: str) -> str:
     """One block's body from its spec: ``table <json> <title prefix>`` or ``claims <json> <regex>...``."""
-    kind, path, *rest = shlex.split(spec)
+    kind, path, *rest = spec.split()  # regexes keep their backslashes; a title prefix is re-joined below
     data = read_json(path)
     if kind == "table":
         prefix = " ".join(rest)
