@@ -266,7 +266,7 @@ def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) ->
                 "sd_per_replication": sd,
                 # power for the claimed direction only: an effect pooled on the other side has none to detect
                 "replications_for_80pct_power": (
-                    replications_for_power(mean, sd) if mean * first.direction > 0 else None
+                    replications_for_power(mean, sd, first.alpha) if mean * first.direction > 0 else None
                 ),
                 "effects": effects,
                 "p_values": [per[s].p if s in per else float("nan") for s in seeds],
@@ -313,7 +313,8 @@ def _row_md(r: dict[str, Any]) -> str:
     eff = f"{_num(r['pooled_effect'])} [{_num(lo)}, {_num(hi)}] {r['unit']}".rstrip()
     n80 = r["replications_for_80pct_power"]
     n80_txt = "-" if n80 is None else f"{n80} (ran {r['replications_per_seed']})"
-    return f"| {r['text']} | {eff} | {r['k_significant']} of {r['K']} | {r['verdict']} | {n80_txt} |"
+    cells = [r["text"], eff, f"{r['k_significant']} of {r['K']}", r["verdict"], n80_txt]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
 def markdown(meta: dict[str, Any], ids: Sequence[str] | None = None) -> str:
