@@ -54,6 +54,8 @@ class Reproduction:
     choices: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # Significance claims as dicts (``calibflow.experiments.claims.Claim.to_dict``), for the seed meta-run.
+    claims: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return _finite(asdict(self))

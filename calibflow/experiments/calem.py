@@ -44,6 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from calibflow import calibrators as C
 from calibflow import metrics as M
+from calibflow.experiments.claims import paired_claim, summary_claim
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = (
@@ -567,6 +568,66 @@ def em_vs_base(runs: list[dict]) -> dict[str, float]:
     return out
 
 
+# ---- claims (what the seed meta-run checks) -----------------------------------------------------------
+# Readings of a cell with the direction each claim asserts: the clipped CalEM improves on the GAM (+), the
+# literal Algorithm 3 is worse than the GAM (-), as the page states them.
+CLAIM_READINGS = {
+    "improvement": (1, "clipped CalEM has a lower RMS L2 error than GAM"),
+    "improvement_sq": (1, "clipped CalEM has a lower squared L2 error than GAM"),
+    "improvement_lit": (-1, "the literal Algorithm 3 has a higher RMS L2 error than GAM"),
+}
+
+
+def _cell_label(g: str, h: str, p_y: float, share: float) -> str:
+    return f"{g}/{h}, P(Y)={float(p_y):g}, {float(share):.0%} clean"
+
+
+def cell_claims(cells: dict[tuple, dict[str, Any]], prefix: str, where: str) -> list[dict[str, Any]]:
+    """One claim per simulated cell and reading: the cell's percent improvement, interval and paired p."""
+    out = []
+    for key, c in cells.items():
+        conc, g, h, p_y, share = key if len(key) == 5 else (None, key[2], key[0], key[3], key[1])
+        label = _cell_label(g, h, p_y, share)
+        tag = f"{prefix}.{g}/{h}.py{float(p_y):g}.share{float(share):g}"
+        if conc is not None:
+            tag = f"{prefix}.ab{float(conc):g}.{tag.split('.', 1)[1]}"
+            label = f"alpha + beta = {conc:g}, {label}"
+        for field, (direction, text) in CLAIM_READINGS.items():
+            if field not in c or not np.isfinite(c[field]):
+                continue
+            suffix = field.removeprefix("improvement")
+            out.append(
+                summary_claim(
+                    f"{tag}.{field}",
+                    f"{where} {label}: {text}",
+                    c[field],
+                    c["ci" + suffix],
+                    c["p_value" + suffix],
+                    c["n_reps"],
+                    direction=direction,
+                    unit="% of GAM's L2",
+                ).to_dict()
+            )
+    return out
+
+
+def hillstrom_claims(target: str, runs: list[dict]) -> list[dict[str, Any]]:
+    """EM variant below its base, per metric, paired over the re-runs (the page's Hillstrom claims)."""
+    names = {"ks": "KS error", "brier": "Brier score", "loglik": "NLL"}
+    return [
+        paired_claim(
+            f"hillstrom.{target}.{em}<{base}.{m}",
+            f"Hillstrom {target}: {em} has a lower {names[m]} than {base}",
+            [r[em][m] for r in runs],
+            [r[base][m] for r in runs],
+            direction=-1,
+            unit=f"(EM - base {names[m]})",
+        ).to_dict()
+        for em, base in (("GAM-EM", "GAM"), ("BC-EM", "BC"))
+        for m in names
+    ]
+
+
 # ---- figure -------------------------------------------------------------------------------------
 def example_figure(cfg: dict[str, Any], seed: int) -> Figure:
     from calibflow.plots import small_multiples, to_svg
@@ -615,7 +676,7 @@ def run(config: dict[str, Any], seed: int) -> Reproduction:
 
 def _run(config: dict[str, Any], seed: int) -> Reproduction:
     t0 = time.perf_counter()
-    tables, notes, figures, metrics = [], [], [], {}
+    tables, notes, figures, metrics, claims = [], [], [], {}, []
     sim_cfg = config.get("simulation", {})
     if sim_cfg is not False and sim_cfg is not None:
         cfg = {**SIM_DEFAULTS, **sim_cfg}
@@ -624,6 +685,7 @@ def _run(config: dict[str, Any], seed: int) -> Reproduction:
             if field == "improvement" or all(field in c for c in cells.values()):
                 tables.append(table1(cells, cfg, cfg["replications"], field))
         tables.append(table1_detail(cells, cfg))
+        claims += cell_claims(cells, "sim", "Table 1,")
         imp = np.array([c["improvement"] for c in cells.values()])
         sig = [c for c in cells.values() if np.isfinite(c["p_value"]) and c["p_value"] < 0.05]
         metrics.update(
@@ -646,6 +708,7 @@ def _run(config: dict[str, Any], seed: int) -> Reproduction:
             sweep = run_concentration_sweep(cfg, seed)
             ctab, gaps = concentration_table(sweep, cfg)
             tables += [ctab, sweep_detail(sweep, cfg)]
+            claims += cell_claims(sweep, "sweep", "Concentration sweep,")
             best = min((k for k in gaps if np.isfinite(gaps[k])), key=gaps.get)
             conc, field = best.split("|")
             metrics["sweep_best_concentration"] = float(conc)
@@ -670,6 +733,7 @@ def _run(config: dict[str, Any], seed: int) -> Reproduction:
         for target, runs in res.items():
             tables.append(table2(runs, target))
             cmp_ = em_vs_base(runs)
+            claims += hillstrom_claims(target, runs)
             metrics.update({f"hillstrom_{target}_{k}": v for k, v in cmp_.items()})
             for name in ("GAM", "BC", "GAM-EM", "BC-EM"):
                 for m in ("ks", "brier", "loglik"):
@@ -685,6 +749,7 @@ def _run(config: dict[str, Any], seed: int) -> Reproduction:
         choices=CHOICES,
         metrics=metrics,
         elapsed_s=time.perf_counter() - t0,
+        claims=claims,
     )
 
 

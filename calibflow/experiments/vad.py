@@ -47,6 +47,14 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
   "bootstrap") and, for hillstrom, "Vanilla, group-wise VAD" (lambda per treatment arm, Sec. 7).
 - Paired tests: two-sided paired t-test over replications of |E|, ECE and MCE, original vs VAD+,
   "significant" when p < 0.01 and VAD+ is lower.
+- Semi-synthetic control (issue 27; ``real.semisynthetic``, off in quick): the real features and the same
+  segment shift, but labels drawn from a known logistic model (coefficients N(0, 1/d) on standardised
+  features, scaled to a logit sd ``signal_sd``, intercept matching the data's positive rate). The true
+  probabilities are known, so E on the selected set is measured against them (no label noise), and the
+  oracle lambda is the slope of the true logit on the served logit over validation-test (the real-data
+  analogue of the synthetic oracle). VAD's estimate is compared with the oracle and with fixed shrinks
+  (lambda 0.5 and 0.8, the same anchor): a correct lambda and an arbitrary shrink then give different
+  answers, which the plain real-data control (the same model without VAD) cannot show.
 """
 
 from __future__ import annotations
@@ -58,11 +66,12 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import expit
+from scipy.special import expit, logit
 
 from calibflow import metrics as M
 from calibflow.calibrators import available, make
 from calibflow.calibrators.vad import VADWarning, estimate_lambda
+from calibflow.experiments.claims import paired_claim
 from calibflow.results import Figure, Reproduction, Table, fmt_mean_se, paired_pvalue
 
 PAPER = "Fan, Si & Zhang (2022), Calibration Matters: Tackling Maximization Bias in Large-scale Advertising"
@@ -687,6 +696,154 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
     return tables, metrics, notes
 
 
+# ================================ semi-synthetic control (issue 27) =============================
+SEMI_DEFAULTS: dict[str, Any] = {"replications": 0, "signal_sd": 1.0, "shrinks": [0.5, 0.8]}
+
+
+def known_model(X: NDArray, base_rate: float, signal_sd: float, rng: np.random.Generator) -> NDArray:
+    """True P(y = 1 | x) of a logistic model on the standardised features, logit sd ``signal_sd``, mean
+    probability about ``base_rate`` (intercept by bisection)."""
+    sd = X.std(axis=0)
+    Z = (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    eta = Z @ rng.normal(0.0, 1.0 / np.sqrt(Z.shape[1]), Z.shape[1])
+    eta *= signal_sd / max(float(eta.std()), 1e-12)
+    lo, hi = -20.0, 20.0
+    for _ in range(60):  # mean(expit(eta + c)) is increasing in c
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expit(eta + mid).mean() < base_rate else (lo, mid)
+    return expit(eta + (lo + hi) / 2)
+
+
+def _shrink(p: NDArray, lam: float, anchor: float) -> NDArray:
+    z = logit(np.clip(p, 1e-6, 1 - 1e-6))
+    return expit(lam * z + (1.0 - lam) * anchor)
+
+
+def semisynthetic_replication(X, p_true, seg, cfg: dict, semi: dict, seed: int, rep: int) -> dict[str, Any]:
+    """One replication: fresh labels from ``p_true``, the segment shift, XGBoost replicas, VAD; E on the
+    test's top-alpha set against the true probabilities, for VAD, the oracle lambda and fixed shrinks."""
+    rng = np.random.default_rng([seed, 27, rep])
+    y = (rng.random(p_true.size) < p_true).astype(float)
+    parts = segment_parts(seg, cfg, rng)
+    tr, vt, te = parts["train"], parts["val_test"], parts["test"]
+    models = _replica_models(X, y, tr, cfg, seed + 1000 * rep, rng)
+    Rvt = np.stack([m(X[vt]) for m in models]).astype(float)
+    p = models[0](X[te]).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", VADWarning)
+        vad = make("vad", scheme=cfg["replica_scheme"]).fit(Rvt)
+    z_vt = logit(np.clip(Rvt[0], 1e-6, 1 - 1e-6))
+    t_vt = logit(np.clip(p_true[vt], 1e-6, 1 - 1e-6))
+    lam = {"VAD": float(vad.lambda_), "oracle": float(np.cov(z_vt, t_vt)[0, 1] / z_vt.var(ddof=1))}
+    lam |= {f"shrink {s:g}": float(s) for s in semi["shrinks"]}
+    preds = {"Original": p} | {k: _shrink(p, v, vad.anchor_) for k, v in lam.items()}
+    order = np.argsort(-p, kind="mergesort")
+    E: dict[str, dict[float, float]] = {}
+    for name, q in preds.items():
+        for a in cfg["alphas"]:
+            top = order[: int(np.ceil(a * p.size))]
+            E.setdefault(name, {})[a] = float(q[top].sum() / p_true[te][top].sum() - 1.0)
+    return {"E_true": E, "lambda": lam}
+
+
+def run_semisynthetic(cfg: dict, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """Every dataset of ``cfg``: its real features and segment, labels from a known model."""
+    from calibflow import datasets
+
+    semi = {**SEMI_DEFAULTS, **(cfg.get("semisynthetic") or {})}
+    out = {}
+    for k, name in enumerate(cfg["datasets"]):
+        task = datasets.binary_task(name, target=cfg["targets"].get(name))
+        X, y = np.asarray(task.X, float), np.asarray(task.y, float)
+        seg = segment_mask(name, cfg["segments"][name], len(y))
+        if cfg.get("max_rows") and len(y) > cfg["max_rows"]:
+            keep = np.sort(np.random.default_rng([seed, 3]).choice(len(y), cfg["max_rows"], replace=False))
+            X, y, seg = X[keep], y[keep], seg[keep]
+        p_true = known_model(
+            X, float(y.mean()), float(semi["signal_sd"]), np.random.default_rng([seed, 28, k])
+        )
+        out[name] = [
+            semisynthetic_replication(X, p_true, seg, cfg, semi, seed, r)
+            for r in range(int(semi["replications"]))
+        ]
+    return out
+
+
+def semisynthetic_tables(res: dict, cfg: dict) -> tuple[list[Table], list[dict[str, Any]]]:
+    """E against the true probabilities per alpha and method, the lambdas, and the claims."""
+    tables, claims = [], []
+    for name, reps in res.items():
+        methods = list(reps[0]["E_true"])
+        rows = [
+            [f"{a:.0%}"] + [_pct(np.array([r["E_true"][m][a] for r in reps])) for m in methods]
+            for a in cfg["alphas"]
+        ]
+        lam_row = (
+            ["lambda"] + ["1 (none)"] + [fmt_mean_se([r["lambda"][m] for r in reps], 3) for m in methods[1:]]
+        )
+        tables.append(
+            Table(
+                f"Semi-synthetic control ({name}: real features and segment shift, labels from a known "
+                "logistic model): E on the selected set against the TRUE probabilities",
+                ["alpha", *methods],
+                [*rows, lam_row],
+                f"mean ± s.e. over {len(reps)} replications (fresh labels, split and replicas each); "
+                "E = sum(calibrated p) / sum(true p) - 1 over the top-alpha test rows by the served score. "
+                "Oracle lambda: slope of the true logit on the served logit over validation-test. Shrinks: "
+                "fixed lambda with VAD's anchor.",
+            )
+        )
+        lv, lo = (np.array([r["lambda"][k] for r in reps]) for k in ("VAD", "oracle"))
+        for a in cfg["alphas"]:
+            e = {m: np.abs([r["E_true"][m][a] for r in reps]) for m in methods}
+            for other in [m for m in methods if m not in ("VAD", "oracle")]:
+                claims.append(
+                    paired_claim(
+                        f"semisynthetic.{name}.alpha{a:g}.VAD<{other.replace(' ', '')}",
+                        f"semi-synthetic {name}, alpha = {a:.0%}: |E against the truth| lower with VAD than "
+                        f"with {other}",
+                        e["VAD"],
+                        e[other],
+                        direction=-1,
+                        unit="|E| (VAD - other)",
+                    ).to_dict()
+                )
+        claims.append(
+            paired_claim(
+                f"semisynthetic.{name}.lambda_VAD<oracle",
+                f"semi-synthetic {name}: VAD's lambda is below the oracle lambda (it over-shrinks)",
+                lv,
+                lo,
+                direction=-1,
+                unit="lambda (VAD - oracle)",
+            ).to_dict()
+        )
+    return tables, claims
+
+
+# ================================ claims (seed meta-run) ========================================
+def vad_claims(reps, alphas, pairs: list[tuple[str, str, str]], where: str) -> list[dict[str, Any]]:
+    """|E| on the selected set lower after the correction than before, per alpha and (label, before, after)
+    pair; paired over replications at the page's 1% level."""
+    out = []
+    for a in alphas:
+        for label, before, after in pairs:
+            o, v = np.abs(_arr(reps, "E", before, a)), np.abs(_arr(reps, "E", after, a))
+            cid = re.sub(r"[^A-Za-z0-9_.|<+-]+", "_", f"{where}.{label}.alpha{a:g}.absE")
+            out.append(
+                paired_claim(
+                    cid,
+                    f"{where}, {label}, alpha = {a:.0%}: |E| lower after the correction",
+                    v,
+                    o,
+                    direction=-1,
+                    unit="|E| (after - before)",
+                    alpha=0.01,
+                ).to_dict()
+            )
+    return out
+
+
 # ================================ figures =======================================================
 def _curves(title: str, alphas, series: dict[str, dict[str, NDArray]]) -> Figure:
     """E, ECE, MCE against alpha; ``series[metric][label]`` = mean per alpha."""
@@ -744,6 +901,7 @@ def run(config: dict, seed: int) -> Reproduction:
         rep.metrics.update(metrics)
         rep.notes += notes
         rep.figures.append(_syn_figure(res["reps"], syn_cfg["alphas"]))
+        rep.claims += vad_claims(res["reps"], syn_cfg["alphas"], [("VAD", "Vanilla", "VAD")], "synthetic")
     if real_cfg["replications"] > 0 and real_cfg["datasets"]:
         res, missing = run_real(real_cfg, seed)
         tables, metrics, notes = real_tables(res, real_cfg)
@@ -752,8 +910,17 @@ def run(config: dict, seed: int) -> Reproduction:
         rep.notes += notes
         if missing:
             rep.notes.append(f"Baselines not registered at run time, left out: {', '.join(missing)}.")
+        if (real_cfg.get("semisynthetic") or {}).get("replications", 0) > 0 and real_cfg[
+            "shift"
+        ] == "segment":
+            tables, claims = semisynthetic_tables(run_semisynthetic(real_cfg, seed), real_cfg)
+            rep.tables += tables
+            rep.claims += claims
         for name, reps in res.items():
             rep.figures.append(_real_figure(name, reps, real_cfg["alphas"]))
+            methods = [m.split("|")[0] for m in reps[0]["metrics"]["E"] if m.endswith("|Original")]
+            pairs = [(f"{m} + VAD+", f"{m}|Original", f"{m}|VAD+") for m in methods]
+            rep.claims += vad_claims(reps, real_cfg["alphas"], pairs, name)
     rep.elapsed_s = time.perf_counter() - t0
     return rep
 

@@ -5,12 +5,24 @@
 defaults to ``reproduce.profile``; saves ``reports/reproductions/<key>.json`` (tables, figures, notes,
 rendered by the report) and the headline numbers as ``metrics/reproductions/<key>.json`` (DVC metrics).
 Datasets the experiment loads are cached in ``data/papers`` (see ``paper_data_dir``).
+
+Seeds (outside DVC; the stage's own outputs are left alone):
+
+- ``--seed N`` runs at master seed N instead of ``params["seed"]`` and saves
+  ``reports/seeds/<key>-<profile>-<config hash>-<N>.json``; with ``--check META`` it also says, for every
+  claim the stored meta-run calls robust, whether this run agrees (a held-out seed's review).
+- ``--seeds K`` is the meta-run: K master seeds derived from the project seed
+  (``calibflow.experiments.claims.master_seeds``), one run each (saved as above; a seed already saved is
+  reused, so an interrupted meta-run resumes), then for every claim the number of seeds where it is
+  significant and the pooled effect, to ``reports/seeds/<key>-meta-<profile>.json`` or ``--out``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import logging
 import os
 import time
@@ -19,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from calibflow.datasets import ENV_DATA_DIR
-from calibflow.io import write_json
+from calibflow.experiments import claims as CL
+from calibflow.io import read_json, write_json
 from calibflow.pipeline._common import Layout, StageError, base_parser, cli, load_params, section, seed
 from calibflow.pipeline.params_schema import PROFILES
 from calibflow.results import Reproduction
@@ -120,14 +133,122 @@ def run(
     return rep
 
 
+def config_hash(config: dict[str, Any]) -> str:
+    """Short stable hash of a profile's config (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def run_seed(
+    key: str,
+    params: dict[str, Any],
+    master: int,
+    root: str | os.PathLike[str] = ".",
+    profile: str | None = None,
+) -> Reproduction:
+    """One run at master seed ``master``, saved under ``reports/seeds/`` (reused if there)."""
+    lay = Layout(Path(root))
+    profile, config = experiment_config(params, key, profile)
+    # Not under reports/reproductions: the report stage depends on that folder, and seed runs are not
+    # pipeline outputs. The config hash in the name: a changed profile is never served from an old run.
+    out = lay.reports / "seeds" / f"{key}-{profile}-{config_hash(config)}-{master}.json"
+    if out.exists():
+        log.info("seed %d: reusing %s", master, out)
+        return Reproduction.load(out)
+    t0 = time.perf_counter()
+    with paper_data_dir(lay):
+        rep = _experiment(key).run(dict(config), int(master))
+    if not rep.claims:
+        raise StageError(f"calibflow.experiments.{key}.run records no claims; nothing to check across seeds")
+    log.info(
+        "seed %d: %s %s profile in %.1f s, %d claim(s)",
+        master,
+        key,
+        profile,
+        time.perf_counter() - t0,
+        len(rep.claims),
+    )
+    rep.save(out)
+    return rep
+
+
+def meta_run(
+    key: str,
+    params: dict[str, Any],
+    k: int,
+    root: str | os.PathLike[str] = ".",
+    profile: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The whole reproduction at K derived master seeds; the claims' k-of-K summary, saved."""
+    lay = Layout(Path(root))
+    profile, _ = experiment_config(params, key, profile)
+    seeds = CL.master_seeds(seed(params), k)
+    runs, failed = [], {}
+    for s in seeds:
+        try:
+            runs.append(run_seed(key, params, s, root, profile).claims)
+        except (ValueError, RuntimeError) as exc:  # a seed the method cannot run on counts against its claims
+            log.info("seed %d failed: %s", s, exc)
+            runs.append([])
+            failed[s] = str(exc)
+    meta = CL.meta_result(key, profile, seed(params), seeds, runs)
+    meta["failed_seeds"] = failed
+    target = Path(out) if out else lay.reports / "seeds" / f"{key}-meta-{profile}.json"
+    write_json(target, meta)
+    print(f"meta-run {key} ({profile}, K={k}): {meta['verdicts']} -> {target}")
+    return meta
+
+
+def check_seed(
+    key: str, params: dict[str, Any], master: int, meta_path: str | os.PathLike[str], root: str = "."
+) -> list[dict[str, Any]]:
+    """Re-run at a held-out seed and compare with every claim the stored meta-run marks robust."""
+    meta = read_json(meta_path)
+    if meta.get("key") != key:
+        raise StageError(f"{meta_path} is the meta-run of {meta.get('key')!r}, not {key!r}")
+    if master in meta["seeds"] or master == meta["project_seed"]:
+        raise StageError(f"seed {master} is not held out: the meta-run used it; pick another --seed")
+    rep = run_seed(key, params, master, root, meta["profile"])
+    rows = CL.check_against(meta["claims"], rep.claims)
+    write_json(
+        Layout(Path(root)).reports / "seeds" / f"{key}-check-{master}.json",
+        {"meta": str(meta_path), "seed": master, "claims": rows},
+    )
+    bad = [r for r in rows if not r["agrees"]]
+    # The answer of the command, so stdout (not the stage log): one line per disagreement, then the count.
+    for r in bad:
+        print(f"disagrees: {r['id']} ({r['verdict']} in the meta-run; held-out p = {r['held_out_p']})")
+    print(f"held-out seed {master}: {len(rows) - len(bad)} of {len(rows)} robust claim(s) agree")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("key", help="paper key: calibflow/experiments/<key>.py")
     parser.add_argument(
         "--profile", default=None, help=f"{'|'.join(PROFILES)} or a paper's own; default: reproduce.profile"
     )
+    parser.add_argument("--seed", type=int, default=None, help="master seed for this run (not params' seed)")
+    parser.add_argument("--seeds", type=int, default=None, help="meta-run over K derived master seeds")
+    parser.add_argument("--check", default=None, help="with --seed: a stored meta-run JSON to compare with")
+    parser.add_argument("--out", default=None, help="with --seeds: where to write the meta-run JSON")
     args = parser.parse_args(argv)
-    return cli(lambda: run(args.key, load_params(args.params), args.root, args.profile))
+    if args.seed is not None and args.seeds is not None:
+        parser.error("give --seed N (one run) or --seeds K (meta-run), not both")
+    if args.check and args.seed is None:
+        parser.error("--check needs --seed N (a held-out seed)")
+
+    def body() -> Any:
+        params = load_params(args.params)
+        if args.seeds is not None:
+            return meta_run(args.key, params, args.seeds, args.root, args.profile, args.out)
+        if args.check:
+            return check_seed(args.key, params, args.seed, args.check, args.root)
+        if args.seed is not None:
+            return run_seed(args.key, params, args.seed, args.root, args.profile)
+        return run(args.key, params, args.root, args.profile)
+
+    return cli(body)
 
 
 if __name__ == "__main__":
