@@ -32,7 +32,7 @@ def _gate(scenario: str, seed: int, methods=("platt", "beta", "isotonic")):
     champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
     calib, held = df[(df["day"] >= 6) & (df["day"] < 19)], df[df["day"] == 19]
     cfg = mon.MonitorConfig(n_bootstrap=200, methods=methods)
-    return mon.challenge(champ, calib, held, cfg, np.random.default_rng(seed))
+    return mon.challenge(champ, calib, held, cfg, np.random.default_rng(seed), "score")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -115,7 +115,7 @@ def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
     assert res["promotions"] and all(
         pd.Timestamp(p["promoted_after"]) >= DAY0 + pd.Timedelta(days=8) for p in res["promotions"]
     )
-    card = json.loads((tmp_path / "models/ads/champion.card.json").read_text())
+    card = json.loads((tmp_path / "monitoring/ads/card.json").read_text())
     assert card["version"] == res["champion"] > 1 and card["fitted_on"] and card["judged_on"]
     hist = pd.read_csv(tmp_path / "plots/monitoring/ads.csv")
     assert len(hist) == 16 * 3 and not hist.duplicated(["window", "segment"]).any()
@@ -228,7 +228,8 @@ def test_page_banner_lists_open_alerts():
     for d in range(10):
         state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg)
     assert state.alerts and state.alerts[-1]["window"] == _window(9).key
-    assert "Calibration drift on 2026-01-10" in render_page(state)
+    page = render_page(state, cfg=cfg)
+    assert "Calibration drift: open on 2026-01-10" in page and "No open incident" not in page
 
 
 def test_params_section_is_validated():
