@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import typer
+import yaml
 
 from calibflow.flows import project_root
 
@@ -151,3 +154,35 @@ def status(source: str = typer.Option(..., help="Source.")) -> None:
     path = project_root() / "metrics" / "monitoring" / f"{source}.json"
     latest = json.loads(path.read_text()) if path.exists() else {}
     typer.echo(json.dumps({"prod": registry.prod_version(project_root(), source), **latest}))
+
+
+def add_monitor_source(params_path: Path, name: str) -> None:
+    """Add ``name`` to ``monitor.sources`` in ``params_path``, keeping every other line and comment.
+
+    Edits the flow list (``sources: [a, b]``) or appends a ``monitor:`` section; anything else (a block
+    list) is refused with the line to add by hand. The result is re-read: nothing else may change."""
+    from calibflow.io import write_text
+
+    text = params_path.read_text(encoding="utf-8")
+    before = yaml.safe_load(text) or {}
+    have = list((before.get("monitor") or {}).get("sources") or [])
+    if name in have:
+        return
+    lines = text.splitlines(keepends=True)
+    top = next((i for i, ln in enumerate(lines) if re.match(r"^monitor:\s*(#.*)?$", ln)), None)
+    if top is None:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        new = text + sep + f"\nmonitor:\n  sources: [{name}]\n"
+    else:
+        end = next((j for j in range(top + 1, len(lines)) if re.match(r"^\S", lines[j])), len(lines))
+        hit = next((j for j in range(top + 1, end) if re.match(r"^\s+sources:\s*\[", lines[j])), None)
+        if hit is None:
+            raise ValueError(f"add `{name}` to monitor.sources in {params_path} by hand (a list there)")
+        listed = "[" + ", ".join([*have, name]) + "]"
+        lines[hit] = re.sub(r"\[([^\]]*)\]", lambda m: listed, lines[hit], count=1)
+        new = "".join(lines)
+    after = yaml.safe_load(new) or {}
+    want = {**before, "monitor": {**(before.get("monitor") or {}), "sources": [*have, name]}}
+    if after != want:
+        raise ValueError(f"could not add {name!r} to monitor.sources in {params_path} safely; add it by hand")
+    write_text(params_path, new)

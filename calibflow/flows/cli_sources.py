@@ -149,6 +149,7 @@ def init(
     positive: str = typer.Option(None, "--positive", help="The label value counting as 1 (if not 0/1)."),
     name: str = typer.Option(None, "--name", help="The source's name (default: the file's name)."),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
+    monitor: bool = typer.Option(False, "--monitor", help="Also add it to monitor.sources (needs --time)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Declare a file of yours as a calibflow source in params.yaml and print the next command."""
@@ -173,7 +174,13 @@ def init(
             decl["segments"] = list(segments)
         nm = name or re.sub(r"[^A-Za-z0-9_]+", "_", Path(data.split("*")[0].rstrip("/")).stem or "source")
         nm = nm if nm[:1].isalpha() else f"s_{nm}"
+        if monitor and (score is None or time is None):
+            raise ValueError("--monitor needs a score source with a time column: pass --score and --time")
         spec, info = init_source(params_file, nm, decl)
+        if monitor:  # the daily monitor (docs/monitoring.md)
+            from calibflow.flows.cli_monitor import add_monitor_source
+
+            add_monitor_source(params_file, nm)
         _print_summary(spec, info, params_file)
 
     _guarded(go, debug)
