@@ -101,13 +101,17 @@ class Inventory:
         keys = sorted({k for f in self.good for k in f.windows})
         return pd.Series(pd.to_datetime(keys), dtype="datetime64[ns]")
 
-    def fingerprints(self) -> dict[str, str]:
-        """Window key -> digest of the (file, digest) pairs of the good files that feed it."""
-        feeds: dict[str, list[str]] = {}
+    def feeds(self) -> dict[str, list[str]]:
+        """Window key -> sorted ``file:digest`` of the good files that feed it (what a window remembers)."""
+        out: dict[str, list[str]] = {}
         for f in self.good:
             for k in f.windows:
-                feeds.setdefault(k, []).append(f"{f.rel}:{f.digest}")
-        return {k: hashlib.sha256("\n".join(sorted(v)).encode()).hexdigest()[:16] for k, v in feeds.items()}
+                out.setdefault(k, []).append(f"{f.rel}:{f.digest[:16]}")
+        return {k: sorted(v) for k, v in out.items()}
+
+    def fingerprints(self) -> dict[str, str]:
+        """Window key -> one digest of its feeding files (shown on the page and in the state)."""
+        return {k: hashlib.sha256("\n".join(v).encode()).hexdigest()[:16] for k, v in self.feeds().items()}
 
     def feeding(self, key: str) -> list[str]:
         return sorted(f.rel for f in self.good if key in f.windows)
@@ -288,16 +292,18 @@ def dirty_from(
     processed: list[str], recorded: dict[str, dict[str, Any]], inv: Inventory, pending: list[str]
 ) -> tuple[str, str] | None:
     """The oldest window to rescore from and why: a late window (older than the newest scored one), or a
-    scored window whose files changed. A scored window with no file left (retention) is kept as scored."""
-    current = inv.fingerprints()
+    scored window fed by a file it was not scored from (a replaced day, a late part). Files that are gone
+    (retention) never trigger a rescore: the window keeps the scores it had."""
+    current = inv.feeds()
     reasons: list[tuple[str, str]] = []
     newest = processed[-1] if processed else None
     for k in pending:
         if newest is not None and k < newest:
             reasons.append((k, f"window {k[:10]} delivered late ({', '.join(inv.feeding(k))})"))
     for k in processed:
-        was = (recorded.get(k) or {}).get("fingerprint")
-        now = current.get(k)
-        if now is not None and was is not None and now != was:
-            reasons.append((k, f"the files of window {k[:10]} changed ({', '.join(inv.feeding(k))})"))
+        was = (recorded.get(k) or {}).get("files")
+        new = sorted(set(current.get(k, [])) - set(was or []))
+        if was is not None and new:
+            names = ", ".join(x.rsplit(":", 1)[0] for x in new)
+            reasons.append((k, f"the files of window {k[:10]} changed ({names})"))
     return min(reasons) if reasons else None

@@ -348,7 +348,7 @@ def _score(
     wkeys = pd.Series([mon.window_at(int(k), cfg).key for k in mon.window_index(df["time"], cfg)], dtype=str)
     usable = df["label"].isin([0.0, 1.0]) & df["score"].notna() & ~wkeys.isin(held).to_numpy()
     known = df[usable.to_numpy()]  # held windows' rows never feed a challenger either
-    fps = inv.fingerprints()
+    fps, feeds = inv.fingerprints(), inv.feeds()
     done = []
     for w in todo:
         if state.processed and w.key < state.processed[-1]:
@@ -356,6 +356,7 @@ def _score(
         frame = known[(known["time"] >= w.start) & (known["time"] < w.end)]
         calib = known[(known["time"] >= w.start - span) & (known["time"] < w.start)]
         state = mon.process_window(state, w, frame, calib, cfg, spec.segments, fps.get(w.key))
+        state.windows[w.key]["files"] = feeds.get(w.key, [])  # what a later delivery is compared with
         save(paths, state, spec)
         done.append(w)
         log.info("monitor %s: window %s scored (champion v%d)", spec.name, w.key, state.champion)
