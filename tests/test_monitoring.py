@@ -241,3 +241,77 @@ def test_params_section_is_validated():
         tm.validate_section({**params["monitor"], "commit": "yes"})
     with pytest.raises(ValueError, match="unknown key"):
         tm.validate_section({**params["monitor"], "perod": "1D"})
+
+
+def _drift_then_recover(shift_days: range, days: int = 24) -> pd.DataFrame:
+    """Segment A's click rate doubles on ``shift_days`` and is back to normal after."""
+    shifted = simulate_stream("segment_shift", 0, days=days, rows=2000, warmup=14, shift_day=shift_days.start)
+    stable = simulate_stream("stable", 0, days=days, rows=2000, warmup=14)
+    return pd.concat([shifted[shifted["day"].isin(shift_days)], stable[~stable["day"].isin(shift_days)]])
+
+
+def test_one_incident_per_drift_open_until_back_in_band():
+    df = _drift_then_recover(range(8, 16))
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    state = mon.MonitorState.start("ads", champ, {})
+    cfg = mon.MonitorConfig(
+        reference_windows=5, n_bootstrap=50, recovery=3, min_calib_windows=50, calib_windows=50
+    )
+    for d in range(24):
+        state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg, ("segment",))
+    a_ratio = [a for a in state.alerts if a["segment"] == "segment=A" and a["metric"] == "calibration_ratio"]
+    assert len(a_ratio) >= 7  # an alert on (nearly) every shifted window ...
+    found = mon.incidents(state, cfg)
+    keys = [(i["segment"], i["metric"]) for i in found]
+    assert len(keys) == len(set(keys))  # ... but one incident per (segment, metric)
+    inc = next(i for i in found if i["segment"] == "segment=A" and i["metric"] == "calibration_ratio")
+    assert inc["opened"] == _window(8).key and inc["closed"] == _window(18).key  # 3 windows back in band
+    assert inc["worst"] < 0.75 and inc["windows"] >= 7
+    # Windows judged drifted are flagged, so they never enter a reference.
+    rows = [r for r in state.history if r["segment"] == "segment=A" and r["window"] == _window(12).key]
+    assert "calibration_ratio" in rows[0]["drifted"]
+
+
+def test_reference_skips_drifted_windows_and_the_band_is_a_prediction_interval():
+    def row(v, drifted):
+        return {
+            "window": f"w{v}", "segment": "all", "version": 2, "skipped": "", "calibration_ratio": v,
+            "ece": 0.01, "drifted": ["calibration_ratio"] if drifted else [],
+        }  # fmt: skip
+
+    rng = np.random.default_rng(0)
+    good = list(1 + 0.02 * rng.standard_normal(10))
+    state = mon.MonitorState(source="s", versions=[{}, {}], champion=2)
+    state.history = [row(0.6 + 0.01 * i, True) for i in range(5)] + [row(v, False) for v in good]
+    band = mon.bands(state, "all", mon.MonitorConfig(reference_windows=10))["calibration_ratio"]
+    assert band[0] > 0.9 and band[1] < 1.1  # learned on the 10 in-band windows only, not the 0.6s
+    # The band's half-width in sd: a t prediction interval for one new value at the normal 3-sd tail.
+    q = mon._pred_quantile(10, 3.0)
+    assert 4.0 < q < 5.0
+    refs = rng.standard_normal((20_000, 11))
+    m, s = refs[:, :10].mean(1), refs[:, :10].std(1, ddof=1)
+    new = refs[:, 10]
+    assert np.mean(np.abs(new - m) > q * s) < 0.006  # ~0.27% as promised (two-sided)
+    assert np.mean(np.abs(new - m) > 3 * s) > 0.01  # the old 3-sd band: several times that
+
+
+def test_practical_ratio_limit_applies_without_a_learned_band():
+    cfg = mon.MonitorConfig()
+    state = mon.MonitorState(source="s", versions=[{}], champion=1)
+    band = mon.bands(state, "all", cfg)
+    base = {"ece": 0.01}
+    off = {**base, "calibration_ratio": 0.76, "ratio_low": 0.70, "ratio_high": 0.82}
+    noisy = {**base, "calibration_ratio": 0.93, "ratio_low": 0.85, "ratio_high": 1.01}
+    assert mon.out_of_band(off, band, cfg) == ["calibration_ratio"]
+    assert mon.out_of_band(noisy, band, cfg) == []  # its interval still reaches 1 +- 0.1
+
+
+def test_min_gain_refuses_a_practically_nil_promotion():
+    df = simulate_stream("base_rate", 0, days=20, rows=1500, warmup=14, shift_day=6)
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    calib, held = df[(df["day"] >= 6) & (df["day"] < 19)], df[df["day"] == 19]
+    rng = np.random.default_rng(0)
+    rec, winner = mon.challenge(champ, calib, held, mon.MonitorConfig(min_gain=0.5), rng, "score")
+    assert winner is None and "under min_gain" in rec["reason"] and rec["delta_ci"][0] > 0
