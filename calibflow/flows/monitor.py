@@ -251,9 +251,8 @@ def _flows():
             if commit:
                 res["revision"] = commit_and_register(root, res, branch, registry_on)
         except _expected() as exc:
-            line = (
-                f"monitor {name}: failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
-            )
+            text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+            line = f"monitor {name}: failed: {(text.strip().splitlines() or [repr(exc)])[0]}"
             emit_event(event=FAILED, resource=_resource(name), payload={"source": name, "error": line})
             return Failed(message=line)
         return res
