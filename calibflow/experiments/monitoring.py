@@ -230,26 +230,33 @@ def _f(v: float, d: int = 4) -> str:
 def markdown_table(res: dict[str, Any]) -> str:
     """The docs table (docs/monitoring.md) from a study JSON: one row per scenario."""
     head = (
-        "| stream | false alarms / window [95% CI] | streams with a false alarm | detected | delay median "
-        "(min-max) | promotions before / after shift |\n|---|---|---|---|---|---|"
+        "| stream | false-alarm windows / window, any segment [95% CI] | incidents / 100 windows [95% CI] | "
+        "streams with a false alarm | promotions before / after shift |\n|---|---|---|---|---|"
     )
     rows = [head]
     for sc, r in res["scenarios"].items():
         lo, hi = r["false_alarm_rate_per_window_ci"]
-        delays = [
-            min((w for w in run["alerts"] if w >= res["design"]["shift_day"]), default=None)
-            for run in r["runs"]
-        ]
-        # Detected = an alert within DETECT_WITHIN windows of the shift; a later first alert is noise.
-        found = [d - res["design"]["shift_day"] for d in delays if d is not None]
-        found = [d for d in found if d < DETECT_WITHIN]
-        det = "–" if sc == "stable" else f"{len(found)}/{r['seeds']}"
-        dl = "–" if sc == "stable" or not found else f"{np.median(found):g} ({min(found)}-{max(found)})"
+        plo, phi = r["incidents_per_100_windows_ci"]
         rows.append(
             f"| {sc} | {_f(r['false_alarm_rate_per_window'], 3)} [{_f(lo, 3)}, {_f(hi, 3)}] | "
-            f"{r['streams_with_false_alarm']:.2f} | {det} | {dl} | "
+            f"{_f(r['incidents_per_100_windows'], 2)} [{_f(plo, 2)}, {_f(phi, 2)}] | "
+            f"{r['streams_with_false_alarm']:.2f} | "
             f"{r['promotions_before_shift']:.2f} / {r['promotions_after_shift']:.2f} |"
         )
+    rows += [
+        "",
+        "| stream | segment | detected within 7 windows | delay median (min-max) |",
+        "|---|---|---|---|",
+    ]
+    shift = res["design"]["shift_day"]
+    for sc, r in res["scenarios"].items():
+        if sc == "stable":
+            continue
+        for seg, firsts in r["delay_by_segment"].items():
+            # Detected = a first alert within DETECT_WITHIN windows of the shift; a later one is noise.
+            found = [d - shift for d in firsts if d is not None and d - shift < DETECT_WITHIN]
+            dl = f"{np.median(found):g} ({min(found)}-{max(found)})" if found else "–"
+            rows.append(f"| {sc} | {seg} | {len(found)}/{r['seeds']} | {dl} |")
     rows += [
         "",
         "| stream | excess log loss: gated | never | daily (no gate) | gated - never [95% CI], p | "
