@@ -202,6 +202,9 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
         if res["promotions"]:  # GTO: one version per commit, so the newest promotion of this run
             v = res["promotions"][-1]
             registry.promote(root, res["source"], v["version"], sha, f"promoted after {v['promoted_after']}")
+        elif registry.prod_version(root, res["source"]) != res["champion"]:
+            # A rescore withdrew the version in prod: prod follows the champion back (registered or not).
+            registry.promote(root, res["source"], res["champion"], sha, "champion after a rescore")
     return sha
 
 

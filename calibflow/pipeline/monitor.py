@@ -152,6 +152,8 @@ def pin_from_registry(paths: Paths, state: mon.MonitorState, version: int | None
         return None
     if not 1 <= version <= len(state.versions):
         raise StageError(f"monitor: registry prod version {version} unknown (have 1..{len(state.versions)})")
+    if state.versions[version - 1].get("withdrawn"):  # a rescore withdrew it; the flow re-assigns prod
+        return None
     state.notes.append(
         f"champion set to version {version} (was {state.champion}) by the registry's prod stage; pinned "
         f"until `calibflow monitor release --source {state.source}`"
