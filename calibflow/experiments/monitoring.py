@@ -71,13 +71,14 @@ def simulate_stream(
     day = np.repeat(np.arange(-warmup, days), rows)
     x = rng.normal(0.0, 1.0, day.size)
     after = day >= shift_day
+    u = rng.random(day.size)  # drawn in the original order (x, u, t, segment): old streams unchanged
+    t = DAY0 + pd.to_timedelta(day, unit="D") + pd.to_timedelta(rng.uniform(0, 86_399, day.size), unit="s")
     seg = np.where(rng.random(day.size) < 0.5, "A", "B")
     shifted = after & ((scenario == "base_rate") | ((scenario == "segment_shift") & (seg == "A")))
     aa = np.where(shifted, a + base_shift, a)
     bb = np.where(after & (scenario == "slope"), slope_after, b)
     p = expit(aa + bb * x)
-    y = (rng.random(day.size) < p).astype(float)
-    t = DAY0 + pd.to_timedelta(day, unit="D") + pd.to_timedelta(rng.uniform(0, 86_399, day.size), unit="s")
+    y = (u < p).astype(float)
     return pd.DataFrame({"time": t, "score": x, "label": y, "p_true": p, "day": day, "segment": seg})
 
 
