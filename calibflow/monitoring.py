@@ -12,8 +12,9 @@ one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, 
    windows*: the first ``reference_windows`` windows it scored after it took office that were not judged
    drifted (a window out of band, or inside an open incident, never enters a reference). Rule: a
    prediction interval for one new value, ``mean +- q * sd * sqrt(1 + 1/n)`` with ``q`` the Student-t
-   quantile (n - 1 degrees of freedom) at the normal tail of ``band_k`` sd: ten reference values give the
-   nominal rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio is two-sided;
+   quantile (n - 1 degrees of freedom) at the normal tail of ``band_k`` sd, split over the S segments
+   watched in the window (Bonferroni: S bands are judged at once): ten reference values give the nominal
+   rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio is two-sided;
    ECE is upper only and learned on log(ECE) (ECE is skewed and bounded below by its noise). Always on as
    well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio's
    bootstrap interval lies wholly outside ``1 +- practical_ratio``. A value out on ``patience``
@@ -82,7 +83,7 @@ class MonitorConfig:
     calib_windows: int = 14  # trailing calibration window of the challengers, in periods
     min_calib_windows: int = 3  # fewer trailing periods with data: no challenger this window
     reference_windows: int = 10  # the champion's first N scored windows define its bands
-    band_k: float = 3.0  # band: a t prediction interval at the normal tail of band_k sd
+    band_k: float = 3.0  # band: t prediction interval, normal tail of band_k sd split over segments
     patience: int = 1  # consecutive out-of-band windows before an alert
     floor_ratio: tuple[float, float] | None = (0.5, 2.0)  # absolute calibration-ratio limits (None: off)
     floor_ece: float | None = None  # absolute ECE ceiling (None: off)
@@ -473,9 +474,10 @@ def truncate(state: MonitorState, key: str, why: str) -> MonitorState:
     return out
 
 
-def _pred_quantile(n: int, band_k: float) -> float:
-    """Half-width of a prediction interval for one new value, in sample sd, at the tail of band_k sd."""
-    tail = float(stats.norm.sf(band_k))
+def _pred_quantile(n: int, band_k: float, split: int = 1) -> float:
+    """Half-width of a prediction interval for one new value, in sample sd, at the normal tail of band_k
+    sd shared by ``split`` segments (Bonferroni: a window watches every segment at once)."""
+    tail = float(stats.norm.sf(band_k)) / max(int(split), 1)
     return float(stats.t.ppf(1 - tail, n - 1) * math.sqrt(1 + 1 / n))
 
 
@@ -501,18 +503,21 @@ def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig)
     return []
 
 
-def bands(state: MonitorState, segment: str, cfg: MonitorConfig) -> dict[str, list[float | None]]:
-    """Alert band per metric for ``segment`` under the current champion (module doc, step 2)."""
+def bands(
+    state: MonitorState, segment: str, cfg: MonitorConfig, n_segments: int = 1
+) -> dict[str, list[float | None]]:
+    """Alert band per metric for ``segment`` under the current champion (module doc, step 2);
+    ``n_segments`` watched in the window share the band's tail (family-wise over segments)."""
     out: dict[str, list[float | None]] = {}
     lo_f, hi_f = cfg.floor_ratio if cfg.floor_ratio is not None else (None, None)
     r = np.array(_learned(state, segment, "calibration_ratio", cfg))
     e = np.log(np.maximum(np.array(_learned(state, segment, "ece", cfg)), 1e-6))
     lo = hi = top = None
     if r.size:
-        q = _pred_quantile(r.size, cfg.band_k)
+        q = _pred_quantile(r.size, cfg.band_k, n_segments)
         lo, hi = float(r.mean() - q * r.std(ddof=1)), float(r.mean() + q * r.std(ddof=1))
     if e.size:
-        top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k) * e.std(ddof=1)))
+        top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k, n_segments) * e.std(ddof=1)))
     out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
     out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
     out["reference"] = [int(r.size)]
@@ -660,14 +665,15 @@ def process_window(
     kind = state.score_kind
     p = S.calibrate_scores(champ, frame["score"].to_numpy(float), kind) if len(frame) else np.empty(0)
     overall_skipped = False
-    for seg, mask in segment_masks(frame, segments):
+    masks = segment_masks(frame, segments)
+    for seg, mask in masks:
         row = {"source": state.source, "window": window.key, "segment": seg, "version": state.champion}
         row.update(score(y[mask], p[mask], cfg, rng))
         if row["skipped"]:
             new.notes.append(f"{window.key} {seg}: {row['skipped']}")
             overall_skipped |= seg == ALL
         else:
-            band = bands(new, seg, cfg)
+            band = bands(new, seg, cfg, len(masks))
             row["band_ratio"], row["band_ece"] = band["calibration_ratio"], band["ece"]
             row["out"] = out_of_band(row, band, cfg)
             found = _alerts(new, row, band, cfg)
