@@ -315,3 +315,28 @@ def test_min_gain_refuses_a_practically_nil_promotion():
     rng = np.random.default_rng(0)
     rec, winner = mon.challenge(champ, calib, held, mon.MonitorConfig(min_gain=0.5), rng, "score")
     assert winner is None and "under min_gain" in rec["reason"] and rec["delta_ci"][0] > 0
+
+
+def test_init_monitor_adds_the_source_keeping_every_comment(tmp_path):
+    from calibflow.flows.cli_monitor import add_monitor_source
+
+    params = tmp_path / "params.yaml"
+    text = Path("params.yaml").read_text()
+    params.write_text(text)
+    add_monitor_source(params, "ads")
+    add_monitor_source(params, "ads")  # idempotent
+    add_monitor_source(params, "b2")
+    new = params.read_text()
+    assert yaml_load(new)["monitor"]["sources"] == ["ads", "b2"]
+    assert [ln for ln in new.splitlines() if "sources:" not in ln] == [
+        ln for ln in text.splitlines() if "sources:" not in ln
+    ]  # only that line changed; every comment kept
+    params.write_text("seed: 1\nmonitor:\n  sources:\n    - a\n")
+    with pytest.raises(ValueError, match="by hand"):
+        add_monitor_source(params, "ads")
+
+
+def yaml_load(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
