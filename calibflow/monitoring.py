@@ -9,25 +9,42 @@ one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, 
    and Brier. A (window, segment) with fewer than ``min_positives`` labelled positives is *skipped with a
    note* instead of scored; when the overall window is skipped no gate runs either.
 2. **Bands** (the alert thresholds) are learned per (segment, metric) from the champion's *reference
-   windows*: the first ``reference_windows`` windows it scored after it took office (a fixed reference
-   period, as NannyML and Evidently use, reset on every promotion). Rule: mean +- ``band_k`` sample
-   standard deviations of the reference windows' values (two-sided for the calibration ratio, upper only for
-   ECE). Until the reference is complete only the user's absolute floor applies
-   (``floor_ratio = [lo, hi]``, ``floor_ece = max``). An alert fires when a value leaves its band or the
-   floor on ``patience`` consecutive scored windows.
-3. **The gate.** Each challenger method is fitted on the trailing calibration window (the
+   windows*: the first ``reference_windows`` windows it scored after it took office that were not judged
+   drifted (a window out of band, or inside an open incident, never enters a reference). Rule: a
+   prediction interval for one new value, ``mean +- q * sd * sqrt(1 + 1/n)`` with ``q`` the Student-t
+   quantile (n - 1 degrees of freedom) at the normal tail of ``band_k`` sd, split over the S segments
+   watched in the window (Bonferroni: S bands are judged at once): ten reference values give the nominal
+   rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio is two-sided;
+   ECE is upper only and learned on log(ECE) (ECE is skewed and bounded below by its noise). Always on as
+   well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio's
+   bootstrap interval lies wholly outside ``1 +- practical_ratio``. A value out on ``patience``
+   consecutive scored windows raises an alert.
+3. **Incidents** (what a person is paged for): the first alert on a (segment, metric) opens an incident;
+   it stays open until the metric is back in band for ``recovery`` consecutive scored windows; an alert
+   within ``cooldown`` windows of a close reopens that incident instead of opening a new one. Incidents
+   are derived from the history (``incidents``), so a rescored history gives the same incidents.
+4. **The gate.** Each challenger method is fitted on the trailing calibration window (the
    ``calib_windows`` periods just before the window) and scored beside the champion on this, the newest
    held-out window. The best challenger by the selection metric (log loss or Brier: proper scores,
    per-row additive, so the paired bootstrap resamples per-row differences) is compared with the champion by
    a paired bootstrap of ``metric(champion) - metric(challenger)``; the interval level is
    Bonferroni-adjusted for the number of challengers (``1 - (1 - ci_level) / m``) because the best of m is
-   picked on the same window. It is promoted only if the whole interval is above zero AND the challenger
-   keeps the ranking (its class declares ``monotone`` and its predictions are non-decreasing on the sorted
-   scores of both windows).
+   picked on the same window. It is promoted only if the whole interval is above zero, the mean gain is at
+   least ``min_gain`` of the champion's loss (a practical gain, not a 1e-5 one), the challenger keeps the
+   ranking (its class declares ``monotone`` and its predictions are non-decreasing on the sorted scores of
+   both windows) and no rollback pins the champion.
+
+**One scale.** The frame's ``score`` column is the user's own score on the source's ``score_kind`` scale
+(probability, logit or score). Every prediction goes through ``calibflow.sources.calibrate_scores`` (the
+one conversion select and ``apply`` use) and every challenger is fitted on the champion's declared input
+converted from that scale, then records ``score_kind`` in its JSON.
 
 The history is keyed by (window start, segment): ``process_window`` refuses a window already processed,
 so a resumed run never double-counts one, and ``pending_windows`` lists exactly the matured windows not yet
-in the state, so none is lost.
+in the state, so none is lost. ``truncate`` drops everything from a window on (a late or re-delivered day:
+the history and the gate are recomputed from there); versions promoted from then on are kept, marked
+withdrawn, and their numbers are never reused. Windows sit on a fixed grid (``origin`` + k * ``period``),
+so deleting old files never moves it.
 """
 
 from __future__ import annotations
@@ -40,13 +57,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+from scipy import stats
 
 from calibflow import calibrators as C
 from calibflow import metrics as M
+from calibflow import sources as S
 
 ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
-STATE_SCHEMA = 1
+WATCHED = ("calibration_ratio", "ece")
+STATE_SCHEMA = 2
 _EPS = 1e-15
 
 
@@ -58,14 +78,19 @@ class MonitorConfig:
     """Every knob of the monitor (params.yaml ``monitor:`` section; see docs/monitoring.md)."""
 
     period: str = "1D"  # window length, a pandas offset alias (1D daily, 7D weekly, 6h)
+    origin: str = "1970-01-01"  # the window grid: origin + k * period (1970-01-01 is a Thursday)
     label_delay: str = "2D"  # a window is scored only once window_end + label_delay <= now
     calib_windows: int = 14  # trailing calibration window of the challengers, in periods
     min_calib_windows: int = 3  # fewer trailing periods with data: no challenger this window
     reference_windows: int = 10  # the champion's first N scored windows define its bands
-    band_k: float = 3.0  # band = mean +- band_k * sd of the reference windows
+    band_k: float = 3.0  # band: t prediction interval, normal tail of band_k sd split over segments
     patience: int = 1  # consecutive out-of-band windows before an alert
     floor_ratio: tuple[float, float] | None = (0.5, 2.0)  # absolute calibration-ratio limits (None: off)
     floor_ece: float | None = None  # absolute ECE ceiling (None: off)
+    practical_ratio: float | None = 0.1  # out when the ratio's interval is wholly outside 1 +- this
+    recovery: int = 3  # consecutive in-band windows that close an incident
+    cooldown: int = 3  # an alert within this many windows of a close reopens that incident
+    min_gain: float = 0.002  # promotion needs a mean gain >= this share of the champion's loss
     min_positives: int = 30  # fewer labelled positives in a (window, segment): skipped with a note
     methods: tuple[str, ...] = ("platt", "beta", "isotonic")
     selection_metric: str = "log_loss"
@@ -77,11 +102,26 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         _check(_offset(self.period) > pd.Timedelta(0), f"monitor.period must be > 0, got {self.period!r}")
         _check(_offset(self.label_delay) >= pd.Timedelta(0), "monitor.label_delay must be >= 0")
-        for k in ("calib_windows", "min_calib_windows", "reference_windows", "patience", "n_bootstrap"):
+        _origin(self.origin)
+        for k in (
+            "calib_windows",
+            "min_calib_windows",
+            "reference_windows",
+            "patience",
+            "n_bootstrap",
+            "recovery",
+        ):
             _check(int(getattr(self, k)) >= 1, f"monitor.{k} must be an integer >= 1, got {getattr(self, k)}")
         _check(self.min_calib_windows <= self.calib_windows, "monitor.min_calib_windows > calib_windows")
         _check(self.reference_windows >= 2, "monitor.reference_windows must be >= 2 (a band needs a spread)")
         _check(self.band_k > 0, f"monitor.band_k must be > 0, got {self.band_k}")
+        _check(int(self.cooldown) >= 0, f"monitor.cooldown must be an integer >= 0, got {self.cooldown}")
+        _check(0 <= self.min_gain < 1, f"monitor.min_gain must be in [0, 1), got {self.min_gain}")
+        if self.practical_ratio is not None:
+            _check(
+                0 < self.practical_ratio < 1,
+                f"monitor.practical_ratio must be in (0, 1) or null, got {self.practical_ratio}",
+            )
         _check(self.min_positives >= 1, f"monitor.min_positives must be >= 1, got {self.min_positives}")
         _check(0 < self.ci_level < 1, f"monitor.ci_level must be in (0, 1), got {self.ci_level}")
         _check(
@@ -116,6 +156,14 @@ def _check(ok: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
+def _origin(text: str) -> pd.Timestamp:
+    try:
+        t = pd.Timestamp(text)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"monitor.origin is not a timestamp: {text!r} (e.g. 2026-01-05: Mondays)") from exc
+    return t.tz_convert(None) if t.tzinfo is not None else t
+
+
 def _offset(text: str) -> pd.Timedelta:
     try:
         return pd.Timedelta(text)
@@ -143,28 +191,43 @@ def window_of(t: pd.Timestamp, period: str, origin: pd.Timestamp) -> Window:
     return Window(start, start + step)
 
 
+def window_index(times: pd.Series, cfg: MonitorConfig) -> NDArray[np.int64]:
+    """Each timestamp's window number on the fixed grid ``origin + k * period``."""
+    t = pd.to_datetime(times)
+    step = _offset(cfg.period)
+    return np.floor((t - _origin(cfg.origin)) / step).to_numpy(dtype=float).astype(np.int64)
+
+
+def window_at(k: int, cfg: MonitorConfig) -> Window:
+    step = _offset(cfg.period)
+    start = _origin(cfg.origin) + int(k) * step
+    return Window(start, start + step)
+
+
 def matured_windows(times: pd.Series, now: pd.Timestamp, cfg: MonitorConfig) -> list[Window]:
     """Complete windows whose labels have matured: ``end + label_delay <= now``; oldest first.
 
-    Windows are aligned on midnight (UTC-naive) of the first timestamp's day, so a daily period is the
-    calendar day. A window that holds no row at all is not listed (nothing to score).
+    Windows sit on the fixed grid ``origin + k * period`` (UTC-naive), so a daily period is the calendar
+    day and removing old files never moves a window. A window that holds no row is not listed.
     """
-    t = pd.to_datetime(times)
-    if t.empty:
+    if len(times) == 0:
         return []
-    step, delay = _offset(cfg.period), _offset(cfg.label_delay)
-    origin = t.min().normalize()
-    ks = np.unique(np.floor((t - origin) / step).to_numpy(dtype=float)).astype(int)
-    out = [Window(origin + int(k) * step, origin + (int(k) + 1) * step) for k in ks]
+    delay = _offset(cfg.label_delay)
+    out = [window_at(int(k), cfg) for k in np.unique(window_index(times, cfg))]
     return [w for w in out if w.end + delay <= pd.Timestamp(now)]
 
 
 def pending_windows(
     times: pd.Series, now: pd.Timestamp, cfg: MonitorConfig, state: MonitorState
 ) -> list[Window]:
-    """Matured windows not yet in ``state`` (a resumed run picks up exactly these)."""
+    """Matured windows not in ``state`` (a resumed run picks up exactly these), from ``state.start_at``."""
     done = set(state.processed)
-    return [w for w in matured_windows(times, now, cfg) if w.key not in done]
+    start = pd.Timestamp(state.start_at) if state.start_at else None
+    return [
+        w
+        for w in matured_windows(times, now, cfg)
+        if w.key not in done and (start is None or w.start >= start)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,12 +311,34 @@ def paired_bootstrap(d: NDArray[np.float64], n_boot: int, level: float, rng: np.
     return float(d.mean()), float(lo), float(hi)
 
 
-def keeps_ranking(cal: C.BaseCalibrator, scores: NDArray[np.float64]) -> bool:
-    """Monotone: the class says so and predictions on the sorted scores never decrease."""
+def predict_frame(cal: C.BaseCalibrator, frame: pd.DataFrame, score_kind: str | None) -> NDArray[np.float64]:
+    """The calibrator's probabilities for a window's rows; a per-segment champion (select may deploy one)
+    also reads the segment columns it was fitted on, which the source must declare."""
+    scores = frame["score"].to_numpy(float)
+    if "segments" not in getattr(cal, "needs", ()):
+        return S.calibrate_scores(cal, scores, score_kind)
+    names = [str(c) for c in getattr(cal, "segment_names_", [])]
+    missing = [c for c in names if c not in frame.columns]
+    _check(not missing, f"the champion is per segment and needs the column(s) {missing}: declare them "
+           "under the source's `segments:`")
+    segs = {c: frame[c].to_numpy(dtype=object) for c in names}
+    return S.calibrate_scores(cal, scores, score_kind, segments=segs)
+
+
+def keeps_ranking(cal: C.BaseCalibrator, scores: NDArray[np.float64], score_kind: str) -> bool:
+    """Monotone: the class says so and predictions on the sorted user scores never decrease."""
     if not getattr(type(cal), "monotone", False):
         return False
-    p = cal.predict(np.sort(scores))
+    p = S.calibrate_scores(cal, np.sort(scores), score_kind)
     return bool(np.all(np.diff(p) >= -1e-12))
+
+
+def fit_challenger(
+    method: str, input_kind: str, scores: NDArray[np.float64], y: NDArray[np.float64], score_kind: str
+) -> C.BaseCalibrator:
+    """``method`` fitted on the user's scores converted to ``input_kind``, recording ``score_kind``."""
+    x = S.calibrator_input(scores, score_kind, input_kind)
+    return S.record_score_kind(C.make(method, input=input_kind).fit(x, y), score_kind)
 
 
 def challenge(
@@ -262,26 +347,31 @@ def challenge(
     held_out: pd.DataFrame,
     cfg: MonitorConfig,
     rng: np.random.Generator,
+    score_kind: str | None = None,
+    pinned: int | None = None,
 ) -> tuple[dict[str, Any], C.BaseCalibrator | None]:
     """Fit the challengers on ``calib``, compare the best with the champion on ``held_out``.
 
+    ``score`` columns are the user's scores of ``score_kind`` (default: the champion's recorded kind).
     Returns the gate record (every challenger's metric, the best, the paired interval, the decision and
     its reason) and the fitted best challenger when it is to be promoted, else None.
     """
+    kind = score_kind or getattr(champion, "score_kind_", None)
+    _check(kind is not None, "the champion records no score_kind and none was given")
     ys, ss = calib["label"].to_numpy(float), calib["score"].to_numpy(float)
     yh, sh = held_out["label"].to_numpy(float), held_out["score"].to_numpy(float)
     metric = cfg.selection_metric
-    champ_loss = per_row_loss(yh, champion.predict(sh), metric)
+    champ_loss = per_row_loss(yh, predict_frame(champion, held_out, kind), metric)
     rec: dict[str, Any] = {"metric": metric, "champion": float(champ_loss.mean()), "challengers": {}}
     fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64]]] = {}
     for m in cfg.methods:
         try:
-            cal = C.make(m, input=champion.input).fit(ss, ys)
+            cal = fit_challenger(m, str(champion.input), ss, ys, kind)
         except ValueError as exc:  # e.g. a method that cannot fit this window; recorded, never silent
             rec["challengers"][m] = {"error": str(exc)}
             continue
-        loss = per_row_loss(yh, cal.predict(sh), metric)
-        mono = keeps_ranking(cal, np.concatenate([ss, sh]))
+        loss = per_row_loss(yh, S.calibrate_scores(cal, sh, kind), metric)
+        mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
         rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono}
         fitted[m] = (cal, loss)
     if not fitted:
@@ -291,13 +381,18 @@ def challenge(
     level = 1 - (1 - cfg.ci_level) / len(fitted)  # Bonferroni: the best of m is picked on this window
     delta, lo, hi = paired_bootstrap(champ_loss - fitted[best][1], cfg.n_bootstrap, level, rng)
     mono = rec["challengers"][best]["monotone"]
-    promoted = lo > 0 and mono
+    need = cfg.min_gain * rec["champion"]
+    promoted = lo > 0 and mono and delta >= need and pinned is None
     if promoted:
         reason = f"{best} better by {delta:.5f} {metric}, {level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0"
     elif not mono:
         reason = f"{best} would reverse the ranking (not monotone): kept the champion"
-    else:
+    elif lo <= 0:
         reason = f"{best} not better: {level:.3f} interval [{lo:.5f}, {hi:.5f}] includes or is below 0"
+    elif delta < need:
+        reason = f"{best} better by {delta:.5f} only, under min_gain ({need:.5f}): kept the champion"
+    else:
+        reason = f"{best} better by {delta:.5f}, but a rollback pins v{pinned}: kept the champion"
     rec.update(best=best, delta=delta, delta_ci=[lo, hi], ci_level=level, promoted=promoted, reason=reason)
     return rec, (fitted[best][0] if promoted else None)
 
@@ -317,11 +412,33 @@ class MonitorState:
     gates: list[dict[str, Any]] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    score_kind: str = "score"  # the scale of the source's score column (every version records it too)
+    windows: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> fingerprint, rows, champion
+    pinned: int | None = None  # a rollback's version: kept in office, no promotion, until released
+    start_at: str | None = None  # windows before this are never scored (``--start``)
+    grid: dict[str, str] = field(default_factory=dict)  # origin and period the keys were cut on
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # delivered file -> digest, windows
+
+    @classmethod
+    def start_with(
+        cls, source: str, champion: C.BaseCalibrator, provenance: dict[str, Any], score_kind: str
+    ) -> MonitorState:
+        """Version 1 = ``champion``; it must agree with the source's ``score_kind`` (recorded if absent)."""
+        recorded = getattr(champion, "score_kind_", None)
+        _check(
+            recorded in (None, score_kind),
+            f"monitor: the initial champion of source {source!r} was fitted on {recorded} scores but the "
+            f"source declares score_kind: {score_kind}; rerun `calibflow run` or fix score_kind",
+        )
+        S.record_score_kind(champion, score_kind)
+        v = {"version": 1, "method": champion.name, "calibrator": champion.to_json(), **provenance}
+        return cls(source=source, versions=[v], champion=1, score_kind=score_kind)
 
     @classmethod
     def start(cls, source: str, champion: C.BaseCalibrator, provenance: dict[str, Any]) -> MonitorState:
-        v = {"version": 1, "method": champion.name, "calibrator": champion.to_json(), **provenance}
-        return cls(source=source, versions=[v], champion=1)
+        """Version 1 = ``champion`` on its recorded score kind (``score`` when it records none)."""
+        kind = getattr(champion, "score_kind_", None) or "score"
+        return cls.start_with(source, champion, provenance, kind)
 
     def calibrator(self, version: int | None = None) -> C.BaseCalibrator:
         return C.from_json(self.versions[(version or self.champion) - 1]["calibrator"])
@@ -332,50 +449,92 @@ class MonitorState:
     @classmethod
     def from_json(cls, text: str) -> MonitorState:
         d = json.loads(text)
-        _check(d.pop("schema", None) == STATE_SCHEMA, f"monitor state schema is not {STATE_SCHEMA}")
+        schema = d.pop("schema", None)
+        _check(
+            schema == STATE_SCHEMA,
+            f"monitor state schema is {schema}, not {STATE_SCHEMA} (written by an older calibflow): "
+            "move monitoring/<source>/ aside and rerun to rescore from the start",
+        )
         return cls(**d)
 
 
-def _reference(state: MonitorState, segment: str, version: int, n: int) -> list[dict[str, Any]]:
-    rows = [
-        r
-        for r in state.history
-        if r["version"] == version and r["segment"] == segment and not r.get("skipped")
-    ]
-    return rows[:n]
+def truncate(state: MonitorState, key: str, why: str) -> MonitorState:
+    """The state as it was before window ``key``: later windows, gates and alerts dropped.
 
-
-def bands(state: MonitorState, segment: str, cfg: MonitorConfig) -> dict[str, list[float | None]]:
-    """Alert band per metric for ``segment`` under the current champion (module doc, step 2).
-
-    While a newly promoted champion's own reference is incomplete, the band of the latest earlier version
-    with a complete reference is kept (a calibrated champion's ratio sits near 1 either way): without it
-    a promotion just before a shift left the shift unseen (docs/monitoring.md, first study run).
+    Versions promoted from ``key`` on stay listed, marked withdrawn (their numbers, maybe registered and
+    served, are never reused); the champion is the one in office after the last kept window.
     """
-    ref: list[dict[str, Any]] = []
+    kept = [k for k in state.processed if k < key]
+    champion = state.windows[kept[-1]]["champion"] if kept else 1
+    versions = []
+    for v in state.versions:
+        v = dict(v)
+        if v.get("promoted_after", "") >= key and not v.get("withdrawn") and v["version"] > 1:
+            v["withdrawn"] = f"promoted on data rescored from {key}: {why}"
+        versions.append(v)
+    if state.pinned is not None:
+        champion = state.pinned
+    out = replace(
+        state,
+        versions=versions,
+        champion=champion,
+        processed=kept,
+        history=[r for r in state.history if r["window"] < key],
+        gates=[g for g in state.gates if g["window"] < key],
+        alerts=[a for a in state.alerts if a["window"] < key],
+        notes=[*state.notes, f"rescored from {key}: {why}"],
+        windows={k: v for k, v in state.windows.items() if k < key},
+    )
+    return out
+
+
+def _pred_quantile(n: int, band_k: float, split: int = 1) -> float:
+    """Half-width of a prediction interval for one new value, in sample sd, at the normal tail of band_k
+    sd shared by ``split`` segments (Bonferroni: a window watches every segment at once)."""
+    tail = float(stats.norm.sf(band_k)) / max(int(split), 1)
+    return float(stats.t.ppf(1 - tail, n - 1) * math.sqrt(1 + 1 / n))
+
+
+def _reference(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[float]:
+    """The first ``n`` values of ``metric`` that ``version`` scored on ``segment`` while not drifted."""
+    vals = [
+        r[metric]
+        for r in state.history
+        if r["version"] == version
+        and r["segment"] == segment
+        and not r.get("skipped")
+        and metric not in r.get("drifted", [])
+    ]
+    return vals[:n]
+
+
+def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
+    """The current champion's reference; while it fills, the latest earlier complete one (module doc)."""
     for version in range(state.champion, 0, -1):
-        ref = _reference(state, segment, version, cfg.reference_windows)
+        ref = _reference(state, segment, version, metric, cfg.reference_windows)
         if len(ref) >= cfg.reference_windows:
-            break
+            return ref
+    return []
+
+
+def bands(
+    state: MonitorState, segment: str, cfg: MonitorConfig, n_segments: int = 1
+) -> dict[str, list[float | None]]:
+    """Alert band per metric for ``segment`` under the current champion (module doc, step 2);
+    ``n_segments`` watched in the window share the band's tail (family-wise over segments)."""
     out: dict[str, list[float | None]] = {}
     lo_f, hi_f = cfg.floor_ratio if cfg.floor_ratio is not None else (None, None)
-    if len(ref) >= cfg.reference_windows:
-        r = np.array([x["calibration_ratio"] for x in ref])
-        e = np.array([x["ece"] for x in ref])
-        out["calibration_ratio"] = [
-            r.mean() - cfg.band_k * r.std(ddof=1),
-            r.mean() + cfg.band_k * r.std(ddof=1),
-        ]
-        out["ece"] = [None, e.mean() + cfg.band_k * e.std(ddof=1)]
-    else:
-        out["calibration_ratio"] = [None, None]
-        out["ece"] = [None, None]
-    out["calibration_ratio"] = [
-        _tight(out["calibration_ratio"][0], lo_f, max),
-        _tight(out["calibration_ratio"][1], hi_f, min),
-    ]
-    out["ece"] = [None, _tight(out["ece"][1], cfg.floor_ece, min)]
-    out["reference"] = [len(ref)]
+    r = np.array(_learned(state, segment, "calibration_ratio", cfg))
+    e = np.log(np.maximum(np.array(_learned(state, segment, "ece", cfg)), 1e-6))
+    lo = hi = top = None
+    if r.size:
+        q = _pred_quantile(r.size, cfg.band_k, n_segments)
+        lo, hi = float(r.mean() - q * r.std(ddof=1)), float(r.mean() + q * r.std(ddof=1))
+    if e.size:
+        top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k, n_segments) * e.std(ddof=1)))
+    out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
+    out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
+    out["reference"] = [int(r.size)]
     return out
 
 
@@ -388,6 +547,16 @@ def _tight(learned: float | None, floor: float | None, pick) -> float | None:
 def _outside(value: float, band: list[float | None]) -> bool:
     lo, hi = band
     return (lo is not None and value < lo) or (hi is not None and value > hi)
+
+
+def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig) -> list[str]:
+    """The watched metrics of ``row`` outside their band, or (ratio) practically off for sure."""
+    out = [m for m in WATCHED if _outside(row[m], band[m])]
+    pr = cfg.practical_ratio
+    off = pr is not None and (row["ratio_low"] > 1 + pr or row["ratio_high"] < 1 - pr)
+    if off and "calibration_ratio" not in out:
+        out.insert(0, "calibration_ratio")
+    return out
 
 
 def _alerts(state: MonitorState, row: dict[str, Any], band: dict, cfg: MonitorConfig) -> list[dict[str, Any]]:
@@ -412,6 +581,67 @@ def _alerts(state: MonitorState, row: dict[str, Any], band: dict, cfg: MonitorCo
     return out
 
 
+def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
+    """Incidents per (segment, metric), derived from the history (module doc, step 3); oldest first.
+
+    Each: ``id`` (source/segment/metric/opening window), ``opened``, ``closed`` (None while open),
+    ``windows`` out of band, ``worst`` value, ``reopened`` (alerts within the cooldown of a close).
+    """
+    alerted = {(a["window"], a["segment"], a["metric"]) for a in state.alerts}
+    scored: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in state.history:
+        if not r.get("skipped"):
+            for m in WATCHED:
+                scored.setdefault((r["segment"], m), []).append(r)
+    found: list[dict[str, Any]] = []
+    for (seg, metric), rows in scored.items():
+        cur: dict[str, Any] | None = None
+        streak = since_close = 0
+        for i, r in enumerate(rows):
+            out = metric in r.get("out", [])
+            if cur is None and (r["window"], seg, metric) in alerted:
+                last = found[-1] if found and found[-1]["key"] == (seg, metric) else None
+                if last is not None and i - since_close <= cfg.cooldown:
+                    cur = last
+                    cur["closed"], cur["reopened"] = None, cur["reopened"] + 1
+                else:
+                    cur = {
+                        "id": f"{state.source}/{seg}/{metric}/{r['window']}",
+                        "key": (seg, metric),
+                        "source": state.source,
+                        "segment": seg,
+                        "metric": metric,
+                        "opened": r["window"],
+                        "closed": None,
+                        "windows": 0,
+                        "worst": r[metric],
+                        "reopened": 0,
+                        "version": r["version"],
+                        "band": r["band_ratio" if metric == "calibration_ratio" else "band_ece"],
+                    }
+                    found.append(cur)
+                streak = 0
+            if cur is None:
+                continue
+            if out:
+                cur["windows"] += 1
+                streak = 0
+                if _severity(metric, r[metric]) > _severity(metric, cur["worst"]):
+                    cur["worst"] = r[metric]
+            else:
+                streak += 1
+                if streak >= cfg.recovery:
+                    cur["closed"], cur = r["window"], None
+                    since_close = i
+    for inc in found:
+        inc.pop("key")
+    return sorted(found, key=lambda x: (x["opened"], x["segment"], x["metric"]))
+
+
+def _severity(metric: str, value: float) -> float:
+    return abs(value - 1.0) if metric == "calibration_ratio" else value
+
+
 def process_window(
     state: MonitorState,
     window: Window,
@@ -419,11 +649,14 @@ def process_window(
     calib: pd.DataFrame,
     cfg: MonitorConfig,
     segments: tuple[str, ...] = (),
+    fingerprint: str | None = None,
 ) -> MonitorState:
     """One window: champion scores + bands + alerts for every segment, then the gate. Returns a new state.
 
     ``frame``: the window's rows; ``calib``: the rows of the ``calib_windows`` periods before it (the
-    challengers' trailing calibration window). Refuses a window already in the state (no double count).
+    challengers' trailing calibration window); both with the user's score on ``state.score_kind``.
+    Refuses a window already in the state (no double count) or older than the newest one (``truncate``
+    first: a late day is rescored from its window on).
     """
     if window.key in state.processed:
         raise ValueError(f"window {window.key} already processed for source {state.source!r}")
@@ -439,42 +672,64 @@ def process_window(
         notes=list(state.notes),
         versions=list(state.versions),
         processed=list(state.processed),
+        windows=dict(state.windows),
     )
     champ = state.calibrator()
     y = frame["label"].to_numpy(float)
-    p = champ.predict(frame["score"].to_numpy(float)) if len(frame) else np.empty(0)
+    kind = state.score_kind
+    p = predict_frame(champ, frame, kind) if len(frame) else np.empty(0)
     overall_skipped = False
-    for seg, mask in segment_masks(frame, segments):
+    masks = segment_masks(frame, segments)
+    for seg, mask in masks:
         row = {"source": state.source, "window": window.key, "segment": seg, "version": state.champion}
         row.update(score(y[mask], p[mask], cfg, rng))
         if row["skipped"]:
             new.notes.append(f"{window.key} {seg}: {row['skipped']}")
             overall_skipped |= seg == ALL
         else:
-            band = bands(new, seg, cfg)
+            band = bands(new, seg, cfg, len(masks))
             row["band_ratio"], row["band_ece"] = band["calibration_ratio"], band["ece"]
-            row["out"] = [m for m in ("calibration_ratio", "ece") if _outside(row[m], band[m])]
+            row["out"] = out_of_band(row, band, cfg)
             found = _alerts(new, row, band, cfg)
             new.alerts.extend(found)
             row["alert"] = bool(found)
         new.history.append(row)
+    # Drifted: out now, or inside an open incident; such a value never enters a reference.
+    still_open = {(i["segment"], i["metric"]) for i in incidents(new, cfg) if i["closed"] is None}
+    for row in new.history[len(state.history) :]:
+        if not row["skipped"]:
+            held = {m for m in WATCHED if (row["segment"], m) in still_open}
+            row["drifted"] = sorted(set(row["out"]) | held)
     new.processed.append(window.key)
+    new.windows[window.key] = {"fingerprint": fingerprint, "rows": int(len(frame))}
+    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped)
+    new.gates.append(rec)
+    new.windows[window.key]["champion"] = new.champion
+    return new
+
+
+def _gate(
+    new: MonitorState,
+    state: MonitorState,
+    window: Window,
+    frame: pd.DataFrame,
+    calib: pd.DataFrame,
+    cfg: MonitorConfig,
+    rng: np.random.Generator,
+    champ: C.BaseCalibrator,
+    overall_skipped: bool,
+) -> dict[str, Any]:
+    """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
     if overall_skipped:
-        new.gates.append(
-            {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
-        )
-        return new
-    n_calib_windows = calib["time"].dt.floor(cfg.period).nunique() if len(calib) else 0
+        return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
+    n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
     if n_calib_windows < cfg.min_calib_windows or calib["label"].sum() < cfg.min_positives:
-        new.gates.append(
-            {
-                "window": window.key,
-                "promoted": False,
-                "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
-            }
-        )
-        return new
-    rec, winner = challenge(champ, calib, frame, cfg, rng)
+        return {
+            "window": window.key,
+            "promoted": False,
+            "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
+        }
+    rec, winner = challenge(champ, calib, frame, cfg, rng, state.score_kind, state.pinned)
     rec["window"] = window.key
     rec["champion_version"] = state.champion
     if winner is not None:
@@ -495,8 +750,7 @@ def process_window(
         )
         new.champion = version
         rec["new_version"] = version
-    new.gates.append(rec)
-    return new
+    return rec
 
 
 def history_frame(state: MonitorState) -> pd.DataFrame:

@@ -66,3 +66,45 @@ def test_overlapping_run_queues_then_commits_to_the_runs_branch(tmp_path):
     # The second trigger finds nothing new: no window counted twice, no new commit.
     assert second[0][0] == 0 and second[0][2] is None
     assert _git(tmp_path, "rev-parse", "calibflow/runs") == rev
+
+
+def test_cli_run_reports_a_broken_source_and_a_broken_day_in_one_line_each(tmp_path):
+    import pandas as pd
+    import yaml
+
+    df = make_project(tmp_path, "stable", days=8)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["sources"]["gone"] = {**params["sources"]["ads"], "path": "data/nowhere"}
+    params["monitor"]["sources"] = ["gone", "ads"]  # the broken one first: ads must still be scored
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (tmp_path / "models/gone").mkdir()
+    (tmp_path / "models/gone/calibrator.json").write_text(
+        (tmp_path / "models/ads/calibrator.json").read_text()
+    )
+    day3 = df[df["day"] == 3].drop(columns=["segment"])[["time", "score", "label"]]
+    day3.to_parquet(tmp_path / "data/stream/day=003.parquet", index=False)  # a day without its segment
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PREFECT_HOME=str(tmp_path / ".prefect"), CALIBFLOW_ROOT=str(tmp_path), OPENBLAS_NUM_THREADS="1"
+    )
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
+    cmd = [
+        sys.executable,
+        "-m",
+        "calibflow.flows.cli",
+        "monitor",
+        "run",
+        "--now",
+        "2026-01-10",
+        "--no-commit",
+    ]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stdout + out.stderr
+    err = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 2, out.stderr[-3000:]
+    assert err[0].startswith("error: monitor gone: failed:") and "data/nowhere" in err[0]
+    assert "file day=003.parquet: column 'segment' is missing (800 rows" in err[1]
+    assert "monitor ads: 6 window(s)" in out.stdout  # days 0-6 matured, day 3 pending
+    state = json.loads((tmp_path / "monitoring/ads/state.json").read_text())
+    assert pd.Timestamp("2026-01-04").isoformat() not in state["processed"] and len(state["processed"]) == 6

@@ -22,7 +22,7 @@ def _git(root, *args):
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
 
 
-def test_promotions_are_registered_and_a_rollback_is_served(tmp_path):
+def test_promotions_are_registered_and_a_rollback_is_served(tmp_path, monkeypatch):
     make_project(tmp_path, "base_rate", days=12, shift_day=6, monitor={"methods": ["platt"]})
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "config", "user.email", "t@example.invalid")
@@ -63,8 +63,32 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path):
     assert any("set to version 1" in n for n in res["notes"])
     first_new = next(r for r in state["history"] if r["window"] == res["windows"][0])
     assert first_new["version"] == 1  # the rolled-back calibrator is the one scored
-    card = json.loads((tmp_path / "models/ads/champion.card.json").read_text())
-    assert card["version"] == state["champion"]
+    card = json.loads((tmp_path / "monitoring/ads/card.json").read_text())
+    assert card["version"] == state["champion"] == 1 and card["pinned"] == 1
+    # The rollback holds: the shifted windows after it promote nothing until the pin is released.
+    assert not res["promotions"] and all("pins v1" in g["reason"] for g in state["gates"][-2:])
+    # Released: the pin file is gone and a rescore of the same windows lets the gate promote again.
+    from typer.testing import CliRunner
+
+    from calibflow.flows.cli import app
+
+    monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))
+    out = CliRunner().invoke(app, ["monitor", "release", "--source", "ads"])
+    assert (
+        out.exit_code == 0
+        and "pin released" in out.output
+        and not (tmp_path / "monitoring/ads/pin.json").exists()
+    )
+    res = tm.run(
+        tmp_path,
+        params,
+        "ads",
+        now=DAY0 + pd.Timedelta(days=12),
+        render=False,
+        rescore_from=res["windows"][0],
+    )
+    state = json.loads((tmp_path / "monitoring/ads/state.json").read_text())
+    assert state["pinned"] is None and not any("pins" in g["reason"] for g in state["gates"])
     try:
         registry.rollback(tmp_path, "ads", 99)
     except ValueError as exc:
@@ -82,5 +106,5 @@ def test_cli_rollback_without_registry_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))
     out = CliRunner().invoke(app, ["monitor", "rollback", "--source", "ads", "--to-version", "1"])
     assert out.exit_code == 1
-    assert "ads-calibrator has no registered version v1.0.0" in out.output
+    assert "source 'ads' has no monitor state" in out.output
     assert "Traceback" not in out.output

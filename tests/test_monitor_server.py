@@ -1,4 +1,6 @@
-"""The monitor against a real local Prefect server: drift events, the automation reacting, the artifact."""
+"""The monitor against a real local Prefect server: incident events (not one per window), promotion and
+failure events, the automation reacting, the artifact, a broken source isolated in its own subflow, and
+the flow served on a cron against that server."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect")]
 SCRIPT = r"""
 import asyncio, json, sys, time
 import httpx
+from prefect.client.orchestration import get_client
 from calibflow.flows import server
 port, root, now = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 server.start(port, wait=120)
@@ -23,6 +26,8 @@ from calibflow.flows.monitor import drift_automation, monitor
 auto = drift_automation(name="drift-test")
 out = monitor(root=root, now=now, commit=False, registry_on=False)
 alerts = [a for r in out["sources"] for a in r["alerts"]]
+opened = [i for r in out["sources"] for i in r["opened"]]
+promotions = [v for r in out["sources"] for v in r["promotions"]]
 api = server.api_url(port)
 def events(name):
     body = {"filter": {"event": {"name": [name]}}, "limit": 50}
@@ -31,15 +36,25 @@ def events(name):
     return r.json()["events"]
 for _ in range(90):
     drift, triggered = events("calibflow.calibration.drift"), events("prefect.automation.triggered")
-    if triggered and len(drift) >= min(len(alerts), 50):
+    promoted, failed = events("calibflow.calibrator.promoted"), events("calibflow.monitor.failed")
+    if triggered and len(drift) >= len(opened) and len(promoted) >= len(promotions) and failed:
         break
     time.sleep(1)
-from prefect.client.orchestration import get_client
+async def runs():
+    async with get_client() as c:
+        return sorted((r.name, r.state.type.value) for r in await c.read_flow_runs())
 async def keys():
     async with get_client() as c:
         return sorted({a.key for a in await c.read_artifacts()})
 print(json.dumps({
     "alerts": len(alerts),
+    "opened": len(opened),
+    "promotions": len(promotions),
+    "promoted": [e["payload"]["version"] for e in promoted],
+    "failed_events": [e["payload"]["error"] for e in failed],
+    "failed": out["failed"],
+    "scored": [r["source"] for r in out["sources"]],
+    "runs": asyncio.run(runs()),
     "drift": [dict(e["payload"], resource=e["resource"]["prefect.resource.id"]) for e in drift],
     "triggered": [e["resource"]["prefect.resource.id"] for e in triggered],
     "automation_id": str(auto.id),
@@ -67,13 +82,16 @@ print(json.dumps({"crons": crons, "state": fr.state.type.value}))
 
 
 def _serve_and_trigger(root, port, env) -> dict:
-    """``python -m calibflow.flows.monitor --cron ...`` against the server; trigger the deployment once."""
+    """``calibflow monitor serve --cron ...`` with no PREFECT_API_URL set (the CLI must still serve against
+    the project's server, not an ephemeral one); trigger the deployment once."""
     params = json.dumps({"root": str(root), "commit": False, "registry_on": False, "now": "2026-01-15"})
     serve = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "calibflow.flows.monitor",
+            "calibflow.flows.cli",
+            "monitor",
+            "serve",
             "--cron",
             "0 6 * * *",
             "--name",
@@ -83,7 +101,10 @@ def _serve_and_trigger(root, port, env) -> dict:
             "--parameters",
             params,
         ],
-        env={**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"},
+        env={
+            **{k: v for k, v in env.items() if k != "PREFECT_API_URL"},
+            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -100,6 +121,16 @@ def _serve_and_trigger(root, port, env) -> dict:
 
 def test_drift_event_reaches_the_server_and_the_automation_fires(tmp_path):
     make_project(tmp_path, "base_rate", days=12, shift_day=7, monitor={"methods": ["platt"]})
+    import yaml
+
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())  # a broken source listed first
+    params["sources"]["broken"] = {**params["sources"]["ads"], "path": "data/nowhere"}
+    params["monitor"]["sources"] = ["broken", "ads"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (tmp_path / "models/broken").mkdir()
+    (tmp_path / "models/broken/calibrator.json").write_text(
+        (tmp_path / "models/ads/calibrator.json").read_text()
+    )
     port = free_port()
     env = {
         **os.environ,
@@ -123,12 +154,20 @@ def test_drift_event_reaches_the_server_and_the_automation_fires(tmp_path):
         subprocess.run(
             [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=60
         )
-    assert res["alerts"] >= 1
-    assert len(res["drift"]) == min(res["alerts"], 50)
+    # One event per incident opened, not one per out-of-band window.
+    assert res["alerts"] > res["opened"] >= 1
+    assert len(res["drift"]) == res["opened"]
     ev = res["drift"][0]
     assert ev["resource"] == "calibflow.source.ads" and ev["source"] == "ads"
-    assert {"segment", "metric", "value", "band", "window"} <= set(ev)
+    assert {"segment", "metric", "worst", "band", "window", "incident", "opened"} <= set(ev)
     assert ev["metric"] in ("calibration_ratio", "ece") and len(ev["band"]) == 2
+    assert res["promotions"] >= 1 and len(res["promoted"]) == res["promotions"]
+    # The broken source failed alone, in one line, as its own failed subflow; `ads` was still scored.
+    assert res["scored"] == ["ads"] and len(res["failed"]) == 1
+    assert res["failed"][0].startswith("monitor broken: failed:") and "data/nowhere" in res["failed"][0]
+    assert res["failed_events"] == res["failed"]
+    assert ("monitor-broken", "FAILED") in [tuple(r) for r in res["runs"]]
+    assert ("monitor-ads", "COMPLETED") in [tuple(r) for r in res["runs"]]
     assert res["triggered"], "the automation did not fire"
     assert all(res["automation_id"] in r for r in res["triggered"])  # our automation, no other
     assert "monitor-ads" in res["artifacts"]

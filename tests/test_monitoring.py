@@ -32,7 +32,7 @@ def _gate(scenario: str, seed: int, methods=("platt", "beta", "isotonic")):
     champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
     calib, held = df[(df["day"] >= 6) & (df["day"] < 19)], df[df["day"] == 19]
     cfg = mon.MonitorConfig(n_bootstrap=200, methods=methods)
-    return mon.challenge(champ, calib, held, cfg, np.random.default_rng(seed))
+    return mon.challenge(champ, calib, held, cfg, np.random.default_rng(seed), "score")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -115,7 +115,7 @@ def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
     assert res["promotions"] and all(
         pd.Timestamp(p["promoted_after"]) >= DAY0 + pd.Timedelta(days=8) for p in res["promotions"]
     )
-    card = json.loads((tmp_path / "models/ads/champion.card.json").read_text())
+    card = json.loads((tmp_path / "monitoring/ads/card.json").read_text())
     assert card["version"] == res["champion"] > 1 and card["fitted_on"] and card["judged_on"]
     hist = pd.read_csv(tmp_path / "plots/monitoring/ads.csv")
     assert len(hist) == 16 * 3 and not hist.duplicated(["window", "segment"]).any()
@@ -228,7 +228,8 @@ def test_page_banner_lists_open_alerts():
     for d in range(10):
         state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg)
     assert state.alerts and state.alerts[-1]["window"] == _window(9).key
-    assert "Calibration drift on 2026-01-10" in render_page(state)
+    page = render_page(state, cfg=cfg)
+    assert "Calibration drift: open on 2026-01-10" in page and "No open incident" not in page
 
 
 def test_params_section_is_validated():
@@ -240,3 +241,133 @@ def test_params_section_is_validated():
         tm.validate_section({**params["monitor"], "commit": "yes"})
     with pytest.raises(ValueError, match="unknown key"):
         tm.validate_section({**params["monitor"], "perod": "1D"})
+
+
+def _drift_then_recover(shift_days: range, days: int = 24) -> pd.DataFrame:
+    """Segment A's click rate doubles on ``shift_days`` and is back to normal after."""
+    shifted = simulate_stream("segment_shift", 0, days=days, rows=2000, warmup=14, shift_day=shift_days.start)
+    stable = simulate_stream("stable", 0, days=days, rows=2000, warmup=14)
+    return pd.concat([shifted[shifted["day"].isin(shift_days)], stable[~stable["day"].isin(shift_days)]])
+
+
+def test_one_incident_per_drift_open_until_back_in_band():
+    df = _drift_then_recover(range(8, 16))
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    state = mon.MonitorState.start("ads", champ, {})
+    cfg = mon.MonitorConfig(
+        reference_windows=5, n_bootstrap=50, recovery=3, min_calib_windows=50, calib_windows=50
+    )
+    for d in range(24):
+        state = mon.process_window(state, _window(d), df[df["day"] == d], df.iloc[:0], cfg, ("segment",))
+    a_ratio = [a for a in state.alerts if a["segment"] == "segment=A" and a["metric"] == "calibration_ratio"]
+    assert len(a_ratio) >= 7  # an alert on (nearly) every shifted window ...
+    found = mon.incidents(state, cfg)
+    keys = [(i["segment"], i["metric"]) for i in found]
+    assert len(keys) == len(set(keys))  # ... but one incident per (segment, metric)
+    inc = next(i for i in found if i["segment"] == "segment=A" and i["metric"] == "calibration_ratio")
+    assert inc["opened"] == _window(8).key and inc["closed"] == _window(18).key  # 3 windows back in band
+    assert inc["worst"] < 0.75 and inc["windows"] >= 7
+    # Windows judged drifted are flagged, so they never enter a reference.
+    rows = [r for r in state.history if r["segment"] == "segment=A" and r["window"] == _window(12).key]
+    assert "calibration_ratio" in rows[0]["drifted"]
+
+
+def test_reference_skips_drifted_windows_and_the_band_is_a_prediction_interval():
+    def row(v, drifted):
+        return {
+            "window": f"w{v}", "segment": "all", "version": 2, "skipped": "", "calibration_ratio": v,
+            "ece": 0.01, "drifted": ["calibration_ratio"] if drifted else [],
+        }  # fmt: skip
+
+    rng = np.random.default_rng(0)
+    good = list(1 + 0.02 * rng.standard_normal(10))
+    state = mon.MonitorState(source="s", versions=[{}, {}], champion=2)
+    state.history = [row(0.6 + 0.01 * i, True) for i in range(5)] + [row(v, False) for v in good]
+    band = mon.bands(state, "all", mon.MonitorConfig(reference_windows=10))["calibration_ratio"]
+    assert band[0] > 0.9 and band[1] < 1.1  # learned on the 10 in-band windows only, not the 0.6s
+    # The band's half-width in sd: a t prediction interval for one new value at the normal 3-sd tail.
+    q = mon._pred_quantile(10, 3.0)
+    assert 4.0 < q < 5.0
+    refs = rng.standard_normal((20_000, 11))
+    m, s = refs[:, :10].mean(1), refs[:, :10].std(1, ddof=1)
+    new = refs[:, 10]
+    assert np.mean(np.abs(new - m) > q * s) < 0.006  # ~0.27% as promised (two-sided)
+    assert np.mean(np.abs(new - m) > 3 * s) > 0.01  # the old 3-sd band: several times that
+
+
+def test_practical_ratio_limit_applies_without_a_learned_band():
+    cfg = mon.MonitorConfig()
+    state = mon.MonitorState(source="s", versions=[{}], champion=1)
+    band = mon.bands(state, "all", cfg)
+    base = {"ece": 0.01}
+    off = {**base, "calibration_ratio": 0.76, "ratio_low": 0.70, "ratio_high": 0.82}
+    noisy = {**base, "calibration_ratio": 0.93, "ratio_low": 0.85, "ratio_high": 1.01}
+    assert mon.out_of_band(off, band, cfg) == ["calibration_ratio"]
+    assert mon.out_of_band(noisy, band, cfg) == []  # its interval still reaches 1 +- 0.1
+
+
+def test_min_gain_refuses_a_practically_nil_promotion():
+    df = simulate_stream("base_rate", 0, days=20, rows=1500, warmup=14, shift_day=6)
+    warm = df[df["day"] < 0]
+    champ = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    calib, held = df[(df["day"] >= 6) & (df["day"] < 19)], df[df["day"] == 19]
+    rng = np.random.default_rng(0)
+    rec, winner = mon.challenge(champ, calib, held, mon.MonitorConfig(min_gain=0.5), rng, "score")
+    assert winner is None and "under min_gain" in rec["reason"] and rec["delta_ci"][0] > 0
+
+
+def test_init_monitor_adds_the_source_keeping_every_comment(tmp_path):
+    from calibflow.flows.cli_monitor import add_monitor_source
+
+    params = tmp_path / "params.yaml"
+    text = Path("params.yaml").read_text()
+    params.write_text(text)
+    add_monitor_source(params, "ads")
+    add_monitor_source(params, "ads")  # idempotent
+    add_monitor_source(params, "b2")
+    new = params.read_text()
+    assert yaml_load(new)["monitor"]["sources"] == ["ads", "b2"]
+    assert [ln for ln in new.splitlines() if "sources:" not in ln] == [
+        ln for ln in text.splitlines() if "sources:" not in ln
+    ]  # only that line changed; every comment kept
+    params.write_text("seed: 1\nmonitor:\n  sources:\n    - a\n")
+    with pytest.raises(ValueError, match="by hand"):
+        add_monitor_source(params, "ads")
+
+
+def yaml_load(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def test_a_per_segment_champion_is_served_with_its_segment_columns():
+    """select may deploy a per-segment calibrator: the monitor feeds it the window's segment column, and a
+    source that does not declare that column is refused in one line, never scored with a global map."""
+    import pandas as pd
+
+    from calibflow import calibrators as C
+    from calibflow import sources as S
+    from calibflow.monitoring import predict_frame
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    country = rng.choice(["BR", "FR", "IN"], size=n)
+    z = rng.normal(-2.0, 1.0, size=n)
+    shift = np.select([country == "BR", country == "IN"], [0.6, -0.5], 0.0)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(z + shift)))).astype(float)
+    p = 1 / (1 + np.exp(-z))
+    cal = C.make("partial_pooling", input="logit").fit(
+        S.calibrator_input(p, "probability", "logit"), y, segments={"country": country}
+    )
+    S.record_score_kind(cal, "probability")
+    frame = pd.DataFrame({"score": p, "label": y, "country": country})
+    got = predict_frame(cal, frame, "probability")
+    want = cal.predict(S.calibrator_input(p, "probability", "logit"), segments={"country": country})
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    for c in ("BR", "IN"):  # the per-segment map is what makes each market right
+        m = country == c
+        assert abs(got[m].sum() / y[m].sum() - 1) < 0.05
+    with pytest.raises(ValueError, match="needs the column"):
+        predict_frame(cal, frame.drop(columns="country"), "probability")

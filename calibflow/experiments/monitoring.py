@@ -7,7 +7,12 @@ A known model: a raw score ``x ~ N(0, 1)`` and ``P(y=1 | x) = sigmoid(a + b x)``
 
 - ``stable``: nothing changes;
 - ``base_rate``: from day ``shift_day`` on, ``a`` rises by ``base_shift`` (the base rate roughly doubles);
-- ``slope``: from day ``shift_day`` on, ``b`` becomes ``slope_after`` (scores over-confident).
+- ``slope``: from day ``shift_day`` on, ``b`` becomes ``slope_after`` (scores over-confident);
+- ``segment_shift``: from day ``shift_day`` on, ``a`` rises by ``base_shift`` in segment ``A`` only (half
+  the rows): the overall window moves half as much, so the per-segment watch matters.
+
+Every segment is watched (``all``, ``segment=A``, ``segment=B``): false alarms and incidents count alerts
+on any of them.
 
 The initial champion is Platt scaling fitted on 14 warm-up days before day 0 (pre-shift). Every day the
 monitor (``calibflow.monitoring.process_window``) scores the champion, learns bands, alerts and runs the gate.
@@ -41,7 +46,8 @@ from calibflow import calibrators as C
 from calibflow import metrics as M
 from calibflow import monitoring as mon
 
-SCENARIOS = ("stable", "base_rate", "slope")
+SCENARIOS = ("stable", "base_rate", "slope", "segment_shift")
+SEGMENTS = ("segment",)
 DAY0 = pd.Timestamp("2026-01-01")
 DETECT_WITHIN = 7  # windows after the shift in which a first alert counts as a detection (docs table)
 
@@ -65,12 +71,14 @@ def simulate_stream(
     day = np.repeat(np.arange(-warmup, days), rows)
     x = rng.normal(0.0, 1.0, day.size)
     after = day >= shift_day
-    aa = np.where(after & (scenario == "base_rate"), a + base_shift, a)
-    bb = np.where(after & (scenario == "slope"), slope_after, b)
-    p = expit(aa + bb * x)
-    y = (rng.random(day.size) < p).astype(float)
+    u = rng.random(day.size)  # drawn in the original order (x, u, t, segment): old streams unchanged
     t = DAY0 + pd.to_timedelta(day, unit="D") + pd.to_timedelta(rng.uniform(0, 86_399, day.size), unit="s")
     seg = np.where(rng.random(day.size) < 0.5, "A", "B")
+    shifted = after & ((scenario == "base_rate") | ((scenario == "segment_shift") & (seg == "A")))
+    aa = np.where(shifted, a + base_shift, a)
+    bb = np.where(after & (scenario == "slope"), slope_after, b)
+    p = expit(aa + bb * x)
+    y = (u < p).astype(float)
     return pd.DataFrame({"time": t, "score": x, "label": y, "p_true": p, "day": day, "segment": seg})
 
 
@@ -92,7 +100,7 @@ def run_stream(
     for d in range(days):
         w = mon.Window(DAY0 + pd.Timedelta(days=d), DAY0 + pd.Timedelta(days=d + 1))
         calib = df[(df["day"] >= d - cfg.calib_windows) & (df["day"] < d)]
-        state = mon.process_window(state, w, by_day[d], calib, cfg)
+        state = mon.process_window(state, w, by_day[d], calib, cfg, SEGMENTS)
         decided[d] = state.calibrator()
         gate = state.gates[-1]
         if gate.get("best"):  # no gate: the best challenger always takes over
@@ -108,11 +116,23 @@ def run_stream(
         served["daily"].append(_served_loss(daily[src] if src >= 0 else champion, g))
         served["never"].append(_served_loss(champion, g))
         served["oracle"].append(M.log_loss(g["label"].to_numpy(), g["p_true"].to_numpy()))
-    alerts = sorted(
-        {int((pd.Timestamp(a["window"]) - DAY0).days) for a in state.alerts if a["segment"] == "all"}
-    )
-    promos = [int((pd.Timestamp(v["promoted_after"]) - DAY0).days) for v in state.versions[1:]]
-    return {"alerts": alerts, "promotions": promos, "served": served}
+    def day_of(key: str) -> int:
+        return int((pd.Timestamp(key) - DAY0).days)
+
+    alerts = sorted({day_of(a["window"]) for a in state.alerts})  # any segment
+    by_segment = {
+        seg: sorted({day_of(a["window"]) for a in state.alerts if a["segment"] == seg})
+        for seg in ("all", "segment=A", "segment=B")
+    }
+    opened = sorted(day_of(i["opened"]) for i in mon.incidents(state, cfg))
+    promos = [day_of(v["promoted_after"]) for v in state.versions[1:]]
+    return {
+        "alerts": alerts,
+        "alerts_by_segment": by_segment,
+        "incidents": opened,
+        "promotions": promos,
+        "served": served,
+    }
 
 
 def _t_interval(x: np.ndarray) -> list[float]:
@@ -132,16 +152,25 @@ def summarise(
     eligible = max(cut - ref, 1)  # windows where a learned band can exist before the shift
     fa_windows = np.array([sum(1 for w in r["alerts"] if ref <= w < cut) / eligible for r in runs])
     fa_any = np.array([any(w < cut for w in r["alerts"]) for r in runs], float)
+    pager = np.array([100 * sum(1 for w in r["incidents"] if ref <= w < cut) / eligible for r in runs])
     out: dict[str, Any] = {
         "scenario": scenario,
         "seeds": len(runs),
         "false_alarm_rate_per_window": float(fa_windows.mean()),
         "false_alarm_rate_per_window_ci": _t_interval(fa_windows),
         "streams_with_false_alarm": float(fa_any.mean()),
+        "incidents_per_100_windows": float(pager.mean()),
+        "incidents_per_100_windows_ci": _t_interval(pager),
         "promotions_before_shift": float(np.mean([sum(p < cut for p in r["promotions"]) for r in runs])),
         "promotions_after_shift": float(np.mean([sum(p >= cut for p in r["promotions"]) for r in runs])),
     }
     if shifted:
+        out["delay_by_segment"] = {
+            seg: [
+                min((w for w in r["alerts_by_segment"][seg] if w >= shift_day), default=None) for r in runs
+            ]
+            for seg in ("all", "segment=A", "segment=B")
+        }
         delays = [min((w for w in r["alerts"] if w >= shift_day), default=None) for r in runs]
         found = np.array([d - shift_day for d in delays if d is not None], float)
         out["detected"] = int(found.size)
@@ -190,7 +219,8 @@ def run(
             df = simulate_stream(sc, s, days=days, rows=rows, warmup=warmup, shift_day=shift_day)
             runs.append(run_stream(df, replace(cfg, seed=s), days, warmup, delay))
         out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
-        out["scenarios"][sc]["runs"] = [{k: r[k] for k in ("alerts", "promotions")} for r in runs]
+        keep = ("alerts", "alerts_by_segment", "incidents", "promotions")
+        out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
     return out
 
 
@@ -201,26 +231,33 @@ def _f(v: float, d: int = 4) -> str:
 def markdown_table(res: dict[str, Any]) -> str:
     """The docs table (docs/monitoring.md) from a study JSON: one row per scenario."""
     head = (
-        "| stream | false alarms / window [95% CI] | streams with a false alarm | detected | delay median "
-        "(min-max) | promotions before / after shift |\n|---|---|---|---|---|---|"
+        "| stream | false-alarm windows / window, any segment [95% CI] | incidents / 100 windows [95% CI] | "
+        "streams with a false alarm | promotions before / after shift |\n|---|---|---|---|---|"
     )
     rows = [head]
     for sc, r in res["scenarios"].items():
         lo, hi = r["false_alarm_rate_per_window_ci"]
-        delays = [
-            min((w for w in run["alerts"] if w >= res["design"]["shift_day"]), default=None)
-            for run in r["runs"]
-        ]
-        # Detected = an alert within DETECT_WITHIN windows of the shift; a later first alert is noise.
-        found = [d - res["design"]["shift_day"] for d in delays if d is not None]
-        found = [d for d in found if d < DETECT_WITHIN]
-        det = "–" if sc == "stable" else f"{len(found)}/{r['seeds']}"
-        dl = "–" if sc == "stable" or not found else f"{np.median(found):g} ({min(found)}-{max(found)})"
+        plo, phi = r["incidents_per_100_windows_ci"]
         rows.append(
             f"| {sc} | {_f(r['false_alarm_rate_per_window'], 3)} [{_f(lo, 3)}, {_f(hi, 3)}] | "
-            f"{r['streams_with_false_alarm']:.2f} | {det} | {dl} | "
+            f"{_f(r['incidents_per_100_windows'], 2)} [{_f(plo, 2)}, {_f(phi, 2)}] | "
+            f"{r['streams_with_false_alarm']:.2f} | "
             f"{r['promotions_before_shift']:.2f} / {r['promotions_after_shift']:.2f} |"
         )
+    rows += [
+        "",
+        "| stream | segment | detected within 7 windows | delay median (min-max) |",
+        "|---|---|---|---|",
+    ]
+    shift = res["design"]["shift_day"]
+    for sc, r in res["scenarios"].items():
+        if sc == "stable":
+            continue
+        for seg, firsts in r["delay_by_segment"].items():
+            # Detected = a first alert within DETECT_WITHIN windows of the shift; a later one is noise.
+            found = [d - shift for d in firsts if d is not None and d - shift < DETECT_WITHIN]
+            dl = f"{np.median(found):g} ({min(found)}-{max(found)})" if found else "–"
+            rows.append(f"| {sc} | {seg} | {len(found)}/{r['seeds']} | {dl} |")
     rows += [
         "",
         "| stream | excess log loss: gated | never | daily (no gate) | gated - never [95% CI], p | "

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import typer
+import yaml
 
 from calibflow.flows import project_root
 
@@ -26,6 +29,42 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
+def _run_now(
+    sources: list[str] | None,
+    now: str | None,
+    commit: bool | None,
+    max_windows: int | None,
+    rescore_from: str | None = None,
+    start: str | None = None,
+) -> None:
+    """One flow run; prints each source's lines; exit 1 when a source failed or refused a file."""
+    from calibflow.flows import runlog
+    from calibflow.flows.monitor import monitor
+
+    runlog.open_run_log(project_root(), "monitor")
+    try:
+        out = monitor(
+            root=str(project_root()),
+            sources=sources or None,
+            now=now,
+            commit=commit,
+            max_windows=max_windows,
+            rescore_from=rescore_from,
+            start=start,
+        )
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(exc)
+    from calibflow.pipeline.monitor import report_lines
+
+    for res in out["sources"]:
+        typer.echo("\n".join(report_lines(res)))
+    problems = [*out["failed"], *(f"refused: {x}" for r in out["sources"] for x in r["refused"])]
+    for line in problems:
+        typer.echo(f"error: {line}", err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
 @monitor_app.command("run")
 def run(
     source: list[str] = typer.Option(None, "--source", help="Source(s) (default: monitor.sources)."),  # noqa: B008
@@ -34,23 +73,23 @@ def run(
         None, "--commit/--no-commit", help="Commit to monitor.branch (default: params)."
     ),
     max_windows: int = typer.Option(None, help="Process at most N windows this run."),
+    start: str = typer.Option(None, "--start", help="Never score windows before this date (kept)."),
 ) -> None:
     """Score every new matured window now (a Prefect flow run: events, artifact, registry)."""
-    from calibflow.flows import runlog
-    from calibflow.flows.monitor import monitor
+    _run_now(source, now, commit, max_windows, start=start)
 
-    runlog.open_run_log(project_root(), "monitor")
-    try:
-        out = monitor(
-            root=str(project_root()), sources=source or None, now=now, commit=commit, max_windows=max_windows
-        )
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        _fail(exc)
-    for res in out["sources"]:
-        for a in res["alerts"]:
-            typer.echo(
-                f"ALERT {res['source']} {a['window'][:10]} {a['segment']} {a['metric']}={a['value']:.4f}"
-            )
+
+@monitor_app.command("rescore")
+def rescore(
+    source: str = typer.Option(..., "--source", help="The source to rescore."),
+    from_date: str = typer.Option(..., "--from", help="Rescore from the window holding this date."),
+    now: str = typer.Option(None, help="The run's clock, ISO timestamp (default: now, UTC)."),
+    commit: bool = typer.Option(
+        None, "--commit/--no-commit", help="Commit to monitor.branch (default: params)."
+    ),
+) -> None:
+    """Backfill: drop the scores, gates and promotions from DATE on and score those windows again."""
+    _run_now([source], now, commit, None, rescore_from=from_date)
 
 
 @monitor_app.command("serve")
@@ -72,19 +111,48 @@ def serve(
     do_serve(cron=cron, name=name, parameters=json.loads(parameters), port=port)
 
 
+def _pin_path(source: str):
+    return project_root() / "monitoring" / source / "pin.json"
+
+
 @monitor_app.command("rollback")
 def rollback(
     source: str = typer.Option(..., help="Source whose calibrator to roll back."),
     to_version: int = typer.Option(..., help="Monitor version to put back in prod (1 = the select stage's)."),
 ) -> None:
-    """Assign the GTO ``prod`` stage to an earlier version; the next monitor run serves it."""
-    from calibflow.flows import registry
+    """Pin an earlier version: the next runs serve it and promote nothing until `monitor release`.
 
+    With a git checkout and registered versions, GTO's ``prod`` stage is assigned to it as well."""
+    from calibflow.flows import registry
+    from calibflow.io import write_json
+
+    state = project_root() / "monitoring" / source / "state.json"
     try:
-        registry.rollback(project_root(), source, to_version)
+        if not state.exists():
+            raise ValueError(f"source {source!r} has no monitor state ({state}): nothing to roll back")
+        n = len(json.loads(state.read_text())["versions"])
+        if not 1 <= to_version <= n:
+            raise ValueError(f"source {source!r} has versions 1..{n}, not {to_version}")
+        if (project_root() / ".git").exists() and registry.registered(project_root(), source):
+            registry.rollback(project_root(), source, to_version)
     except ValueError as exc:
         _fail(exc)
-    typer.echo(f"{registry.artifact_name(source)}: prod -> {registry.semver(to_version)} (next run uses it)")
+    write_json(_pin_path(source), {"version": to_version})
+    typer.echo(
+        f"{source}: v{to_version} pinned (served by the next run; no promotion until "
+        f"`calibflow monitor release --source {source}`)"
+    )
+
+
+@monitor_app.command("release")
+def release(source: str = typer.Option(..., help="Source whose rollback pin to release.")) -> None:
+    """Release a rollback's pin: the gate may promote again from the next run."""
+    pin = _pin_path(source)
+    if not pin.exists():
+        typer.echo(f"{source}: no pin to release")
+        return
+    pin.unlink()
+    typer.echo(f"{source}: pin released (the gate may promote from the next run)")
 
 
 @monitor_app.command("status")
@@ -95,3 +163,35 @@ def status(source: str = typer.Option(..., help="Source.")) -> None:
     path = project_root() / "metrics" / "monitoring" / f"{source}.json"
     latest = json.loads(path.read_text()) if path.exists() else {}
     typer.echo(json.dumps({"prod": registry.prod_version(project_root(), source), **latest}))
+
+
+def add_monitor_source(params_path: Path, name: str) -> None:
+    """Add ``name`` to ``monitor.sources`` in ``params_path``, keeping every other line and comment.
+
+    Edits the flow list (``sources: [a, b]``) or appends a ``monitor:`` section; anything else (a block
+    list) is refused with the line to add by hand. The result is re-read: nothing else may change."""
+    from calibflow.io import write_text
+
+    text = params_path.read_text(encoding="utf-8")
+    before = yaml.safe_load(text) or {}
+    have = list((before.get("monitor") or {}).get("sources") or [])
+    if name in have:
+        return
+    lines = text.splitlines(keepends=True)
+    top = next((i for i, ln in enumerate(lines) if re.match(r"^monitor:\s*(#.*)?$", ln)), None)
+    if top is None:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        new = text + sep + f"\nmonitor:\n  sources: [{name}]\n"
+    else:
+        end = next((j for j in range(top + 1, len(lines)) if re.match(r"^\S", lines[j])), len(lines))
+        hit = next((j for j in range(top + 1, end) if re.match(r"^\s+sources:\s*\[", lines[j])), None)
+        if hit is None:
+            raise ValueError(f"add `{name}` to monitor.sources in {params_path} by hand (a list there)")
+        listed = "[" + ", ".join([*have, name]) + "]"
+        lines[hit] = re.sub(r"\[([^\]]*)\]", lambda m: listed, lines[hit], count=1)
+        new = "".join(lines)
+    after = yaml.safe_load(new) or {}
+    want = {**before, "monitor": {**(before.get("monitor") or {}), "sources": [*have, name]}}
+    if after != want:
+        raise ValueError(f"could not add {name!r} to monitor.sources in {params_path} safely; add it by hand")
+    write_text(params_path, new)

@@ -151,6 +151,7 @@ def init(
         None, "--name", help="The source's name: lowercase letters, digits, _ (default: the file's name)."
     ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
+    monitor: bool = typer.Option(False, "--monitor", help="Also add it to monitor.sources (needs --time)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Declare a file of yours as a calibflow source in params.yaml and print the next command."""
@@ -180,7 +181,13 @@ def init(
             decl["score_kind"] = info["score_kind"]
         if "time_format" in info:
             decl["time_format"] = info["time_format"]
+        if monitor and (score is None or time is None):
+            raise ValueError("--monitor needs a score source with a time column: pass --score and --time")
         spec, info = init_source(params_file, nm, decl, info)
+        if monitor:  # the daily monitor (docs/monitoring.md)
+            from calibflow.flows.cli_monitor import add_monitor_source
+
+            add_monitor_source(params_file, nm)
         _print_summary(spec, info, params_file)
 
     _guarded(go, debug)

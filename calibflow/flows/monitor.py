@@ -1,23 +1,22 @@
-"""The daily monitor flow: new matured windows, champion scores, the gate, alerts, registry, commit.
+"""The daily monitor flow: new matured windows, champion scores, the gate, incidents, registry, commit.
 
     calibflow monitor run [--source ads] [--now ...]          # once, now
-    calibflow monitor serve --cron "0 6 * * *"                # daily, against the local Prefect server
+    calibflow monitor serve --cron "0 6 * * *"                # daily, against the project's Prefect server
 
-Per source (``monitor.sources`` in params.yaml): one task runs ``calibflow.pipeline.monitor.run`` (the same
-code as
-``python -m calibflow.pipeline.monitor``); then every new alert becomes a Prefect event
-``calibflow.calibration.drift``
-(resource ``calibflow.source.<source>``; payload: source, segment, metric, value, band, window, version) that
-an automation can react to (docs/monitoring.md), and the run gets a markdown artifact ``monitor-<source>``.
-With ``commit`` (default from ``monitor.commit``), the state, history, metrics and champion files are
-committed to ``monitor.branch`` (default ``calibflow/runs``), never to the checked-out branch, and each
-promotion is registered in GTO (``calibflow/flows/registry.py``) at that commit with the ``prod`` stage.
+Each source in ``monitor.sources`` runs as its own subflow ``calibflow-monitor-source`` (the same code as
+``python -m calibflow.pipeline.monitor``): one source's failure ends that subflow Failed with one line and
+an event ``calibflow.monitor.failed``, and the other sources still run. Per source, events for what a person
+acts on, not one per out-of-band window: ``calibflow.calibration.drift`` when an incident opens,
+``calibflow.calibration.recovered`` when it closes, ``calibflow.calibrator.promoted`` for a promotion and
+``calibflow.monitor.refused`` for delivered files or windows refused (resource ``calibflow.source.<source>``),
+plus a markdown artifact ``monitor-<source>``. With ``commit`` (default from ``monitor.commit``), the
+monitor's files are committed to ``monitor.branch`` (default ``calibflow/runs``), never to the checked-out
+branch, and each promotion is registered in GTO (``calibflow/flows/registry.py``) with the ``prod`` stage.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,29 +26,50 @@ from calibflow.flows import project_root, registry
 from calibflow.flows.gitops import DEFAULT_BRANCH
 
 EVENT = "calibflow.calibration.drift"
+RECOVERED = "calibflow.calibration.recovered"
+PROMOTED = "calibflow.calibrator.promoted"
+FAILED = "calibflow.monitor.failed"
+REFUSED = "calibflow.monitor.refused"
 
 
-def drift_event(alert: dict[str, Any]) -> dict[str, Any]:
-    """The event's resource and payload for one alert (what automations match on)."""
-    band = [None if b is None else float(b) for b in alert["band"]]
-    return {
-        "event": EVENT,
-        "resource": {
-            "prefect.resource.id": f"calibflow.source.{alert['source']}",
-            "prefect.resource.name": alert["source"],
-            "calibflow.segment": alert["segment"],
-            "calibflow.metric": alert["metric"],
-        },
-        "payload": {
-            "source": alert["source"],
-            "segment": alert["segment"],
-            "metric": alert["metric"],
-            "value": float(alert["value"]),
-            "band": band,
-            "window": alert["window"],
-            "version": int(alert["version"]),
-        },
+def _resource(source: str, **labels: str) -> dict[str, str]:
+    return {"prefect.resource.id": f"calibflow.source.{source}", "prefect.resource.name": source, **labels}
+
+
+def incident_event(inc: dict[str, Any], closed: bool = False) -> dict[str, Any]:
+    """The event of an incident opening (``EVENT``) or closing (``RECOVERED``): what automations match."""
+    band = [None if b is None else float(b) for b in (inc.get("band") or [None, None])]
+    labels = {"calibflow.segment": inc["segment"], "calibflow.metric": inc["metric"]}
+    payload = {
+        "source": inc["source"],
+        "segment": inc["segment"],
+        "metric": inc["metric"],
+        "incident": inc["id"],
+        "opened": inc["opened"],
+        "closed": inc["closed"],
+        "worst": float(inc["worst"]),
+        "windows_out": int(inc["windows"]),
+        "band": band,
+        "window": inc["closed"] if closed else inc["opened"],
+        "version": int(inc["version"]),
     }
+    name = RECOVERED if closed else EVENT
+    return {"event": name, "resource": _resource(inc["source"], **labels), "payload": payload}
+
+
+def promotion_event(source: str, v: dict[str, Any]) -> dict[str, Any]:
+    judged = v.get("judged") or {}
+    payload = {
+        "source": source,
+        "version": int(v["version"]),
+        "method": v["method"],
+        "replaces": v.get("replaces"),
+        "promoted_after": v["promoted_after"],
+        "gain": judged.get("delta"),
+        "gain_ci": judged.get("delta_ci"),
+        "metric": judged.get("metric"),
+    }
+    return {"event": PROMOTED, "resource": _resource(source), "payload": payload}
 
 
 def artifact_markdown(res: dict[str, Any]) -> str:
@@ -58,17 +78,18 @@ def artifact_markdown(res: dict[str, Any]) -> str:
         "",
         f"{len(res['windows'])} new window(s); champion v{res['champion']}.",
     ]
-    if res["alerts"]:
+    if res["incidents_open"] or res["closed"]:
         lines += [
             "",
-            "## Calibration drift",
+            "## Calibration drift: incidents",
             "",
-            "| window | segment | metric | value | band |",
-            "|---|---|---|---|---|",
+            "| segment | metric | opened | closed | windows out | worst |",
+            "|---|---|---|---|---|---|",
         ]
-        for a in res["alerts"]:
+        for i in [*res["incidents_open"], *res["closed"]]:
             lines.append(
-                f"| {a['window'][:10]} | {a['segment']} | {a['metric']} | {a['value']:.4f} | {a['band']} |"
+                f"| {i['segment']} | {i['metric']} | {i['opened'][:10]} | {(i['closed'] or 'open')[:10]} | "
+                f"{i['windows']} | {i['worst']:.4f} |"
             )
     for v in res["promotions"]:
         lines += [
@@ -76,8 +97,10 @@ def artifact_markdown(res: dict[str, Any]) -> str:
             f"Promoted v{v['version']} ({v['method']}) after {v['promoted_after'][:10]}: fitted on "
             f"{v['fitted_on']}, judged on {v['judged_on']}.",
         ]
-    for n in res["notes"]:
+    for n in [*res["notes"], *res["notices"]]:
         lines.append(f"- note: {n}")
+    for n in res["refused"]:
+        lines.append(f"- **refused**: {n}")
     return "\n".join(lines)
 
 
@@ -105,25 +128,59 @@ def _is_git(root: Path) -> bool:
     return (root / ".git").exists()
 
 
-def monitor_source(root: str, source: str, now: str | None, max_windows: int | None, registry_on: bool):
+def monitor_source(
+    root: str,
+    source: str,
+    now: str | None,
+    max_windows: int | None,
+    registry_on: bool,
+    rescore_from: str | None = None,
+    start: str | None = None,
+) -> dict[str, Any]:
     from calibflow.pipeline._common import load_params
     from calibflow.pipeline.monitor import run
 
     params = load_params(Path(root) / "params.yaml")
     prod = registry.prod_version(root, source) if registry_on and _is_git(Path(root)) else None
-    return run(root, params, source, now=now, max_windows=max_windows, prod_version=prod)
+    return run(
+        root,
+        params,
+        source,
+        now=now,
+        max_windows=max_windows,
+        prod_version=prod,
+        rescore_from=rescore_from,
+        start=start,
+    )
+
+
+def events_of(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every event of one source's run: incidents opened and closed, promotions, refusals."""
+    out = [incident_event(i) for i in res["opened"]]
+    out += [incident_event(i, closed=True) for i in res["closed"]]
+    out += [promotion_event(res["source"], v) for v in res["promotions"]]
+    out += [
+        {
+            "event": REFUSED,
+            "resource": _resource(res["source"]),
+            "payload": {"source": res["source"], "line": x},
+        }
+        for x in res["refused"]
+    ]
+    return out
 
 
 def publish(res: dict[str, Any]) -> int:
-    """Events for the new alerts and the run's artifact; returns the number of events emitted."""
+    """Events and the run's artifact; returns the number of events emitted."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.events import emit_event
 
-    for alert in res["alerts"]:
-        emit_event(**drift_event(alert))
+    events = events_of(res)
+    for ev in events:
+        emit_event(**ev)
     key = "monitor-" + registry.artifact_name(res["source"]).removesuffix("-calibrator")
     create_markdown_artifact(markdown=artifact_markdown(res), key=key, description="calibflow monitor")
-    return len(res["alerts"])
+    return len(events)
 
 
 def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on: bool) -> str | None:
@@ -145,6 +202,9 @@ def commit_and_register(root: str, res: dict[str, Any], branch: str, registry_on
         if res["promotions"]:  # GTO: one version per commit, so the newest promotion of this run
             v = res["promotions"][-1]
             registry.promote(root, res["source"], v["version"], sha, f"promoted after {v['promoted_after']}")
+        elif registry.prod_version(root, res["source"]) != res["champion"]:
+            # A rescore withdrew the version in prod: prod follows the champion back (registered or not).
+            registry.promote(root, res["source"], res["champion"], sha, "champion after a rescore")
     return sha
 
 
@@ -162,13 +222,43 @@ def one_run_per_checkout(root: str) -> Iterator[None]:
         yield
 
 
-def _flow():
-    from prefect import flow, task
-    from prefect.cache_policies import NO_CACHE
+#: Errors a source's run reports in one line (anything else is a bug and keeps its traceback in the logs).
+def _expected() -> tuple[type[BaseException], ...]:
+    from calibflow.pipeline._common import StageError
 
-    run_task = task(monitor_source, name="monitor-source", cache_policy=NO_CACHE)
-    publish_task = task(publish, name="publish-alerts", cache_policy=NO_CACHE)
-    commit_task = task(commit_and_register, name="commit-and-register", cache_policy=NO_CACHE)
+    return (StageError, ValueError, FileNotFoundError, OSError, RuntimeError, KeyError)
+
+
+def _flows():
+    from prefect import flow
+    from prefect.states import Failed
+
+    @flow(name="calibflow-monitor-source", flow_run_name="monitor-{name}", log_prints=True)
+    def monitor_one(
+        root: str,
+        name: str,
+        now: str | None = None,
+        max_windows: int | None = None,
+        registry_on: bool = True,
+        commit: bool = False,
+        branch: str = DEFAULT_BRANCH,
+        rescore_from: str | None = None,
+        start: str | None = None,
+    ):
+        """One source: scored, published, committed; a failure ends this subflow Failed in one line."""
+        from prefect.events import emit_event
+
+        try:
+            res = monitor_source(root, name, now, max_windows, registry_on, rescore_from, start)
+            res["events"] = publish(res)
+            if commit:
+                res["revision"] = commit_and_register(root, res, branch, registry_on)
+        except _expected() as exc:
+            text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+            line = f"monitor {name}: failed: {(text.strip().splitlines() or [repr(exc)])[0]}"
+            emit_event(event=FAILED, resource=_resource(name), payload={"source": name, "error": line})
+            return Failed(message=line)
+        return res
 
     @flow(name="calibflow-monitor", log_prints=True)
     def monitor(
@@ -179,33 +269,47 @@ def _flow():
         branch: str | None = None,
         registry_on: bool | None = None,
         max_windows: int | None = None,
+        rescore_from: str | None = None,
+        start: str | None = None,
     ) -> dict[str, Any]:
+        """Every source in its own subflow; returns ``{"sources": [result...], "failed": [line...]}``."""
         from calibflow.pipeline._common import load_params
-        from calibflow.pipeline.monitor import sources_to_monitor
+        from calibflow.pipeline.monitor import report_lines, sources_to_monitor
 
         root_path = str(Path(root) if root else project_root())
         sec = load_params(Path(root_path) / "params.yaml").get("monitor") or {}
         commit = bool(sec.get("commit", False)) if commit is None else commit
         branch = branch or sec.get("branch") or DEFAULT_BRANCH
         reg = bool(sec.get("registry", True)) if registry_on is None else registry_on
-        out = []
+        out: list[dict[str, Any]] = []
+        failed: list[str] = []
         with one_run_per_checkout(root_path):  # overlapping triggers queue here, never race
             for name in sources or sources_to_monitor({"monitor": sec}, None):
-                res = run_task(root_path, name, now, max_windows, reg)
-                res["events"] = publish_task(res)
-                if commit:
-                    res["revision"] = commit_task(root_path, res, branch, reg)
-                print(
-                    f"monitor {name}: {len(res['windows'])} window(s), {len(res['alerts'])} alert(s), "
-                    f"{len(res['promotions'])} promotion(s), champion v{res['champion']}"
+                state = monitor_one(
+                    root_path,
+                    name,
+                    now,
+                    max_windows,
+                    reg,
+                    commit,
+                    branch,
+                    rescore_from,
+                    start,
+                    return_state=True,
                 )
+                if state.is_failed():
+                    failed.append(state.message or f"monitor {name}: failed")
+                    print(failed[-1])
+                    continue
+                res = state.result()
+                print("\n".join(report_lines(res)))
                 out.append(res)
-        return {"sources": out}
+        return {"sources": out, "failed": failed}
 
-    return monitor
+    return monitor_one, monitor
 
 
-monitor = _flow()
+monitor_one, monitor = _flows()
 
 
 def serve(
@@ -214,16 +318,22 @@ def serve(
     parameters: dict[str, Any] | None = None,
     port: int | None = None,
 ) -> None:
-    """Serve the monitor flow on ``cron`` against the local Prefect server (blocks; each run a subprocess)."""
+    """Serve the monitor flow on ``cron`` against the project's Prefect server (blocks; each run a
+    subprocess). The API address is set for this call whatever was imported before: never an ephemeral
+    server, which cannot schedule."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     from calibflow.flows import server
     from calibflow.flows.serve import validate_cron
 
     validate_cron(cron)
     port = port or server.DEFAULT_PORT
-    os.environ["PREFECT_API_URL"] = server.api_url(port)
-    if not server.healthy(port):
+    if not server.ours(port):  # a server of another checkout (or anything else) on the port is not ours
+        if server.listening(port):
+            raise RuntimeError(server.taken_message(port))
         raise RuntimeError(f"no Prefect server at {server.api_url(port)}: run `calibflow server start` first")
-    monitor.serve(name=name, cron=cron, parameters=parameters or {}, print_starting_message=False)
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url(port)}):
+        monitor.serve(name=name, cron=cron, parameters=parameters or {}, print_starting_message=False)
 
 
 def main(argv: list[str] | None = None) -> None:

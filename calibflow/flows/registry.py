@@ -1,12 +1,12 @@
 """The calibrator registry: GTO (DVC's artifact registry), versions and the ``prod`` stage as git tags.
 
 Monitor version k of source ``ads`` is GTO artifact ``ads-calibrator`` version ``vk.0.0`` (tag
-``ads-calibrator@vk.0.0`` on a commit that holds ``models/ads/versions/vk.json``); the version in office
+``ads-calibrator@vk.0.0`` on a commit that holds ``monitoring/ads/versions/vk.json``); the version in office
 carries the ``prod`` stage (tag ``ads-calibrator#prod#N``). Query with ``gto show`` and
 ``gto history ads-calibrator``. GTO allows one version per commit: version 1 (the select stage's
 calibrator) is registered at the checked-out commit that holds it, and each run registers its newest
 promotion at the run's commit; a version promoted and superseded within one run (a backfill) stays in
-the monitor state and ``models/<source>/versions/`` but not in GTO.
+the monitor state and ``monitoring/<source>/versions/`` but not in GTO.
 
 Roll back with ``calibflow monitor rollback --source ads --to-version 1`` (that is
 ``gto assign ads-calibrator --version v1.0.0 --stage prod --force``): the next monitor run reads the

@@ -1,50 +1,50 @@
 """Step ``monitor``: score the production calibrator on each new matured window, gate challengers, alert.
 
-    python -m calibflow.pipeline.monitor --source ads [--now 2026-03-01T06:00] [--max-windows N] [--params
-    params.yaml]
+    python -m calibflow.pipeline.monitor --source ads [--now 2026-03-01T06:00] [--max-windows N]
+        [--rescore-from DATE] [--start DATE] [--params params.yaml]
 
-For each source named in ``monitor.sources`` (or ``--source``), it reads the source through
-``calibflow.sources`` (DuckDB: only the time, score, label and segment columns, only the rows from the oldest
-pending window's trailing calibration window on), finds the windows that are complete and whose labels have
-matured, and runs ``calibflow.monitoring.process_window`` on each, oldest first. Outputs (per source):
+For each source named in ``monitor.sources`` (or ``--source``) it takes stock of the delivered files
+(``calibflow.deliveries``: digests, windows, refused files in one line each), rescores from the oldest
+window that arrived late or whose files changed, and runs ``calibflow.monitoring.process_window`` on every
+matured window not yet scored, oldest first. Outputs (per source), all under the monitor's own folders:
 
-- ``monitoring/<source>/state.json``: the whole state (versions, history, gates, alerts, notes); written
-  atomically after EVERY window, so a run killed at any point loses at most the window in flight, and the
-  next run resumes after the last saved one (windows are keyed; none is scored twice);
-- ``plots/monitoring/<source>.csv``: one row per (window, segment) (DVC plots);
-- ``metrics/monitoring/<source>.json``: the newest window's overall scores and counts (DVC metrics);
-- ``models/<source>/champion.json`` + ``champion.card.json``: the calibrator in office and its card
-  (method, the windows it was fitted and judged on, the gate's numbers);
+- ``monitoring/<source>/state.json``: the whole state (versions, history, gates, alerts, window
+  fingerprints, notes); written atomically after EVERY window, so a run killed at any point loses at most
+  the window in flight, and the next run resumes after the last saved one;
+- ``monitoring/<source>/calibrator.json`` + ``card.json``: the calibrator in office (it records the
+  source's ``score_kind``; the card says which score column and scale ``calibflow apply`` feeds it, the
+  windows it was fitted and judged on, the gate's numbers) and ``monitoring/<source>/versions/v<k>.json``;
+- ``plots/monitoring/<source>.csv``: one row per (window, segment); ``metrics/monitoring/<source>.json``:
+  the newest window's overall scores, counts and open incidents;
 - ``reports/pages/monitoring-<source>.html``: the "calibration over time" page.
 
 The initial champion (version 1) is the select stage's ``models/<source>/calibrator.json`` (or
-``--champion PATH``). This step never commits or tags: the flow (calibflow/flows/monitor.py) does, on a
-dedicated
-branch, and records promotions in GTO. A rollback with GTO (``calibflow monitor rollback``) is honoured at
-the start of the next run through ``--prod-version``.
+``--champion PATH``), read only. This step never commits or tags: the flow (calibflow/flows/monitor.py)
+does, on a dedicated branch, and records promotions in GTO. A rollback (``calibflow monitor rollback``)
+writes ``monitoring/<source>/pin.json``: the pinned version serves and nothing is promoted until
+``calibflow monitor release``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from calibflow import calibrators as C
+from calibflow import deliveries as D
 from calibflow import monitoring as mon
+from calibflow import sources as S
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline._common import StageError, base_parser, cli, load_params, require
 
 log = logging.getLogger("calibflow.pipeline.monitor")
 #: Keys of ``params.monitor`` that are not MonitorConfig fields.
 RUN_KEYS = ("sources", "commit", "branch", "registry")
-
-#: ``load(since, time_only)``: the rows from ``since`` on (all if None), only the time column if asked.
-Loader = Callable[[pd.Timestamp | None, bool], pd.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,12 @@ class Paths:
     source: str
 
     @property
+    def folder(self) -> Path:
+        return self.root / "monitoring" / self.source
+
+    @property
     def state(self) -> Path:
-        return self.root / "monitoring" / self.source / "state.json"
+        return self.folder / "state.json"
 
     @property
     def history(self) -> Path:
@@ -70,23 +74,27 @@ class Paths:
 
     @property
     def champion(self) -> Path:
-        return self.root / "models" / self.source / "champion.json"
+        return self.folder / "calibrator.json"
 
     @property
     def card(self) -> Path:
-        return self.root / "models" / self.source / "champion.card.json"
+        return self.folder / "card.json"
+
+    @property
+    def pin(self) -> Path:
+        return self.folder / "pin.json"
 
     @property
     def page(self) -> Path:
         return self.root / "reports" / "pages" / f"monitoring-{self.source}.html"
 
     def version(self, k: int) -> Path:
-        return self.root / "models" / self.source / "versions" / f"v{k}.json"
+        return self.folder / "versions" / f"v{k}.json"
 
     def tracked(self, n_versions: int = 0) -> list[Path]:
         """Files a scheduled run commits (history and metrics; the champion, its card, every version)."""
         versions = [self.version(k) for k in range(1, n_versions + 1)]
-        return [self.state, self.history, self.metrics, self.champion, self.card, *versions]
+        return [self.state, self.history, self.metrics, self.champion, self.card, self.pin, *versions]
 
 
 def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig:
@@ -110,56 +118,20 @@ def validate_section(section: dict[str, Any] | None) -> None:
     config({"monitor": sec})
 
 
-def source_loader(params: dict[str, Any], name: str, root: Path) -> tuple[Loader, tuple[str, ...]]:
-    """A loader of the source's time/score/label/segment rows (through calibflow.sources) and its segments."""
-    from calibflow import sources  # issue 12's reader: the one way to read user data
-
+def source_spec(params: dict[str, Any], name: str, root: Path) -> S.SourceSpec:
+    """The declared score source with a time column, its path resolved against the project."""
     decls = params.get("sources") or {}
     if name not in decls:
         raise StageError(f"monitor: source {name!r} is not declared under `sources:` in params.yaml")
-    spec = sources.parse_source(name, decls[name])
-    if not Path(spec.path).is_absolute():  # a relative path is relative to the project, not the cwd
-        spec = replace(spec, path=str(root / spec.path))
+    spec = S.parse_source(name, decls[name]).at(root)
     if not spec.time:
         raise StageError(f"monitor: source {name!r} has no `time` column; the monitor needs one")
     if not spec.score:
         raise StageError(f"monitor: source {name!r} declares features, not a score; monitor a score source")
-    segs = tuple(spec.segments or ())
-    cols = [spec.time, spec.score, spec.label, *segs]
-
-    def load(since: pd.Timestamp | None, time_only: bool = False) -> pd.DataFrame:
-        where = None if since is None else f"\"{spec.time}\" >= TIMESTAMP '{since.isoformat(sep=' ')}'"
-        table = sources.scan(spec, [spec.time] if time_only else cols, where=where)
-        df = table.to_pandas()
-        df = df.rename(columns={spec.time: "time", spec.score: "score", spec.label: "label"})
-        if spec.positive is not None and not time_only:
-            df["label"] = (df["label"] == spec.positive).astype(float)
-        return df
-
-    return load, segs
+    return spec
 
 
-def normalise_time(t: pd.Series) -> pd.Series:
-    """UTC-naive timestamps; an unparseable one is a one-line error."""
-    out = pd.to_datetime(t, utc=True, errors="coerce")
-    if out.isna().any():
-        raise StageError(f"monitor: {int(out.isna().sum())} time value(s) cannot be parsed as timestamps")
-    return out.dt.tz_convert(None)
-
-
-def normalise(df: pd.DataFrame) -> pd.DataFrame:
-    """UTC-naive timestamps, float label; a bad label is a one-line error (scores: the calibrator checks)."""
-    out = df.copy()
-    out["time"] = normalise_time(out["time"])
-    out["label"] = pd.to_numeric(out["label"], errors="coerce").astype(float)
-    if not out["label"].isin([0.0, 1.0]).all():
-        raise StageError(
-            "monitor: label column has values other than 0/1 (declare `positive:` for text labels)"
-        )
-    return out.sort_values("time", kind="mergesort").reset_index(drop=True)
-
-
-def initial_state(paths: Paths, champion_path: str | None) -> mon.MonitorState:
+def initial_state(paths: Paths, champion_path: str | None, score_kind: str) -> mon.MonitorState:
     if paths.state.exists():
         return mon.MonitorState.from_json(paths.state.read_text(encoding="utf-8"))
     src = require(champion_path or paths.selected, "initial champion calibrator", "the select stage")
@@ -171,46 +143,86 @@ def initial_state(paths: Paths, champion_path: str | None) -> mon.MonitorState:
     if card.exists():
         split = (read_json(card).get("data") or {}).get("split") or {}
         prov.update(fitted_on=split.get("calib"), judged_on=split.get("test"))
-    return mon.MonitorState.start(paths.source, champ, prov)
+    return mon.MonitorState.start_with(paths.source, champ, prov, score_kind)
 
 
-def apply_prod_version(state: mon.MonitorState, version: int | None) -> mon.MonitorState:
-    """Honour the registry's ``prod`` stage (a rollback made with ``gto assign``) before scoring."""
+def pin_from_registry(paths: Paths, state: mon.MonitorState, version: int | None) -> int | None:
+    """A ``prod`` stage assigned by hand (``gto assign``) to another version is a rollback: pin it."""
     if version is None or version == state.champion:
-        return state
+        return None
     if not 1 <= version <= len(state.versions):
         raise StageError(f"monitor: registry prod version {version} unknown (have 1..{len(state.versions)})")
+    if state.versions[version - 1].get("withdrawn"):  # a rescore withdrew it; the flow re-assigns prod
+        return None
     state.notes.append(
-        f"champion set to version {version} (was {state.champion}) by the registry's prod stage"
+        f"champion set to version {version} (was {state.champion}) by the registry's prod stage; pinned "
+        f"until `calibflow monitor release --source {state.source}`"
     )
-    state.champion = version
+    write_json(paths.pin, {"version": version})
+    return version
+
+
+def read_pin(paths: Paths) -> int | None:
+    """The version a rollback pinned (``monitoring/<source>/pin.json``), or None."""
+    if not paths.pin.exists():
+        return None
+    try:
+        return int(json.loads(paths.pin.read_text())["version"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StageError(
+            f"monitor: {paths.pin} is not a pin ({exc}); `calibflow monitor release` it"
+        ) from None
+
+
+def apply_pin(state: mon.MonitorState, pinned: int | None) -> mon.MonitorState:
+    """A pinned version serves and blocks promotions; releasing the pin lets the gate promote again."""
+    if pinned is not None and not 1 <= pinned <= len(state.versions):
+        raise StageError(f"monitor: pinned version {pinned} unknown (have 1..{len(state.versions)})")
+    if pinned != state.pinned:
+        state.notes.append(f"pin: {'released' if pinned is None else f'v{pinned} pinned by a rollback'}")
+    state.pinned = pinned
+    if pinned is not None:
+        state.champion = pinned
     return state
 
 
-def save(paths: Paths, state: mon.MonitorState) -> None:
+def save(paths: Paths, state: mon.MonitorState, spec: S.SourceSpec) -> None:
     """Versions and champion first (immutable per version), then the state: a kill between loses nothing."""
     for v in state.versions:
         if not paths.version(v["version"]).exists():
             write_text(paths.version(v["version"]), v["calibrator"] + "\n")
     v = state.versions[state.champion - 1]
     write_text(paths.champion, v["calibrator"] + "\n")
-    write_json(paths.card, card(state))
+    write_json(paths.card, card(state, spec))
     write_text(paths.state, state.to_json() + "\n")
 
 
-def card(state: mon.MonitorState) -> dict[str, Any]:
+def card(state: mon.MonitorState, spec: S.SourceSpec) -> dict[str, Any]:
+    """The champion's card; ``input`` is what ``calibflow apply`` reads to convert the score column."""
     v = dict(state.versions[state.champion - 1])
+    cal = state.calibrator()
     v.pop("calibrator")
-    return {"name": state.source, "kind": "monitor-champion", **v, "windows_processed": len(state.processed)}
+    inp = {"score": spec.score, "score_kind": state.score_kind, "calibrator_input": str(cal.input)}
+    return {
+        "name": state.source,
+        "kind": "monitor-champion",
+        **v,
+        "input": inp,
+        "pinned": state.pinned,
+        "windows_processed": len(state.processed),
+    }
 
 
-def latest_metrics(state: mon.MonitorState) -> dict[str, Any]:
+def latest_metrics(state: mon.MonitorState, cfg: mon.MonitorConfig) -> dict[str, Any]:
     rows = [r for r in state.history if r["segment"] == mon.ALL and not r.get("skipped")]
+    incs = mon.incidents(state, cfg)
     out: dict[str, Any] = {
         "windows": len(state.processed),
         "champion_version": state.champion,
-        "promotions": len(state.versions) - 1,
+        "promotions": sum(1 for v in state.versions[1:] if not v.get("withdrawn")),
         "alerts": len(state.alerts),
+        "incidents": len(incs),
+        "open_incidents": sum(1 for i in incs if i["closed"] is None),
     }
     if rows:
         r = rows[-1]
@@ -218,6 +230,35 @@ def latest_metrics(state: mon.MonitorState) -> dict[str, Any]:
             {k: r[k] for k in ("window", "calibration_ratio", "ece", "log_loss", "brier", "n", "positives")}
         )
     return out
+
+
+def _take_stock(
+    spec: S.SourceSpec,
+    cfg: mon.MonitorConfig,
+    state: mon.MonitorState,
+    now: pd.Timestamp,
+    rescore: str | None,
+) -> tuple[mon.MonitorState, D.Inventory, list[mon.Window], list[str], list[str]]:
+    """Files, the rescore point, and the windows to score now (held ones left pending); notice lines
+    (duplicates ignored, rescoring) and refusal lines (refused files, held windows)."""
+    inv = D.inventory(spec, cfg, state.files)
+    lines = list(inv.notes)
+    refused = list(inv.refused)
+    held = inv.held()
+    pending = mon.pending_windows(inv.times(), now, cfg, state)
+    dirty = D.dirty_from(state.processed, state.windows, inv, [w.key for w in pending if w.key not in held])
+    if rescore is not None:
+        key = mon.window_of(pd.Timestamp(rescore), cfg.period, mon._origin(cfg.origin)).key
+        if dirty is None or key < dirty[0]:
+            dirty = (key, f"rescore asked from {rescore}")
+    if dirty is not None:
+        state = mon.truncate(state, *dirty)
+        lines.append(f"source {spec.name!r}: rescoring from {dirty[0][:10]}: {dirty[1]}")
+        pending = mon.pending_windows(inv.times(), now, cfg, state)
+    if inv.hold_all:
+        refused.append(f"source {spec.name!r}: no window scored (a refused file cannot be placed in time)")
+        return state, inv, [], lines, refused
+    return state, inv, [w for w in pending if w.key not in held], lines, refused
 
 
 def run(
@@ -228,47 +269,51 @@ def run(
     max_windows: int | None = None,
     champion_path: str | None = None,
     prod_version: int | None = None,
-    loader: Loader | None = None,
-    segments: tuple[str, ...] | None = None,
     render: bool = True,
+    rescore_from: str | None = None,
+    start: str | None = None,
 ) -> dict[str, Any]:
     """Process every pending window of ``source`` (at most ``max_windows``); return what happened."""
     cfg = config(params, params.get("seed"))
     paths = Paths(Path(root), source)
-    if loader is None:
-        loader, segs = source_loader(params, source, paths.root)
-    else:
-        segs = tuple(segments or ())
+    spec = source_spec(params, source, paths.root)
     now = pd.Timestamp.now(tz="UTC").tz_convert(None) if now is None else pd.Timestamp(now)
-    state = initial_state(paths, champion_path)
-    before = (len(state.alerts), len(state.versions), len(state.notes))
-    state = apply_prod_version(state, prod_version)
-    times = normalise_time(loader(None, True)["time"])
-    todo = mon.pending_windows(times, now, cfg, state)[: max_windows or None]
+    state = initial_state(paths, champion_path, spec.score_kind or "probability")
+    _check_grid(state, cfg)
+    if start is not None:
+        state.start_at = pd.Timestamp(start).isoformat()
+    before_ids = {i["id"]: i for i in mon.incidents(state, cfg)}
+    before_versions = len(state.versions)
+    before_notes = len(state.notes)
+    pinned = read_pin(paths)
+    if pinned is None:
+        pinned = pin_from_registry(paths, state, prod_version)
+    state = apply_pin(state, pinned)
+    state, inv, todo, lines, refused = _take_stock(spec, cfg, state, now, rescore_from)
+    todo = todo[: max_windows or None]
     if todo:
-        since = todo[0].start - cfg.calib_windows * pd.Timedelta(cfg.period)
-        df = normalise(loader(since, False))
-        for w in todo:
-            frame = df[(df["time"] >= w.start) & (df["time"] < w.end)]
-            lo = w.start - cfg.calib_windows * pd.Timedelta(cfg.period)
-            calib = df[(df["time"] >= lo) & (df["time"] < w.start)]
-            state = mon.process_window(state, w, frame, calib, cfg, segs)
-            save(paths, state)  # per window: the resume point
-            log.info("monitor %s: window %s scored (champion v%d)", source, w.key, state.champion)
-    else:
-        save(paths, state)  # a rollback or a first run still writes the champion in office
+        todo, more = _score(paths, spec, cfg, state, inv, todo)
+        state, refused = more[0], refused + more[1]
+    state.files = D.cache_of(inv)
+    save(paths, state, spec)
     write_text(paths.history, mon.history_frame(state).to_csv(index=False))
-    write_json(paths.metrics, latest_metrics(state))
+    write_json(paths.metrics, latest_metrics(state, cfg))
     if render:
         from calibflow.report.monitoring import render_page
 
-        write_text(paths.page, render_page(state))
+        write_text(paths.page, render_page(state, cfg=cfg))
+    after = mon.incidents(state, cfg)
     return {
         "source": source,
         "windows": [w.key for w in todo],
-        "alerts": state.alerts[before[0] :],
-        "promotions": state.versions[before[1] :],
-        "notes": state.notes[before[2] :],
+        "alerts": [a for a in state.alerts if a["window"] in {w.key for w in todo}],
+        "opened": [i for i in after if i["id"] not in before_ids],
+        "closed": [i for i in after if i["closed"] and not (before_ids.get(i["id"]) or {}).get("closed")],
+        "incidents_open": [i for i in after if i["closed"] is None],
+        "promotions": [v for v in state.versions[before_versions:] if not v.get("withdrawn")],
+        "notes": state.notes[before_notes:],
+        "notices": lines,
+        "refused": refused,
         "champion": state.champion,
         "files": [
             str(p.relative_to(paths.root))
@@ -276,6 +321,48 @@ def run(
             if p.exists()
         ],
     }
+
+
+def _check_grid(state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
+    grid = {"origin": mon._origin(cfg.origin).isoformat(), "period": str(pd.Timedelta(cfg.period))}
+    if state.grid and state.grid != grid and state.processed:
+        raise StageError(
+            f"monitor: source {state.source!r} was scored on windows {state.grid}, params now say {grid}; "
+            "put monitor.period/origin back, or move monitoring/<source>/ aside to start over"
+        )
+    state.grid = grid
+
+
+def _score(
+    paths: Paths,
+    spec: S.SourceSpec,
+    cfg: mon.MonitorConfig,
+    state: mon.MonitorState,
+    inv: D.Inventory,
+    todo: list[mon.Window],
+) -> tuple[list[mon.Window], tuple[mon.MonitorState, list[str]]]:
+    """Score ``todo`` (matured windows, held ones already out); rows refused here keep their window
+    pending. Saves after every window (the resume point)."""
+    span = cfg.calib_windows * pd.Timedelta(cfg.period)
+    df = D.load(spec, inv, todo[0].start - span, todo[-1].end, cfg)
+    held, lines = D.check_matured(spec, df, [w.key for w in todo], cfg)
+    todo = [w for w in todo if w.key not in held]
+    wkeys = pd.Series([mon.window_at(int(k), cfg).key for k in mon.window_index(df["time"], cfg)], dtype=str)
+    usable = df["label"].isin([0.0, 1.0]) & df["score"].notna() & ~wkeys.isin(held).to_numpy()
+    known = df[usable.to_numpy()]  # held windows' rows never feed a challenger either
+    fps, feeds = inv.fingerprints(), inv.feeds()
+    done = []
+    for w in todo:
+        if state.processed and w.key < state.processed[-1]:
+            continue  # a held window sits between: it is rescored once its file is fixed
+        frame = known[(known["time"] >= w.start) & (known["time"] < w.end)]
+        calib = known[(known["time"] >= w.start - span) & (known["time"] < w.start)]
+        state = mon.process_window(state, w, frame, calib, cfg, spec.segments, fps.get(w.key))
+        state.windows[w.key]["files"] = feeds.get(w.key, [])  # what a later delivery is compared with
+        save(paths, state, spec)
+        done.append(w)
+        log.info("monitor %s: window %s scored (champion v%d)", spec.name, w.key, state.champion)
+    return done, (state, lines)
 
 
 def sources_to_monitor(params: dict[str, Any], only: str | None) -> list[str]:
@@ -287,28 +374,59 @@ def sources_to_monitor(params: dict[str, Any], only: str | None) -> list[str]:
     return names
 
 
+def report_lines(res: dict[str, Any]) -> list[str]:
+    """The console lines of one source's run (the CLI and the flow print the same)."""
+    lines = [
+        f"monitor {res['source']}: {len(res['windows'])} window(s), {len(res['opened'])} incident(s) opened, "
+        f"{len(res['closed'])} closed, {len(res['incidents_open'])} open; "
+        f"{len(res['promotions'])} promotion(s); champion v{res['champion']}"
+    ]
+    lines += [f"  note: {x}" for x in res["notices"]]
+    for i in res["opened"]:
+        lines.append(
+            f"  INCIDENT opened {i['opened'][:10]} {i['segment']} {i['metric']} (worst {i['worst']:.4f})"
+        )
+    for i in res["closed"]:
+        lines.append(
+            f"  incident closed {i['closed'][:10]} {i['segment']} {i['metric']} (opened {i['opened'][:10]})"
+        )
+    for v in res["promotions"]:
+        lines.append(
+            f"  PROMOTED v{v['version']} ({v['method']}) after {v['promoted_after'][:10]}: "
+            f"{v['judged']['metric']} better by {v['judged']['delta']:.5f}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = base_parser(__doc__.splitlines()[0])
     ap.add_argument("--source", help="monitor only this source (default: every one in monitor.sources)")
     ap.add_argument("--now", help="the run's clock (ISO timestamp; default: now, UTC)")
     ap.add_argument("--max-windows", type=int, help="process at most N windows this run (backfill in chunks)")
     ap.add_argument("--champion", help="initial champion JSON (default models/<source>/calibrator.json)")
+    ap.add_argument("--rescore-from", help="rescore from the window holding this date (a backfill)")
+    ap.add_argument("--start", help="never score windows before this date (recorded in the state)")
     a = ap.parse_args(argv)
 
     def body() -> None:
         params = load_params(a.params)
         for name in sources_to_monitor(params, a.source):
-            res = run(a.root, params, name, now=a.now, max_windows=a.max_windows, champion_path=a.champion)
-            print(
-                f"monitor {name}: {len(res['windows'])} window(s), {len(res['alerts'])} alert(s), "
-                f"{len(res['promotions'])} promotion(s); champion v{res['champion']}"
+            res = run(
+                a.root,
+                params,
+                name,
+                now=a.now,
+                max_windows=a.max_windows,
+                champion_path=a.champion,
+                rescore_from=a.rescore_from,
+                start=a.start,
             )
-            for note in res["notes"]:
-                print(f"  note: {note}")
-            for al in res["alerts"]:
-                band = al["band"]
-                print(f"  ALERT {al['window']} {al['segment']} {al['metric']}={al['value']:.4f} band={band}")
+            print("\n".join(report_lines(res)))
+            refused.extend(f"refused: {x}" for x in res["refused"])
+        if refused:  # after every source ran: the others were scored, this one waits for a fix
+            raise StageError("\n".join(refused))
 
+    refused: list[str] = []
     return cli(body)
 
 

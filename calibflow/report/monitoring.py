@@ -4,7 +4,7 @@ Self-contained and offline (inline CSS and hand-drawn SVG, no script, no font or
 champion's calibration ratio per window with its bootstrap interval and alert band, its ECE with the
 band's ceiling; overall: the selection metric of the champion beside every challenger's on each gated
 window. Promotions are dashed green verticals, alerts red dots, skipped windows grey ticks; a red banner on
-top lists open alerts (those of the newest window).
+top lists the open incidents (green only when none is open), and a table lists every incident.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import html
 import math
 from typing import Any
 
-from calibflow.monitoring import ALL, MonitorState
+from calibflow.monitoring import ALL, MonitorConfig, MonitorState, incidents
 from calibflow.report._format import fmt_num
 from calibflow.report.chrome import CSS as _CSS
 from calibflow.report.html import _table
@@ -192,27 +192,50 @@ def _gate_svg(state: MonitorState, windows: list[str], promos: dict[str, int]) -
     return _svg(out)
 
 
-def _banner(state: MonitorState) -> str:
+def _banner(state: MonitorState, cfg: MonitorConfig) -> str:
     if not state.processed:
         return '<div class="banner ok">No window scored yet.</div>'
     newest = state.processed[-1]
-    open_ = [a for a in state.alerts if a["window"] == newest]
+    open_ = [i for i in incidents(state, cfg) if i["closed"] is None]
     if not open_:
-        return f'<div class="banner ok">No alert on the newest window ({_e(newest[:10])}).</div>'
+        return f'<div class="banner ok">No open incident after the newest window ({_e(newest[:10])}).</div>'
     items = "".join(
-        f"<li>{_e(a['segment'])}: {_e(a['metric'])} = {fmt_num(a['value'])} outside band "
-        f"[{fmt_num(a['band'][0])}, {fmt_num(a['band'][1])}]</li>"
-        for a in open_
+        f"<li>{_e(i['segment'])}: {_e(i['metric'])} out of band since {_e(i['opened'][:10])} "
+        f"({i['windows']} window(s) out; worst {fmt_num(i['worst'])})</li>"
+        for i in open_
     )
-    return f'<div class="banner"><b>Calibration drift on {_e(newest[:10])}</b><ul>{items}</ul></div>'
+    return f'<div class="banner"><b>Calibration drift: open on {_e(newest[:10])}</b><ul>{items}</ul></div>'
 
 
-def render_page(state: MonitorState, title: str | None = None) -> str:
-    """The page's HTML (module doc)."""
+def _incidents_table(state: MonitorState, cfg: MonitorConfig) -> str:
+    found = incidents(state, cfg)
+    if not found:
+        return "<p>None.</p>"
+    rows = [
+        [
+            _e(i["segment"]),
+            _e(i["metric"]),
+            _e(i["opened"][:10]),
+            _e((i["closed"] or "open")[:10]),
+            _e(i["windows"]),
+            fmt_num(i["worst"]),
+        ]
+        for i in found
+    ]
+    return _table(["segment", "metric", "opened", "closed", "windows out", "worst"], rows, 2)
+
+
+def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfig | None = None) -> str:
+    """The page's HTML (module doc); ``cfg`` decides when incidents close (default: the defaults)."""
+    cfg = cfg or MonitorConfig()
     windows = list(state.processed)
-    promos = {v["promoted_after"]: v["version"] for v in state.versions[1:] if v.get("promoted_after")}
+    promos = {
+        v["promoted_after"]: v["version"]
+        for v in state.versions[1:]
+        if v.get("promoted_after") and not v.get("withdrawn")
+    }
     segs = list(dict.fromkeys(r["segment"] for r in state.history))
-    parts = [f"<h1>{_e(title or 'Calibration over time: ' + state.source)}</h1>", _banner(state)]
+    parts = [f"<h1>{_e(title or 'Calibration over time: ' + state.source)}</h1>", _banner(state, cfg)]
     parts.append(
         f"<p class='muted'>{len(windows)} window(s) scored; champion v{state.champion} "
         f"({_e(state.versions[state.champion - 1]['method'])}); {len(state.versions) - 1} promotion(s); "
@@ -237,7 +260,8 @@ def render_page(state: MonitorState, title: str | None = None) -> str:
             parts.append("<h3>Champion and challengers on each held-out window</h3>")
             parts.append(f'<figure class="svg">{_gate_svg(state, windows, promos)}</figure>')
     parts.append("<h2>Promotions</h2>" + _versions_table(state))
-    parts.append("<h2>Alerts</h2>" + _alerts_table(state))
+    parts.append("<h2>Incidents</h2>" + _incidents_table(state, cfg))
+    parts.append("<h2>Alerts (every out-of-band window)</h2>" + _alerts_table(state))
     if state.notes:
         parts.append(
             "<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{_e(n)}</li>" for n in state.notes) + "</ul>"

@@ -1,0 +1,309 @@
+"""Daily deliveries of a score source, as the monitor sees them: files, fingerprints, windows, refusals.
+
+A monitored source is usually a folder of day files that arrive late, arrive twice, get replaced, or
+arrive broken. This module (pure library: DuckDB through ``calibflow.sources``, no Prefect, no params.yaml)
+turns the files into what the monitor needs to decide honestly:
+
+- :func:`inventory`: every file with its content digest (sha256, or size+mtime for very large sources, as
+  ``sources.fingerprint``) and the windows its rows fall in; a byte-identical copy of another file is
+  ignored with a note (it would double its window); a file that lacks a declared column or whose times do
+  not parse is *refused* in one line naming the source, the file, the column and the row count, and its
+  windows are *held* (a file whose rows cannot be placed in time holds the whole source);
+- each window's fingerprint: a digest of the (file, digest) pairs that feed it, which the monitor keeps
+  for every scored window; a changed fingerprint (a day replaced, or a late file for a day already scored)
+  tells it to rescore from that window, a window with no file left (retention) keeps its scores;
+- :func:`load`: the rows of the good files in a time range, as ``time, score, label, <segments>`` with the
+  user's score untouched (its scale is the source's ``score_kind``) and NULL labels kept as NaN ("not
+  known yet");
+- :func:`check_matured`: labels of matured windows: a value outside {0, 1} refuses its file's windows,
+  a NULL label keeps its window pending (its labels are not all in), both in one line.
+
+Times are parsed as the pipeline parses them (``calibflow.timesplit.to_datetime``: timestamps, dates, ISO
+text) and made UTC-naive; integer times are epoch seconds, milliseconds, microseconds or nanoseconds by
+magnitude.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow import sources as S
+from calibflow import timesplit
+from calibflow.monitoring import MonitorConfig, window_at, window_index
+
+#: Integer epoch times: the largest magnitude of each unit up to year ~5000.
+_EPOCH_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"))
+
+
+def to_times(values: pd.Series) -> pd.Series:
+    """UTC-naive timestamps of a time column (unparseable values become NaT, never an exception)."""
+    s = pd.Series(values).reset_index(drop=True)
+    if pd.api.types.is_integer_dtype(s) or (
+        pd.api.types.is_float_dtype(s) and bool(np.all(np.isnan(s) | (s == np.round(s))))
+    ):
+        top = float(np.nanmax(np.abs(s.to_numpy(float)))) if s.notna().any() else 0.0
+        unit = next((u for lim, u in _EPOCH_UNITS if top < lim), "ns")
+        return pd.to_datetime(s, unit=unit, errors="coerce")
+    if pd.api.types.is_datetime64_any_dtype(s):
+        t = s
+    elif s.dtype == object or pd.api.types.is_string_dtype(s):
+        t = pd.to_datetime(s.astype("string"), errors="coerce", format="mixed", utc=True)
+    else:
+        t = timesplit.to_datetime(s)
+    if getattr(t.dt, "tz", None) is not None:
+        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
+    return t
+
+
+@dataclass
+class DayFile:
+    """One delivered file: where, its digest, the rows per window, and why it is refused (if it is)."""
+
+    rel: str
+    path: str
+    digest: str
+    windows: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
+    duplicate_of: str | None = None
+    placed: bool = True  # False: its rows could not be put in windows (the whole source is held)
+
+
+@dataclass
+class Inventory:
+    source: str
+    files: list[DayFile]
+    notes: list[str]
+
+    @property
+    def good(self) -> list[DayFile]:
+        return [f for f in self.files if f.problem is None and f.duplicate_of is None]
+
+    @property
+    def refused(self) -> list[str]:
+        return [f.problem for f in self.files if f.problem]
+
+    @property
+    def hold_all(self) -> bool:
+        return any(f.problem and not f.placed for f in self.files)
+
+    def held(self) -> set[str]:
+        """Windows that a refused file feeds: not scored until the file is fixed."""
+        return {k for f in self.files if f.problem for k in f.windows}
+
+    def times(self) -> pd.Series:
+        """One timestamp per window with rows (what ``matured_windows`` needs), from the good files."""
+        keys = sorted({k for f in self.good for k in f.windows})
+        return pd.Series(pd.to_datetime(keys), dtype="datetime64[ns]")
+
+    def feeds(self) -> dict[str, list[str]]:
+        """Window key -> sorted ``file:digest`` of the good files that feed it (what a window remembers)."""
+        out: dict[str, list[str]] = {}
+        for f in self.good:
+            for k in f.windows:
+                out.setdefault(k, []).append(f"{f.rel}:{f.digest[:16]}")
+        return {k: sorted(v) for k, v in out.items()}
+
+    def fingerprints(self) -> dict[str, str]:
+        """Window key -> one digest of its feeding files (shown on the page and in the state)."""
+        return {k: hashlib.sha256("\n".join(v).encode()).hexdigest()[:16] for k, v in self.feeds().items()}
+
+    def feeding(self, key: str) -> list[str]:
+        return sorted(f.rel for f in self.good if key in f.windows)
+
+
+def _digest(spec: S.SourceSpec, path: str) -> tuple[str, str]:
+    fp = S.fingerprint(replace(spec, path=path))["files"][0]
+    return fp.get("sha256") or f"{fp['size']}:{fp['mtime']}", fp["path"]  # sha256 up to 1 GB a file
+
+
+def _rel(source_path: str, path: str) -> str:
+    """The file's name relative to the source's folder (no absolute checkout path in the state)."""
+    base = source_path if os.path.isdir(source_path) else os.path.dirname(source_path.split("*")[0])
+    return os.path.relpath(path, base or ".")
+
+
+def role_columns(spec: S.SourceSpec) -> list[str]:
+    return [c for c in (spec.time, spec.score, spec.label, *spec.segments) if c]
+
+
+def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
+    """Fill ``f.windows`` from the file's time column, or set ``f.problem`` (one line)."""
+    one = replace(spec, path=f.path)
+    try:
+        rel = S.relation(one)
+        cols = list(rel.columns)
+        if spec.time not in cols:
+            f.placed = False
+        t = to_times(S.scan(one, [spec.time])[spec.time].to_pandas()) if f.placed else None
+    except (ValueError, FileNotFoundError) as exc:
+        f.placed, f.problem = False, f"source {spec.name!r}: file {f.rel}: {exc}; fix or remove it"
+        return
+    missing = [c for c in role_columns(spec) if c not in cols]
+    n = int(rel.aggregate("count(*)").fetchall()[0][0])
+    if t is not None:
+        ks = window_index(t.dropna(), cfg)
+        keys, counts = np.unique(ks, return_counts=True)
+        f.windows = {window_at(int(k), cfg).key: int(c) for k, c in zip(keys, counts, strict=True)}
+        bad_t = int(t.isna().sum())
+        if bad_t:
+            f.placed = False
+            f.problem = (
+                f"source {spec.name!r}: file {f.rel}: column {spec.time!r} has {bad_t} of {n} value(s) that "
+                "are not timestamps; fix the file (its windows stay pending)"
+            )
+    if missing:
+        f.problem = (
+            f"source {spec.name!r}: file {f.rel}: column {missing[0]!r} is missing ({n} rows"
+            + (f"; also {missing[1:]}" if len(missing) > 1 else "")
+            + "); the file is not used and its windows stay pending until it is fixed"
+        )
+
+
+def inventory(
+    spec: S.SourceSpec, cfg: MonitorConfig, cache: dict[str, dict[str, Any]] | None = None
+) -> Inventory:
+    """Every file of ``spec`` (a file, folder or glob) with digest, windows and problems (module doc).
+
+    ``cache`` (rel -> {digest, windows}) from the previous run spares re-reading an unchanged good file.
+    """
+    cache = cache or {}
+    found = S.files(spec.path)
+    seen: dict[str, str] = {}
+    out: list[DayFile] = []
+    notes: list[str] = []
+    for path in found:
+        digest, _ = _digest(spec, path)
+        f = DayFile(rel=_rel(spec.path, path), path=path, digest=digest)
+        if digest in seen:
+            f.duplicate_of = seen[digest]
+            notes.append(
+                f"source {spec.name!r}: file {f.rel} is a byte-identical copy of {seen[digest]}; ignored "
+                "(counting it would double its rows)"
+            )
+            out.append(f)
+            continue
+        seen[digest] = f.rel
+        hit = cache.get(f.rel)
+        if hit and hit.get("digest") == digest:
+            f.windows = dict(hit["windows"])
+        else:
+            _place(spec, f, cfg)
+        out.append(f)
+    return Inventory(spec.name, out, notes)
+
+
+def cache_of(inv: Inventory) -> dict[str, dict[str, Any]]:
+    """What ``inventory`` may reuse next time: the good files' digests and windows."""
+    return {f.rel: {"digest": f.digest, "windows": f.windows} for f in inv.good}
+
+
+def load(
+    spec: S.SourceSpec, inv: Inventory, lo: pd.Timestamp, hi: pd.Timestamp, cfg: MonitorConfig
+) -> pd.DataFrame:
+    """Rows of the good files with ``lo <= time < hi``: time, score, label (NaN: not known yet), segments,
+    ``file``. The score is the user's, untouched; the label is 0/1 through ``positive`` when declared."""
+    lo_k, hi_k = lo.isoformat(), hi.isoformat()
+    parts = []
+    for f in inv.good:
+        if not any(lo_k <= k < hi_k for k in f.windows):
+            continue
+        df = S.scan(replace(spec, path=f.path), role_columns(spec)).to_pandas()
+        df["time"] = to_times(df.pop(spec.time))
+        df = df[(df["time"] >= lo) & (df["time"] < hi)]
+        out = pd.DataFrame({"time": df["time"], "score": pd.to_numeric(df[spec.score], errors="coerce")})
+        out["label"] = _label(df[spec.label], spec.positive)
+        for c in spec.segments:
+            out[c] = df[c].astype("string").fillna("<missing>").astype(str)
+        out["file"] = f.rel
+        parts.append(out)
+    cols = ["time", "score", "label", *spec.segments, "file"]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols}).assign(
+            time=pd.Series(dtype="datetime64[ns]")
+        )
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.sort_values(["time", "file"], kind="mergesort").reset_index(drop=True)
+
+
+def _label(values: pd.Series, positive: Any | None) -> pd.Series:
+    """0/1 labels with NaN kept for NULL; anything else unparseable becomes -1 (refused by the check)."""
+    if positive is not None:
+        hit = values == positive
+        if not hit.any():
+            hit = values.astype(str) == str(positive)
+        return hit.astype(float).where(values.notna(), np.nan)
+    if values.dtype == bool:
+        return values.astype(float)
+    num = pd.to_numeric(values, errors="coerce").astype(float)
+    return num.where(values.isna() | num.notna(), -1.0)
+
+
+def check_matured(
+    spec: S.SourceSpec, frame: pd.DataFrame, keys: list[str], cfg: MonitorConfig
+) -> tuple[set[str], list[str]]:
+    """Windows among ``keys`` to hold, and one line per reason: labels outside {0, 1} or non-finite
+    scores (the file's windows are held), NULL labels (the window's labels are not all in yet)."""
+    if frame.empty:
+        return set(), []
+    wkey = np.array([window_at(int(k), cfg).key for k in window_index(frame["time"], cfg)])
+    in_scope = np.isin(wkey, keys)
+    lines: list[str] = []
+    held: set[str] = set()
+    y, s = frame["label"].to_numpy(float), frame["score"].to_numpy(float)
+    bad_s = ~np.isfinite(s) | ((spec.score_kind == "probability") & ((s < 0) | (s > 1)))
+    checks = (
+        (~np.isnan(y) & (y != 0) & (y != 1), spec.label, "label value(s) outside {0, 1}", "fix the file"),
+        (
+            bad_s,
+            spec.score,
+            "score(s) not finite" + (" or outside [0, 1]" if spec.score_kind == "probability" else ""),
+            "fix the file",
+        ),
+    )
+    for mask, col, what, fix in checks:
+        mask = mask & in_scope
+        for rel in sorted(set(frame.loc[mask, "file"])):
+            m = mask & (frame["file"] == rel).to_numpy()
+            ws = sorted(set(wkey[(frame["file"] == rel).to_numpy() & in_scope]))
+            held |= set(ws)
+            lines.append(
+                f"source {spec.name!r}: file {rel}: column {col!r} has {int(m.sum())} {what}; {fix} "
+                f"(window(s) {', '.join(w[:10] for w in ws)} stay pending)"
+            )
+    unknown = np.isnan(y) & in_scope
+    for k in sorted(set(wkey[unknown]) - held):
+        m = unknown & (wkey == k)
+        files = ", ".join(sorted(set(frame.loc[m, "file"])))
+        held.add(k)
+        lines.append(
+            f"source {spec.name!r}: window {k[:10]}: {int(m.sum())} row(s) without a label yet in {files} "
+            f"(column {spec.label!r}); the window stays pending until its labels are in"
+        )
+    return held, lines
+
+
+def dirty_from(
+    processed: list[str], recorded: dict[str, dict[str, Any]], inv: Inventory, pending: list[str]
+) -> tuple[str, str] | None:
+    """The oldest window to rescore from and why: a late window (older than the newest scored one), or a
+    scored window fed by a file it was not scored from (a replaced day, a late part). Files that are gone
+    (retention) never trigger a rescore: the window keeps the scores it had."""
+    current = inv.feeds()
+    reasons: list[tuple[str, str]] = []
+    newest = processed[-1] if processed else None
+    for k in pending:
+        if newest is not None and k < newest:
+            reasons.append((k, f"window {k[:10]} delivered late ({', '.join(inv.feeding(k))})"))
+    for k in processed:
+        was = (recorded.get(k) or {}).get("files")
+        new = sorted(set(current.get(k, [])) - set(was or []))
+        if was is not None and new:
+            names = ", ".join(x.rsplit(":", 1)[0] for x in new)
+            reasons.append((k, f"the files of window {k[:10]} changed ({names})"))
+    return min(reasons) if reasons else None
