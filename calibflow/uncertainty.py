@@ -176,3 +176,29 @@ def xgb_posterior_entropy(
     s = np.asarray(booster.predict(dm), dtype=np.float64)
     a1, a0 = posterior_beta(s, xgb_evidence(booster, dm, n_train, covers), prior)
     return s, beta_entropy(a1, a0)
+
+
+def jeffreys_interval(
+    positives: np.ndarray, count: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Jeffreys interval of a binomial rate: Beta(k + 1/2, n - k + 1/2) quantiles (Brown, Cai, DasGupta 2001).
+
+    Chosen over Wald because it stays inside [0, 1] and keeps its coverage at the low rates of ads data
+    (a bin with 2 positives out of 300); the bounds are 0 / 1 when k = 0 / k = n, as they recommend.
+    """
+    from scipy import stats
+
+    tail = (1.0 - level) / 2.0
+    lo = stats.beta.ppf(tail, positives + 0.5, count - positives + 0.5)
+    hi = stats.beta.ppf(1.0 - tail, positives + 0.5, count - positives + 0.5)
+    return np.where(positives > 0, lo, 0.0), np.where(positives < count, hi, 1.0)
+
+
+def percentile_interval(values: np.ndarray, level: float) -> list[float] | None:
+    """The central ``level`` percentile interval of the finite ``values`` (replicates); None if none."""
+    v = values[np.isfinite(values)]
+    if not v.size:
+        return None
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(v, [tail, 1.0 - tail])
+    return [float(lo), float(hi)]

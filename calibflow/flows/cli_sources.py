@@ -149,9 +149,12 @@ def init(
     positive: str = typer.Option(None, "--positive", help="The label value counting as 1 (if not 0/1)."),
     name: str = typer.Option(None, "--name", help="The source's name (default: the file's name)."),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
+    benchmark: bool = typer.Option(
+        False, "--benchmark", help="A new project also runs the built-in benchmark datasets."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Declare a file of yours as a calibflow source in params.yaml and print the next command."""
+    """Declare a file of yours as a calibflow source (a new folder becomes a project); print what's next."""
 
     def go() -> None:
         base = params_file.resolve().parent
@@ -173,10 +176,26 @@ def init(
             decl["segments"] = list(segments)
         nm = name or re.sub(r"[^A-Za-z0-9_]+", "_", Path(data.split("*")[0].rstrip("/")).stem or "source")
         nm = nm if nm[:1].isalpha() else f"s_{nm}"
+        created = _new_project(params_file, nm, decl, benchmark)
         spec, info = init_source(params_file, nm, decl)
+        if created is not None:
+            typer.echo(f"new calibflow project in {created.folder}: {', '.join(created.ran + created.wrote)}")
         _print_summary(spec, info, params_file)
 
     _guarded(go, debug)
+
+
+def _new_project(params_file: Path, name: str, decl: dict[str, Any], benchmark: bool):
+    """A folder without params.yaml becomes a calibflow project, once the source itself checks out."""
+    from calibflow.flows import project
+
+    if params_file.exists():
+        return None
+    base = params_file.resolve().parent
+    if params_file.name != "params.yaml":
+        raise ValueError(f"{params_file} does not exist; a new project's params file is params.yaml")
+    inspect(src.parse_source(name, decl).at(base))  # a bad source leaves the folder as it was
+    return project.create(base, benchmark=benchmark)
 
 
 def _coerce(text: str) -> Any:

@@ -150,7 +150,7 @@ def reliability_from_table(
 ) -> list[dict[str, float]]:
     """Evaluate's reliability records from the table: equal-mass (edges from cumulative weights) or
     equal-width bins, each with its Jeffreys interval and consistency band, as the row path writes them."""
-    from calibflow.pipeline.evaluate import jeffreys_interval
+    from calibflow.uncertainty import jeffreys_interval
 
     rel = agg_diag.reliability_bins(t, n_bins, strategy, level=level, g=g)
     cnt, pos = rel["count"], rel["positives"]
@@ -220,7 +220,7 @@ def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str
 
 def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float) -> dict[str, Any]:
     """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights)."""
-    from calibflow.pipeline.select import _ci
+    from calibflow.uncertainty import percentile_interval as _ci
 
     gu, gc = _collapse(unc), _collapse(cal)
     pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)

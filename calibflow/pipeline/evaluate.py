@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from calibflow import diagnostics, metrics
 from calibflow.io import write_json
@@ -42,6 +41,7 @@ from calibflow.pipeline._common import (
     seed,
 )
 from calibflow.report.data import RANKING_BASELINES
+from calibflow.uncertainty import jeffreys_interval
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
@@ -119,20 +119,6 @@ def intervals(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, lev
             lo, hi = np.quantile(arr, [tail, 1.0 - tail])
             out[k] = {"low": float(lo), "high": float(hi)}
     return out
-
-
-def jeffreys_interval(
-    positives: np.ndarray, count: np.ndarray, level: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Jeffreys interval of a binomial rate: Beta(k + 1/2, n - k + 1/2) quantiles (Brown, Cai, DasGupta 2001).
-
-    Chosen over Wald because it stays inside [0, 1] and keeps its coverage at the low rates of ads data
-    (a bin with 2 positives out of 300); the bounds are 0 / 1 when k = 0 / k = n, as they recommend.
-    """
-    tail = (1.0 - level) / 2.0
-    lo = stats.beta.ppf(tail, positives + 0.5, count - positives + 0.5)
-    hi = stats.beta.ppf(1.0 - tail, positives + 0.5, count - positives + 0.5)
-    return np.where(positives > 0, lo, 0.0), np.where(positives < count, hi, 1.0)
 
 
 def reliability_records(

@@ -61,7 +61,8 @@ class _Strict(BaseModel):
 
 
 class Datasets(_Strict):
-    names: list[str] = Field(min_length=1)
+    # Empty in a user's own project (`calibflow init`): the built-in datasets are opt-in (--benchmark).
+    names: list[str] = Field(default_factory=list)
     targets: dict[str, str] = Field(default_factory=dict)
     max_rows: int = Field(0, ge=0)
 
@@ -228,6 +229,14 @@ class Params(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _something_to_run(self) -> Params:
+        if not self.datasets.names and not self.sources:
+            raise ValueError(
+                "no datasets and no sources: add a source with `calibflow init --data FILE --label COL ...`"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _papers_configured(self) -> Params:
         missing = [p for p in self.papers if p not in (self.reproduce.model_extra or {})]
         if missing:
@@ -299,6 +308,10 @@ def load_and_validate(path: str | Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if isinstance(data, Mapping):
+        from calibflow.pipeline._common import with_defaults
+
+        data = with_defaults(dict(data))  # a user project's params.yaml states only what it changes
     try:
         validate_params(data)
     except ParamsError as exc:

@@ -45,6 +45,7 @@ from calibflow.pipeline._common import (
     section,
     seed,
 )
+from calibflow.uncertainty import percentile_interval as _ci
 
 log = logging.getLogger("calibflow.pipeline.select")
 RULE_AUTO = "auto"
@@ -95,15 +96,6 @@ def paired_bootstrap(
             for m, v in rows.stats(c).items():
                 out[key].setdefault(m, []).append(v)
     return {k: {m: np.asarray(v) for m, v in d.items()} for k, d in out.items()}
-
-
-def _ci(values: np.ndarray, level: float) -> list[float] | None:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return None
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(v, [tail, 1.0 - tail])
-    return [float(lo), float(hi)]
 
 
 def compare(
