@@ -156,6 +156,8 @@ def test_wheel_init_run_apply_in_an_empty_folder(tmp_path):
     assert "ads" in html
     assert not any(d in html for d in ("bank_marketing", "hillstrom", "Coat", "CalEM")), "benchmark in report"
 
+    _run(["git", "add", "-A"], proj, env)  # what the user does next; exp show lists commits
+    _run(["git", "commit", "-qm", "calibflow project"], proj, env)
     shown = _run([py, "-m", "dvc", "exp", "show", "--csv"], proj, env)
     header = next(csv.reader(io.StringIO(shown)))
     assert "sources.ads.path" in header and len(header) <= 40, (len(header), header)
