@@ -2,9 +2,9 @@
 
 ``create(folder)`` makes a folder a calibflow project when it is not one yet: ``params.yaml`` with calibflow's
 defaults and no built-in datasets or papers, ``dvc.yaml`` from the template shipped in the package
-(``calibflow/flows/templates/dvc.yaml``), ``.gitignore`` / ``.dvcignore`` lines, ``git init`` and ``dvc init``
-where missing, and ``.calibflow/code.json``. It never rewrites a file the user already has (it only appends
-missing lines to the ignore files); adding a source to params.yaml is ``calibflow.flows.cli_sources``' job.
+(``calibflow/flows/templates/dvc.yaml.tmpl``), ``.gitignore`` / ``.dvcignore`` lines, ``git init`` and
+``dvc init`` where missing, and ``.calibflow/code.json``. It never rewrites a file the user already has (it
+only appends missing lines to the ignore files); adding a source to params.yaml is ``calibflow.flows.cli_sources``' job.
 
 ``.calibflow/code.json`` is what a user project's stages depend on for code: the installed calibflow's
 version and a sha256 over its ``.py`` files and package data (bytecode and numba's cache excluded), so a
@@ -24,6 +24,7 @@ from pathlib import Path
 import calibflow
 from calibflow.io import write_text
 
+# Not named dvc.yaml: DVC would collect a dvc.yaml anywhere in a repository (this one included) as a pipeline.
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CODE_STAMP = Path(".calibflow/code.json")
 #: The built-in datasets `calibflow init --benchmark` adds (the benchmark project's own list).
@@ -43,7 +44,7 @@ GITIGNORE = [
     "__pycache__/",
 ]
 DVCIGNORE = ["# bytecode and numba's compiled cache: never a dependency", "__pycache__/", "*.pyc"]
-_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".csv")
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".tmpl", ".json", ".csv")
 
 
 @dataclass
@@ -95,12 +96,12 @@ def uses_code_stamp(folder: Path) -> bool:
 
 def render_dvc_yaml() -> str:
     """The user project's dvc.yaml: the shipped template (it names every path; nothing varies yet)."""
-    return (TEMPLATES / "dvc.yaml").read_text(encoding="utf-8")
+    return (TEMPLATES / "dvc.yaml.tmpl").read_text(encoding="utf-8")
 
 
 def render_params(benchmark: bool = False) -> str:
     """The user project's params.yaml, sources empty; ``benchmark`` opts the built-in datasets in."""
-    text = (TEMPLATES / "params.yaml").read_text(encoding="utf-8")
+    text = (TEMPLATES / "params.yaml.tmpl").read_text(encoding="utf-8")
     if benchmark:
         names = ", ".join(BENCHMARK_DATASETS["names"])
         targets = ", ".join(f"{k}: {v}" for k, v in BENCHMARK_DATASETS["targets"].items())
