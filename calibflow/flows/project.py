@@ -4,7 +4,8 @@
 defaults and no built-in datasets or papers, ``dvc.yaml`` from the template shipped in the package
 (``calibflow/flows/templates/dvc.yaml.tmpl``), ``.gitignore`` / ``.dvcignore`` lines, ``git init`` and
 ``dvc init`` where missing, and ``.calibflow/code.json``. It never rewrites a file the user already has (it
-only appends missing lines to the ignore files); adding a source to params.yaml is ``calibflow.flows.cli_sources``' job.
+only appends missing lines to the ignore files); adding a source to params.yaml is the job of
+``calibflow.flows.cli_sources``.
 
 ``.calibflow/code.json`` is what a user project's stages depend on for code: the installed calibflow's
 version and a sha256 over its ``.py`` files and package data (bytecode and numba's cache excluded), so a
