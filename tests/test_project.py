@@ -108,11 +108,12 @@ def test_evaluate_only_change_reruns_only_what_reads_evaluate(tmp_path):
 
     # an evaluate-only change that alters its output (the headline gains a field)
     ev = root / "calibflow/pipeline/evaluate.py"
-    ev.write_text(
-        ev.read_text()
-        + "\n\n_headline = headline\n\n\ndef headline(result):\n"
-        + "    return {k: {**v, 'edited': 1.0} for k, v in _headline(result).items()}\n"
+    edit = (
+        "_headline = headline\n\n\ndef headline(result):\n"
+        "    return {k: {**v, 'edited': 1.0} for k, v in _headline(result).items()}\n\n\n"
     )
+    main = 'if __name__ == "__main__":'
+    ev.write_text(ev.read_text().replace(main, edit + main))
     assert set(json.loads(dvc(root, "status", "--json").stdout)) == {"evaluate"}
     log = dvc(root, "repro").stdout
     ran = set(re.findall(r"Running stage '([^']+)'", log))
