@@ -64,6 +64,14 @@ def _per_method(folder: Path) -> None:
     start = text.index("  calibrate:\n")
     end = text.index("\n  evaluate:\n")
     (folder / "dvc.yaml").write_text(text[:start] + PER_METHOD + text[end:])
+    # DVC expands the matrix from params.yaml itself, so the (default) method list must be stated there
+    from calibflow.pipeline._common import DEFAULTS
+
+    methods = yaml.safe_load(DEFAULTS.read_text())["calibrate"]["methods"]
+    params = (folder / "params.yaml").read_text()
+    (folder / "params.yaml").write_text(
+        params.replace("calibrate: {}", f"calibrate: {{methods: [{', '.join(methods)}]}}")
+    )
 
 
 def measure(data: Path, work: Path, layout: str) -> dict[str, float | str | int]:
@@ -122,11 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         work = Path(tmp)
         data = work / "scores.parquet"
         scores_frame(n=int(args.rows), days=30, seed=1).to_parquet(data, index=False)
-        rows = [measure(data, work, "template")]
-        if not args.no_peer:
-            rows.append(measure(data, work, "per_method"))
-        for r in rows:
-            print(json.dumps(r), flush=True)
+        rows = []
+        for layout in ("template",) if args.no_peer else ("template", "per_method"):
+            rows.append(measure(data, work, layout))
+            print(json.dumps(rows[-1]), flush=True)
         if len(rows) == 2:
             a, b = rows
             print(
