@@ -82,7 +82,8 @@ def test_dvc_stage_commands_run_without_a_shell_even_past_the_schema(tmp_path, m
     with pytest.raises(StageFailed) as err:
         reproduce_stage(root, f"sources@a; touch {marker}; true")
     assert not marker.exists()
-    assert "unrecognized arguments" in " ".join(err.value.summary) + str(err.value), (err.value.summary, str(err.value))
+    said = " ".join(err.value.summary) + str(err.value)
+    assert "unrecognized arguments" in said, said
 
 
 def test_the_launcher_runs_clean_commands_and_keeps_shell_syntax_inert(tmp_path):

@@ -19,6 +19,7 @@ from calibflow import calibrators as C
 from calibflow import monitoring as mon
 from calibflow.experiments.monitoring import DAY0, simulate_stream
 from calibflow.pipeline import monitor as tm
+from calibflow.pipeline.params_schema import validate_monitor_section
 from calibflow.report.monitoring import render_page
 
 
@@ -236,11 +237,11 @@ def test_params_section_is_validated():
     import yaml
 
     params = yaml.safe_load(Path("params.yaml").read_text())
-    tm.validate_section(params["monitor"])
+    validate_monitor_section(params["monitor"])
     with pytest.raises(ValueError, match="monitor.commit must be true or false"):
-        tm.validate_section({**params["monitor"], "commit": "yes"})
+        validate_monitor_section({**params["monitor"], "commit": "yes"})
     with pytest.raises(ValueError, match="unknown key"):
-        tm.validate_section({**params["monitor"], "perod": "1D"})
+        validate_monitor_section({**params["monitor"], "perod": "1D"})
 
 
 def _drift_then_recover(shift_days: range, days: int = 24) -> pd.DataFrame:

@@ -285,6 +285,10 @@ def _run(
         raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
     with checkout_lock(root, wait=wait):
         runlog.open_run_log(root)
+        from calibflow.flows import project
+
+        if project.uses_code_stamp(root):  # a user project: its stages depend on the installed calibflow
+            project.write_code_stamp(root)
         proc, url = _use_server(port)
         watch = _guard_run(url)
         try:

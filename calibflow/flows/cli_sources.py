@@ -152,9 +152,12 @@ def init(
     ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
     monitor: bool = typer.Option(False, "--monitor", help="Also add it to monitor.sources (needs --time)."),
+    benchmark: bool = typer.Option(
+        False, "--benchmark", help="A new project also runs the built-in benchmark datasets."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Declare a file of yours as a calibflow source in params.yaml and print the next command."""
+    """Declare a file of yours as a calibflow source (a new folder becomes a project); print what's next."""
 
     def go() -> None:
         base = params_file.resolve().parent
@@ -183,7 +186,10 @@ def init(
             decl["time_format"] = info["time_format"]
         if monitor and (score is None or time is None):
             raise ValueError("--monitor needs a score source with a time column: pass --score and --time")
+        created = _new_project(params_file, benchmark)
         spec, info = init_source(params_file, nm, decl, info)
+        if created is not None:
+            typer.echo(f"new calibflow project in {created.folder}: {', '.join(created.ran + created.wrote)}")
         if monitor:  # the daily monitor (docs/monitoring.md)
             from calibflow.flows.cli_monitor import add_monitor_source
 
@@ -218,6 +224,18 @@ def normalise_name(text: str) -> str:
     """``My-Scores`` -> ``my_scores``; a name not starting with a letter gets ``s_`` in front."""
     nm = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "source"
     return nm if nm[:1].isalpha() else f"s_{nm}"
+
+
+def _new_project(params_file: Path, benchmark: bool):
+    """A folder without params.yaml becomes a calibflow project (called once the source checked out)."""
+    from calibflow.flows import project
+
+    if params_file.exists():
+        return None
+    base = params_file.resolve().parent
+    if params_file.name != "params.yaml":
+        raise ValueError(f"{params_file} does not exist; a new project's params file is params.yaml")
+    return project.create(base, benchmark=benchmark)
 
 
 def _coerce(text: str) -> Any:

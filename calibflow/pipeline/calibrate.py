@@ -30,6 +30,7 @@ from calibflow.pipeline._common import (
     base_parser,
     cli,
     load_params,
+    methods,
     require,
     section,
 )
@@ -128,9 +129,26 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
 
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument("method", help="a registered calibrator name (calibflow.calibrators.available())")
+    parser.add_argument(
+        "method", nargs="?", help="a registered calibrator name (calibflow.calibrators.available())"
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every method of calibrate.methods in one process (user projects)"
+    )
     args = parser.parse_args(argv)
+    if args.all == (args.method is not None):
+        parser.error("give one method, or --all")
+    if args.all:
+        return cli(lambda: run_all(load_params(args.params), args.root))
     return cli(lambda: run(args.method, load_params(args.params), args.root))
+
+
+def run_all(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """Every method of ``calibrate.methods``, one ``data/calibrated/<method>`` each, in one process.
+
+    A user project's single ``calibrate`` stage: one interpreter start instead of one per method, which is
+    most of the time on a source of 1e5 rows. Each method's folder is still swapped in atomically."""
+    return {m: run(m, params, root) for m in methods(params)}
 
 
 if __name__ == "__main__":

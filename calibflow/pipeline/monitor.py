@@ -41,10 +41,10 @@ from calibflow import monitoring as mon
 from calibflow import sources as S
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline._common import StageError, base_parser, cli, load_params, require
+from calibflow.pipeline.params_schema import MONITOR_RUN_KEYS as RUN_KEYS
 
 log = logging.getLogger("calibflow.pipeline.monitor")
 #: Keys of ``params.monitor`` that are not MonitorConfig fields.
-RUN_KEYS = ("sources", "commit", "branch", "registry")
 
 
 @dataclass(frozen=True)
@@ -102,20 +102,6 @@ def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig
     if seed is not None and "seed" not in sec:
         sec["seed"] = int(seed)
     return mon.MonitorConfig.from_params(sec)
-
-
-def validate_section(section: dict[str, Any] | None) -> None:
-    """Check ``params.monitor`` (for the params schema): a ``ValueError`` naming the key and the fix."""
-    sec = dict(section or {})
-    srcs = sec.get("sources") or []
-    if not isinstance(srcs, list) or not all(isinstance(x, str) for x in srcs):
-        raise ValueError(f"monitor.sources must be a list of source names, got {srcs!r}")
-    for key in ("commit", "registry"):
-        if key in sec and not isinstance(sec[key], bool):
-            raise ValueError(f"monitor.{key} must be true or false, got {sec[key]!r}")
-    if "branch" in sec and (not isinstance(sec["branch"], str) or not sec["branch"].strip()):
-        raise ValueError(f"monitor.branch must be a branch name (e.g. calibflow/runs), got {sec['branch']!r}")
-    config({"monitor": sec})
 
 
 def source_spec(params: dict[str, Any], name: str, root: Path) -> S.SourceSpec:

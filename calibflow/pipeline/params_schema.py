@@ -28,6 +28,26 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 NAME = re.compile(r"^[a-z0-9_]+$")
+#: The monitor section's keys about the run itself (which sources, where to commit), not the statistics.
+MONITOR_RUN_KEYS = ("sources", "commit", "branch", "registry")
+
+
+def validate_monitor_section(section: dict[str, Any] | None) -> None:
+    """Check ``params.monitor``: a ``ValueError`` naming the key and the fix."""
+    from calibflow.monitoring import MonitorConfig
+
+    sec = dict(section or {})
+    srcs = sec.get("sources") or []
+    if not isinstance(srcs, list) or not all(isinstance(x, str) for x in srcs):
+        raise ValueError(f"monitor.sources must be a list of source names, got {srcs!r}")
+    for key in ("commit", "registry"):
+        if key in sec and not isinstance(sec[key], bool):
+            raise ValueError(f"monitor.{key} must be true or false, got {sec[key]!r}")
+    if "branch" in sec and (not isinstance(sec["branch"], str) or not sec["branch"].strip()):
+        raise ValueError(f"monitor.branch must be a branch name (e.g. calibflow/runs), got {sec['branch']!r}")
+    MonitorConfig.from_params({k: v for k, v in sec.items() if k not in MONITOR_RUN_KEYS})
+
+
 PROFILES = ("quick", "standard", "full")  # a paper may add its own (e.g. reproduce.decision.large)
 
 
@@ -69,7 +89,8 @@ class _Strict(BaseModel):
 
 
 class Datasets(_Strict):
-    names: list[str] = Field(min_length=1)
+    # Empty in a user's own project (`calibflow init`): the built-in datasets are opt-in (--benchmark).
+    names: list[str] = Field(default_factory=list)
     targets: dict[str, str] = Field(default_factory=dict)
     max_rows: int = Field(0, ge=0)
 
@@ -253,17 +274,14 @@ class Params(_Strict):
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
     validate_: Validate = Field(Validate(), alias="validate")
     select: Select = Select()
-    # Owned by calibflow.pipeline.monitor (issue 13) and calibflow.aggregate (issue 17): checked by their
-    # own parsers.
+    # Checked by the core's own parsers (calibflow.monitoring.MonitorConfig, calibflow.aggregate.switch).
     monitor: dict[str, Any] = Field(default_factory=dict)
     scale: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("monitor")
     @classmethod
     def _monitor(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from calibflow.pipeline.monitor import validate_section
-
-        validate_section(v)
+        validate_monitor_section(v)
         return v
 
     @field_validator("scale")
@@ -284,6 +302,14 @@ class Params(_Strict):
     def _sources(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         _check_sources(v)
         return v
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> Params:
+        if not self.datasets.names and not self.sources:
+            raise ValueError(
+                "no datasets and no sources: add a source with `calibflow init --data FILE --label COL ...`"
+            )
+        return self
 
     @model_validator(mode="after")
     def _papers_configured(self) -> Params:
@@ -395,6 +421,10 @@ def load_and_validate(path: str | Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if isinstance(data, Mapping):
+        from calibflow.pipeline._common import with_defaults
+
+        data = with_defaults(dict(data))  # a user project's params.yaml states only what it changes
     try:
         validate_params(data)
     except ParamsError as exc:

@@ -1,0 +1,153 @@
+"""A calibflow project in any folder: the files ``calibflow init`` writes, and the installed-code stamp.
+
+``create(folder)`` makes a folder a calibflow project when it is not one yet: ``params.yaml`` with calibflow's
+defaults and no built-in datasets or papers, ``dvc.yaml`` from the template shipped in the package
+(``calibflow/flows/templates/dvc.yaml.tmpl``), ``.gitignore`` / ``.dvcignore`` lines, ``git init`` and
+``dvc init`` where missing, and ``.calibflow/code.json``. It never rewrites a file the user already has (it
+only appends missing lines to the ignore files); adding a source to params.yaml is the job of
+``calibflow.flows.cli_sources``.
+
+``.calibflow/code.json`` is what a user project's stages depend on for code: the installed calibflow's
+version and a sha256 over its ``.py`` files and package data (bytecode and numba's cache excluded), so a
+``pip install -U calibflow`` re-runs the stages and nothing else does. ``write_code_stamp`` rewrites it only
+when it changes (``calibflow run`` calls it before planning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import calibflow
+from calibflow.io import write_text
+
+# Not named dvc.yaml: DVC would collect a dvc.yaml anywhere in a repository (this one included) as a pipeline.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+CODE_STAMP = Path(".calibflow/code.json")
+#: The built-in datasets `calibflow init --benchmark` adds (the benchmark project's own list).
+BENCHMARK_DATASETS = {"names": ["bank_marketing", "adult", "hillstrom"], "targets": {"hillstrom": "visit"}}
+GITIGNORE = [
+    "# calibflow: data and outputs DVC tracks (metrics/, models/ and reports/summary.md stay in git)",
+    "/data/raw/",
+    "/data/prepared/",
+    "/data/models/",
+    "/data/predictions/",
+    "/data/calibrated/",
+    "/data/papers/",
+    "/reports/*",
+    "!/reports/summary.md",
+    "/plots/histograms/",
+    ".prefect/",
+    "__pycache__/",
+]
+DVCIGNORE = ["# bytecode and numba's compiled cache: never a dependency", "__pycache__/", "*.pyc"]
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".tmpl", ".json", ".csv")
+
+
+@dataclass
+class Created:
+    """What ``create`` did, for the one-line summary ``init`` prints."""
+
+    folder: Path
+    wrote: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+
+
+def is_project(folder: Path) -> bool:
+    """A calibflow project: a dvc.yaml with a calibflow stage beside a params.yaml."""
+    dvc_yaml = folder / "dvc.yaml"
+    return (
+        (folder / "params.yaml").is_file()
+        and dvc_yaml.is_file()
+        and "calibflow.pipeline" in dvc_yaml.read_text(encoding="utf-8")
+    )
+
+
+def code_stamp() -> dict[str, str]:
+    """The installed calibflow: version and sha256 of its code files (paths and bytes, sorted)."""
+    root = Path(calibflow.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file()):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return {"calibflow": calibflow.__version__, "sha256": digest.hexdigest()}
+
+
+def write_code_stamp(folder: Path) -> bool:
+    """Write ``.calibflow/code.json`` when it is missing or differs; True when it was (re)written."""
+    path = folder / CODE_STAMP
+    text = json.dumps(code_stamp(), indent=2) + "\n"
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    write_text(path, text)
+    return True
+
+
+def uses_code_stamp(folder: Path) -> bool:
+    """Whether the project's stages depend on the stamp (a user project, not the benchmark checkout)."""
+    dvc_yaml = folder / "dvc.yaml"
+    return dvc_yaml.is_file() and CODE_STAMP.as_posix() in dvc_yaml.read_text(encoding="utf-8")
+
+
+def render_dvc_yaml() -> str:
+    """The user project's dvc.yaml: the shipped template (it names every path; nothing varies yet)."""
+    return (TEMPLATES / "dvc.yaml.tmpl").read_text(encoding="utf-8")
+
+
+def render_params(benchmark: bool = False) -> str:
+    """The user project's params.yaml, sources empty; ``benchmark`` opts the built-in datasets in."""
+    text = (TEMPLATES / "params.yaml.tmpl").read_text(encoding="utf-8")
+    if benchmark:
+        names = ", ".join(BENCHMARK_DATASETS["names"])
+        targets = ", ".join(f"{k}: {v}" for k, v in BENCHMARK_DATASETS["targets"].items())
+        new = f"datasets: {{names: [{names}], targets: {{{targets}}}}}"
+        text = text.replace("datasets: {names: []}", new)
+    return text
+
+
+def _append_lines(path: Path, lines: list[str]) -> bool:
+    """Add the ``lines`` a file lacks at its end (the user's lines stay as they are)."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    have = set(old.splitlines())
+    new = [ln for ln in lines if ln not in have]
+    if all(ln.startswith("#") for ln in new):
+        return False
+    sep = "" if not old or old.endswith("\n") else "\n"
+    write_text(path, old + sep + "\n".join(new) + "\n")
+    return True
+
+
+def _run(folder: Path, *argv: str) -> None:
+    proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines() or [f"exit {proc.returncode}"]
+        raise ValueError(f"`{' '.join(argv[-2:])}` failed in {folder}: {detail[-1]}")
+
+
+def create(folder: Path, benchmark: bool = False) -> Created:
+    """Make ``folder`` a calibflow project (files it already has are kept); see the module docstring."""
+    folder = folder.resolve()
+    done = Created(folder)
+    if not (folder / ".git").exists():
+        _run(folder, "git", "init", "-q")
+        done.ran.append("git init")
+    if not (folder / ".dvc").is_dir():
+        _run(folder, sys.executable, "-m", "dvc", "init", "-q")
+        _run(folder, sys.executable, "-m", "dvc", "config", "core.analytics", "false")
+        done.ran.append("dvc init")
+    for name, text in (("params.yaml", render_params(benchmark)), ("dvc.yaml", render_dvc_yaml())):
+        if not (folder / name).exists():
+            write_text(folder / name, text)
+            done.wrote.append(name)
+    for name, lines in ((".gitignore", GITIGNORE), (".dvcignore", DVCIGNORE)):
+        if _append_lines(folder / name, lines):
+            done.wrote.append(name)
+    if write_code_stamp(folder):
+        done.wrote.append(CODE_STAMP.as_posix())
+    return done
