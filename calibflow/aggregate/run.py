@@ -74,12 +74,11 @@ def _brief(res: dict) -> dict[str, Any]:
 
 
 def _segment_rows(tabs: Tables, method: str, cal: Any, kind: str, replicates: int, seed: int) -> pd.DataFrame:
-    from calibflow.aggregate.metrics import calibrated_table
     from calibflow.aggregate.segments import segment_metrics
 
     frames = []
-    for col, t in tabs.segments.items():
-        t = calibrated_table(t, cal, kind) if cal is not None else t
+    tables = tabs.calibrated_segments(cal, kind) if cal is not None else tabs.segments
+    for col, t in tables.items():
         m = segment_metrics(t, replicates=replicates, seed=seed)
         frames.append(m.assign(column=col, method=method, value=m["value"].astype(str)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

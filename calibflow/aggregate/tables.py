@@ -76,6 +76,14 @@ class Tables:
     fine: pd.DataFrame
     segments: dict[str, pd.DataFrame]
     starts: dict[str, np.ndarray]
+    grid: BucketGrid = DEFAULT_GRID
+
+    def calibrated_segments(self, cal: Any, kind: str) -> dict[str, pd.DataFrame]:
+        """Each segment table under calibrator ``cal`` (``segments.calibrated_segment_table``)."""
+        from calibflow.aggregate.segments import calibrated_segment_table
+
+        return {c: calibrated_segment_table(t, self.fine, self.starts[c], cal, kind, self.grid)
+                for c, t in self.segments.items()}
 
 
 def coarse_lut(grid: BucketGrid, cells: int = CELLS, ece_bins: int = 15) -> tuple[np.ndarray, np.ndarray]:
@@ -325,7 +333,7 @@ def aggregate_tables(  # noqa: PLR0913
         for i, c in enumerate(segments)
     }
     starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
-    return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts)
+    return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts, grid)
 
 
 def _run(parts, spec: _Spec, workers: int, client, con):
