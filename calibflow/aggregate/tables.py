@@ -314,8 +314,13 @@ def aggregate_tables(  # noqa: PLR0913
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
     levels = levels_of(con, whole, segments)
-    workers = _workers(threads) if client is None else 1
-    n_cells = cells_for([len(v) for v in levels], cells, min(workers, len(parts)))
+    workers = min(_workers(threads), len(parts)) if client is None else 1
+    n_cells = cells_for([len(v) for v in levels], cells, workers)
+    if workers > 1 and sum(len(v) * c * 2 * workers for v, c in zip(levels, n_cells, strict=True)) > (
+        SEG_KEYS_MAX
+    ):  # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
+        workers = 1
+        n_cells = cells_for([len(v) for v in levels], cells, workers)
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
