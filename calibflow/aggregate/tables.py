@@ -93,11 +93,12 @@ def coarse_lut(grid: BucketGrid, cells: int = CELLS, ece_bins: int = 15) -> tupl
     is computed within whole cells) and a uniform logit spacing over [-10, 10] for the rest, every edge
     snapped to a fine bucket boundary. At most ``cells`` cells.
     """
-    ece_bins = max(int(ece_bins), 1)
+    # Fewer cells than ECE bins (very many values): equal-width probability cells only.
+    ece_bins = max(int(ece_bins), 1) if cells > ece_bins else cells
     k = np.arange(1, ece_bins)
     prob_edges = np.log(k / (ece_bins - k)) if ece_bins > 1 else np.empty(0)
-    n_uniform = max(cells - ece_bins, 1)
-    z_edges = np.r_[prob_edges, np.linspace(-10.0, 10.0, n_uniform + 1)[1:-1]]
+    n_uniform = cells - ece_bins
+    z_edges = np.r_[prob_edges, np.linspace(-10.0, 10.0, n_uniform + 1)[1:-1] if n_uniform > 1 else []]
     idx = np.rint((np.clip(z_edges, -grid.z_max, grid.z_max) + grid.z_max) / grid.width).astype(np.int64)
     idx = np.unique(idx[(idx > 0) & (idx < grid.n_buckets)])
     starts = np.r_[0, idx]
