@@ -213,6 +213,12 @@ class _Spec:
     cells: np.ndarray  # cells per value, per column
 
     @property
+    def dense(self) -> list[tuple[int, np.ndarray] | None]:
+        if not hasattr(self, "_dense"):
+            self._dense = [dense_lookup(v) for v in self.levels]
+        return self._dense
+
+    @property
     def base(self) -> np.ndarray:
         """Each column's first key in the coarse accumulator (and the total, last)."""
         sizes = [len(v) * int(c) * 2 for v, c in zip(self.levels, self.cells, strict=True)]
@@ -223,11 +229,41 @@ class _Spec:
         return (np.zeros((self.grid.n_buckets * 2, 5)), np.zeros((seg_keys, 5)), np.zeros(2, np.int64))
 
 
+#: An integer segment column whose values span at most this many integers gets its codes from a lookup
+#: array (value - min -> code: ~10x cheaper per row than a hash lookup); others from ``pc.index_in``.
+DENSE_SPAN_MAX = 1 << 24
+
+
+def dense_lookup(values: pa.Array) -> tuple[int, np.ndarray] | None:
+    """``(min, lookup)`` with ``lookup[v - min]`` = the code of integer value ``v``, or None (not an
+    integer column, a NULL among the values, or a span over ``DENSE_SPAN_MAX``)."""
+    if not pa.types.is_integer(values.type) or values.null_count or len(values) == 0:
+        return None
+    v = values.to_numpy().astype(np.int64)
+    lo, span = int(v.min()), int(v.max()) - int(v.min()) + 1
+    if span > DENSE_SPAN_MAX:
+        return None
+    lookup = np.full(span, -1, np.int64)
+    lookup[v - lo] = np.arange(v.size)
+    return lo, lookup
+
+
 def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
     """The batch's segment values as codes (their index among the levels), one row per column."""
     out = np.empty((len(spec.segments), batch.num_rows), np.int64)
     for i, values in enumerate(spec.levels):
-        idx = pc.index_in(batch.column(f"g{i}"), value_set=values, skip_nulls=False)
+        col = batch.column(f"g{i}")
+        dense = spec.dense[i]
+        if dense is not None and col.null_count == 0:
+            lo, lookup = dense
+            v = col.to_numpy().astype(np.int64) - lo
+            if v.size and (v.min() < 0 or v.max() >= lookup.size):
+                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            out[i] = lookup[v]
+            if out[i].size and out[i].min() < 0:
+                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            continue
+        idx = pc.index_in(col, value_set=values, skip_nulls=False)
         if idx.null_count:  # a value outside the levels: the source changed between the two reads
             raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
         out[i] = idx.to_numpy(zero_copy_only=False)
