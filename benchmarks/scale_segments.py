@@ -3,6 +3,7 @@
     python -m benchmarks.scale_segments --rows 10000000 --parts 8 --values 200
     python -m benchmarks.scale_segments --rows 100000000 --parts 20 --campaigns 100000 --no-peer
     python -m benchmarks.scale_segments --rows 2000000 --parts 2 --cli     # + `calibflow fit` end to end
+    python -m benchmarks.scale_segments --rows 1000000 --accuracy          # coarse tables vs the rows
 
 Data (DuckDB ``COPY`` in a child process, under /tmp, deleted afterwards): float64 ``score`` =
 sigmoid(z), z ~ N(-1, 1.5^2); int8 ``label`` ~ Bernoulli(sigmoid(0.8 z - 0.3)); a ``country`` string
@@ -134,6 +135,60 @@ def _cli(files: list[str], segments: list[str], replicates: int) -> dict:
     }
 
 
+def accuracy(rows: int, values: int, threads: int) -> dict:
+    """Per value of the ``values``-value segment at ``rows`` rows: |coarse table - rows| for the raw
+    scores and for Platt / isotonic / histogram fitted on the fine table (max and median over values)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from calibflow import metrics as M
+    from calibflow.aggregate import fit_from_table
+    from calibflow.aggregate.metrics import calibrated_table
+    from calibflow.aggregate.segments import segment_metrics
+    from calibflow.aggregate.tables import aggregate_files
+
+    folder = tempfile.mkdtemp(prefix="calibflow_seg_acc_", dir="/tmp")
+    try:
+        files = generate(folder, rows, 2, values, 0, threads)
+        t = pa.concat_tables([pq.read_table(f) for f in files])
+        s, y = t["score"].to_numpy(), t["label"].to_numpy().astype(np.float64)
+        c = t["country"].to_numpy(zero_copy_only=False)
+        tabs = aggregate_files(files, "score", "label", segments=["country"], threads=threads)
+        st = tabs.segments["country"]
+        masks = {v: c == v for v in np.unique(c)}
+        out: dict = {"rows": rows, "values": len(masks), "cells": int(tabs.starts["country"].size),
+                     "table_rows": len(st)}
+
+        def stat(errs):
+            return {"max": float(np.max(errs)), "median": float(np.median(errs))}
+
+        def compare(m, pred) -> dict:
+            """|table - rows| per value for the ratio (relative), log loss and ECE."""
+            err: dict[str, list[float]] = {"ratio_rel": [], "log_loss": [], "ece": []}
+            for i, v in enumerate(m["value"]):
+                k = masks[v]
+                err["ratio_rel"].append(abs(m["calibration_ratio"][i] / (pred[k].sum() / y[k].sum()) - 1))
+                err["log_loss"].append(abs(m["log_loss"][i] - M.log_loss(y[k], pred[k])))
+                err["ece"].append(abs(m["ece"][i] - M.ece(y[k], pred[k])))
+            return {key: stat(e) for key, e in err.items()}
+
+        m = segment_metrics(st)
+        auc = [abs(m["auc"][i] - M.auc(y[masks[v]], s[masks[v]])) for i, v in enumerate(m["value"])]
+        out["raw"] = {**compare(m, s), "auc": stat(auc), "auc_tie_bound": stat(m["auc_tie_bound"])}
+        for method in ("platt", "isotonic", "histogram"):
+            cal = fit_from_table(tabs.fine, method)
+            p = cal.predict(s)
+            fine_cells = tabs.calibrated_segments(cal, "probability")["country"]
+            out[method] = {
+                "fine_cells": compare(segment_metrics(fine_cells), p),
+                "group_mean": compare(segment_metrics(calibrated_table(st, cal)), p),
+            }
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -145,7 +200,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-peer", dest="peer", action="store_false", help="skip the GROUP BY peer")
     ap.add_argument("--no-single", dest="single", action="store_false", help="skip the one-worker pass")
     ap.add_argument("--cli", action="store_true", help="also time `calibflow fit` end to end")
+    ap.add_argument("--accuracy", action="store_true", help="only the coarse tables' accuracy at --rows")
     a = ap.parse_args(argv)
+    if a.accuracy:
+        print(json.dumps(accuracy(a.rows, a.values, a.threads), indent=1))
+        return
     import duckdb
 
     from calibflow.aggregate import fit_from_table, metrics_from_table
