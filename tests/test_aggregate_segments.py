@@ -151,6 +151,9 @@ def test_1e5_values_bounded_and_only_values_with_rows(tmp_path, monkeypatch):
     m = segment_metrics(st)
     counts = np.bincount(np.searchsorted(present, campaign))
     assert np.array_equal(m["n"].to_numpy(), counts)
+    monkeypatch.setattr(T, "SEG_VALUES_MAX", 50_000)  # an id-like column is refused in one line
+    with pytest.raises(ValueError, match=r"'campaign' has 98,171 values \(at most 50,000\)"):
+        T.aggregate_files(str(path), "score", "label", segments=["campaign"], threads=2)
 
 
 def test_scale_engine_params():

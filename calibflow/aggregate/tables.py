@@ -57,6 +57,9 @@ from calibflow.sources import quote_ident
 SEG_KEYS_MAX = 1 << 23
 CELLS = 256
 MIN_CELLS = 16
+#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone would be
+#: 2^18 x 16 x 2 keys = 336 MB): an id-like column is not a segment.
+SEG_VALUES_MAX = 1 << 18
 _UNIT = np.empty(0)
 
 
@@ -351,6 +354,10 @@ def aggregate_tables(  # noqa: PLR0913
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
     levels = levels_of(con, whole, segments)
+    for c, v in zip(segments, levels, strict=True):
+        if len(v) > SEG_VALUES_MAX:
+            raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
+                             " group it into fewer values, or leave it out of the segments")
     workers = min(_workers(threads), len(parts)) if client is None else 1
     n_cells = cells_for([len(v) for v in levels], cells, workers)
     if workers > 1 and sum(len(v) * c * 2 * workers for v, c in zip(levels, n_cells, strict=True)) > (
