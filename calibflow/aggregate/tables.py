@@ -339,9 +339,10 @@ def aggregate_tables(  # noqa: PLR0913
     """The fine global table and the coarse per-segment tables of ``parts`` in one pass.
 
     ``threads`` workers (default: the cores) each take a share of the parts; ``client``: a
-    ``distributed.Client`` runs each part as a Dask task instead. ``distinct_max`` > 0: when the source
-    holds at most that many distinct scores, the fine table has one group per distinct score (DuckDB's
-    GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the segment tables.
+    ``distributed.Client`` runs each part as a Dask task instead. ``distinct_max`` > 0 (DuckDB engine
+    only): when the source holds at most that many distinct scores, the fine table has one group per
+    distinct score (DuckDB's GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the
+    segment tables.
     Replicates (``b0..``) are drawn on the fine table; per-segment intervals draw theirs from the segment
     tables (``calibflow.aggregate.segments``).
     """
@@ -350,7 +351,9 @@ def aggregate_tables(  # noqa: PLR0913
     segments = tuple(segments)
     whole = _union(parts)
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
-    distinct = bool(distinct_max) and (
+    # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
+    # would read every row), so the Dask engine keeps the logit grid, as issue 17's Dask engine did.
+    distinct = bool(distinct_max) and client is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
     levels = levels_of(con, whole, segments)
