@@ -122,9 +122,10 @@ def fit_files(  # noqa: PLR0913
     check_engine(engine, dask_address)
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
-    opts = {"kind": kind, "segments": segments, "distinct_max": distinct_max}
+    opts = {"kind": kind, "distinct_max": distinct_max}
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(dask_client(dask_address)) if engine == "dask" else None
+        # The fits read the fine table only: the calibration pass builds no segment tables.
         ctab = tables_for(calib, score, label, engine, client=client, weight=weight, **opts)
         fits = {m: fit_from_table(ctab.fine, m, kind) for m in methods}
         record: dict[str, Any] = {
@@ -137,7 +138,7 @@ def fit_files(  # noqa: PLR0913
         seg_rows = pd.DataFrame()
         if test:
             ttab = tables_for(test, score, label, engine, client=client, replicates=replicates, seed=seed,
-                              **opts)
+                              segments=segments, **opts)
             record["test"] = {
                 "source": test,
                 "rows": float(ttab.fine["n"].sum()),
