@@ -106,9 +106,23 @@ def _intervals(v, y, n, sq, sll, m, replicates: int, seed: int, level: float) ->
     tail = (1.0 - level) / 2.0
     out = {}
     for name, draws in (("calibration_ratio", ratio), ("log_loss", ll)):
-        lo, hi = np.nanquantile(draws, [tail, 1.0 - tail], axis=0) if m else (np.empty(0), np.empty(0))
-        out[f"{name}_low"], out[f"{name}_high"] = lo, hi
+        out[f"{name}_low"] = _nanquantile_cols(draws, tail)
+        out[f"{name}_high"] = _nanquantile_cols(draws, 1.0 - tail)
     return pd.DataFrame(out)
+
+
+def _nanquantile_cols(draws: np.ndarray, q: float) -> np.ndarray:
+    """``np.nanquantile(draws, q, axis=0)`` (linear method) for many columns at once: numpy's own loops
+    over the columns in Python (25 s for 1e5 values)."""
+    srt = np.sort(draws, axis=0)  # NaN sort last
+    k = np.isfinite(srt).sum(axis=0)
+    pos = q * np.maximum(k - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+    cols = np.arange(srt.shape[1])
+    a, b = srt[lo, cols], srt[hi, cols]
+    with np.errstate(invalid="ignore"):
+        return np.where(k > 0, a + (b - a) * (pos - lo), np.nan)
 
 
 def segment_records(
