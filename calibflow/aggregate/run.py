@@ -68,6 +68,15 @@ def tables_for(
         return aggregate_files(paths, score, label, client=c, **options)
 
 
+def _check_source(paths: str, columns: list[str]) -> None:
+    """One line naming a missing column (and the closest existing one) of the Parquet ``paths``."""
+    import duckdb
+
+    from calibflow.aggregate.table import _check_columns, expand
+
+    _check_columns(duckdb.connect(), "read_parquet($f)", {"f": expand(paths)}, columns)
+
+
 def _brief(res: dict) -> dict[str, Any]:
     keep = ("log_loss", "brier", "calibration_ratio", "ece", "auc", "auc_tie_bound", "n", "positives", "ci")
     return {k: v for k, v in res["overall"].items() if k in keep}
@@ -122,6 +131,8 @@ def fit_files(  # noqa: PLR0913
     check_engine(engine, dask_address)
     kind = "logit" if score_kind in ("logit", "score") else score_kind
     t0 = time.perf_counter()
+    # The calibration pass reads no segment column: a misspelt one is still named before any work.
+    _check_source(calib, [score, label, *segments, *([weight] if weight else [])])
     opts = {"kind": kind, "distinct_max": distinct_max}
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(dask_client(dask_address)) if engine == "dask" else None
@@ -153,6 +164,8 @@ def fit_files(  # noqa: PLR0913
                 rows.append(_segment_rows(ttab, m, cal, kind, replicates, seed))
                 record["methods"][m]["segments"] = _top(rows[-1])
             seg_rows = pd.concat(rows, ignore_index=True)
+        else:
+            record["methods"] = {m: {} for m in fits}
     record["seconds"] = round(time.perf_counter() - t0, 2)
     out.mkdir(parents=True, exist_ok=True)
     for m, cal in fits.items():
