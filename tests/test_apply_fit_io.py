@@ -163,7 +163,7 @@ def test_fit_segment_with_millions_of_values_is_one_line_not_a_crash(tmp_path):
     r = _cli("fit", "--calib", str(tmp_path / "in.parquet"), "--test", str(tmp_path / "in.parquet"),
              "--score", "p", "--label", "y", "--segment", "id", "--methods", "platt",
              "--out", str(tmp_path / "o"))
-    _one_line(r, "distinct values; fit reports metrics for at most 1,000 segments")
+    _one_line(r, "values (at most 262,144)")
 
 
 def test_hostile_column_names_are_quoted_not_parsed(work, tmp_path):

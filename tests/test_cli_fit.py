@@ -55,7 +55,8 @@ def test_fit_recovers_the_map_and_reports_test_intervals(logs, tmp_path):
         lo, hi = rec["methods"][m]["ci"]["calibration_ratio"]
         assert lo < 1.0 < hi + 0.01, (m, lo, hi)
         assert rec["methods"][m]["log_loss"] < rec["uncalibrated"]["log_loss"]
-    assert [s["segment"] for s in rec["methods"]["platt"]["segments"]] == [["de"], ["fr"], ["us"]]
+    assert sorted(s["value"] for s in rec["methods"]["platt"]["segments"]) == ["de", "fr", "us"]
+    assert {s["column"] for s in rec["methods"]["platt"]["segments"]} == {"country"}
     assert "platt" in r.stdout and "uncalibrated" in r.stdout
 
 
@@ -65,6 +66,9 @@ def test_fit_recovers_the_map_and_reports_test_intervals(logs, tmp_path):
         (["--label", "clicked"], "clicked"),
         (["--label", "y", "--methods", "plat"], "unknown method 'plat'"),
         (["--label", "y", "--score-kind", "odds"], "--score-kind"),
+        (["--label", "y", "--segment", "contry"], "contry"),
+        (["--label", "y", "--engine", "spark"], "engine must be one of duckdb, dask"),
+        (["--label", "y", "--dask-address", "tcp://h:1"], "needs engine dask"),
     ],
 )
 def test_fit_errors_are_one_line_and_write_nothing(logs, tmp_path, args, message):

@@ -199,28 +199,3 @@ def test_schedule_round_trip(tmp_path):
         subprocess.run(
             [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=60
         )
-
-
-def test_prefect_slot_queues_the_second_run(harness, tmp_path):
-    """Two runs of one checkout on a real (harness) server: the second waits for the first's slot."""
-    import threading
-    import time
-
-    from calibflow.flows.checkout_lock import prefect_slot
-
-    spans: list[tuple[float, float]] = []
-
-    def run(hold_s: float) -> None:
-        with prefect_slot(tmp_path, timeout=60):
-            start = time.monotonic()
-            time.sleep(hold_s)
-            spans.append((start, time.monotonic()))
-
-    threads = [threading.Thread(target=run, args=(1.5,)) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    assert len(spans) == 2
-    (s1, e1), (s2, e2) = sorted(spans)
-    assert s2 >= e1 - 0.05, f"slots overlapped: {spans}"

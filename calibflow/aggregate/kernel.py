@@ -76,3 +76,60 @@ def accumulate(code, y, w, s, q, a, b, logit_kind, z_max, n_buckets, acc, bad): 
 def new_accumulator(keys: int) -> tuple[np.ndarray, np.ndarray]:
     """Zeroed sums (keys x 5) and invalid-row counts (2)."""
     return np.zeros((keys, len(SUMS))), np.zeros(2, np.int64)
+
+
+@numba.njit(nogil=True, cache=True)
+def accumulate_tables(  # noqa: PLR0913
+    codes, base, cells, y, w, s, q, a, b, logit_kind, z_max, n_buckets, lut, fine, seg, bad
+):
+    """One batch into the two tables of :mod:`calibflow.aggregate.tables`: the fine global grid
+    ``fine[bucket * 2 + y]`` and, per segment column ``c``, the coarse table
+    ``seg[base[c] + (codes[c, i] * cells[c] + lut[c, bucket]) * 2 + y]`` (``lut[c]``: fine bucket ->
+    coarse cell of column ``c``, which has ``cells[c]`` cells per value). The per-row arithmetic and
+    validation are :func:`accumulate`'s, line for line.
+
+    Why two tables: a (segment x fine bucket) flat array is segments x 65,536 x 2 keys (36 MB of sums
+    at 7 values, 1.7 GB at 200), so every row's add was a cache miss and the key space soon overflowed
+    into DuckDB's GROUP BY; the fine grid has no segment (5 MB, cache-resident) and each segment gets
+    only a few hundred cells.
+    """
+    per_z = n_buckets / (2.0 * z_max)
+    unit = w.size == 0
+    n_cols = codes.shape[0]
+    for i in range(y.size):
+        yi = y[i]
+        si = s[i]
+        if yi != 0.0 and yi != 1.0:
+            bad[0] += 1
+            continue
+        if logit_kind:
+            if not math.isfinite(si):
+                bad[1] += 1
+                continue
+            z = si
+            ll = -a[i] if yi == 1.0 else -b[i]
+        else:
+            if not (0.0 <= si <= 1.0):  # NaN fails too
+                bad[1] += 1
+                continue
+            z = a[i] - b[i]
+            inside = 1e-12 <= si <= 1.0 - 1e-12
+            ll = (-a[i] if yi == 1.0 else -b[i]) if inside else _clipped_log_loss(si, yi)
+        qi = q[i]
+        bk = min(max(int(math.floor((min(max(z, -z_max), z_max) + z_max) * per_z)), 0), n_buckets - 1)
+        wi = 1.0 if unit else w[i]
+        li = int(yi)
+        k = bk * 2 + li
+        wz, wq, wll, wq2 = wi * z, wi * qi, wi * ll, wi * qi * qi
+        fine[k, 0] += wi
+        fine[k, 1] += wz
+        fine[k, 2] += wq
+        fine[k, 3] += wll
+        fine[k, 4] += wq2
+        for c in range(n_cols):
+            ks = base[c] + (codes[c, i] * cells[c] + lut[c, bk]) * 2 + li
+            seg[ks, 0] += wi
+            seg[ks, 1] += wz
+            seg[ks, 2] += wq
+            seg[ks, 3] += wll
+            seg[ks, 4] += wq2

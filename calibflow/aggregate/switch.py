@@ -1,7 +1,7 @@
 """The ``scale:`` params section and the choice between the row path and the aggregate path.
 
     scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0,
-            distinct_max: 1048576}
+            distinct_max: 1048576, cells: 256, threads: 0, engine: duckdb, dask_address: null}
 
 Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
 instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
@@ -26,6 +26,13 @@ class ScaleConfig:
     #: At most this many distinct scores (HyperLogLog estimate): one group per distinct score, so step
     #: maps (isotonic, histogram, scaling_binning, bbq) fit as on the rows; 0 turns it off.
     distinct_max: int = 1_048_576
+    #: Coarse cells per segment value in the per-segment tables (fewer when many values: SEG_KEYS_MAX).
+    cells: int = 256
+    #: Worker threads of the DuckDB engine (0: one per core).
+    threads: int = 0
+    #: "duckdb" (this machine) or "dask" (a LocalCluster, or the scheduler at ``dask_address``).
+    engine: str = "duckdb"
+    dask_address: str | None = None
 
     @property
     def grid(self) -> BucketGrid:
@@ -39,10 +46,19 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     unknown = sorted(set(decl) - known)
     if unknown:
         raise ValueError(f"scale: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max"):
+    for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max", "cells", "threads"):
         v = decl.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")
+    if "cells" in decl and decl["cells"] < 2:
+        raise ValueError(f"scale.cells must be an integer >= 2, got {decl['cells']!r}")
+    engine, address = decl.get("engine", "duckdb"), decl.get("dask_address")
+    if engine not in ("duckdb", "dask"):
+        raise ValueError(f"scale.engine must be duckdb or dask, got {engine!r}")
+    if address is not None and not (isinstance(address, str) and address.strip()):
+        raise ValueError(f"scale.dask_address must be an address like tcp://host:8786, got {address!r}")
+    if address and engine != "dask":
+        raise ValueError("scale.dask_address is set but scale.engine is not dask: set scale.engine: dask")
     cfg = ScaleConfig(**decl)
     cfg.grid  # noqa: B018 - validates buckets and z_max
     return cfg

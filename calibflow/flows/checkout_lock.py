@@ -11,9 +11,9 @@ fails at once with ``LockError``. calibflow queues instead, or says in one line 
 - The holder also records the process group of the stage it is running (``note_stage``). A run that
   gets the lock finds a group recorded by a dead holder still alive (a SIGKILLed run's orphaned
   ``dvc repro``, which would hold DVC's repository lock) and stops it first (``reap_orphan``).
-- ``prefect_slot(root)``: a Prefect global concurrency limit named after the checkout. Not used by the
-  flows any more: its lease lived in the granting server's memory, so a run SIGKILLed with its
-  temporary server left the slot taken for good and every later run hung (issue 30).
+- No Prefect concurrency slot: its lease lived in the granting server's memory, so a run SIGKILLed with
+  its temporary server left the slot taken for good and every later run hung. A kernel file lock dies
+  with its holder.
 
 The file lock is re-entrant within a process (the CLI takes it before the flow starts; the flow takes
 it again).
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import sys
@@ -45,12 +44,6 @@ class CheckoutBusy(RuntimeError):
 
 def lock_path(root: str | os.PathLike[str]) -> Path:
     return Path(root).resolve() / ".dvc" / "tmp" / LOCK_NAME
-
-
-def limit_name(root: str | os.PathLike[str]) -> str:
-    """The Prefect global concurrency limit of a checkout (names must be short and plain)."""
-    digest = hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:12]  # noqa: S324 (a name, not security)
-    return f"calibflow-checkout-{digest}"
 
 
 def holder(root: str | os.PathLike[str]) -> dict | None:
@@ -188,29 +181,3 @@ def _acquire(fd: int, base: Path, wait: bool, poll: float, timeout: float | None
                 print(_waiting_message(base), file=sys.stderr, flush=True)
                 told = True
             time.sleep(poll)
-
-
-def ensure_limit(root: str | os.PathLike[str]) -> str:
-    """Create the checkout's global concurrency limit (limit 1) on the current Prefect API if missing."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    name = limit_name(root)
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            with contextlib.suppress(ObjectAlreadyExists):  # another run created it just now
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-    return name
-
-
-@contextlib.contextmanager
-def prefect_slot(root: str | os.PathLike[str], timeout: float | None = None) -> Iterator[str]:
-    """Occupy the checkout's one Prefect concurrency slot for the block (queues behind other runs)."""
-    from prefect.concurrency.sync import concurrency
-
-    name = ensure_limit(root)
-    with concurrency(name, occupy=1, timeout_seconds=timeout, strict=True):
-        yield name

@@ -20,10 +20,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from calibflow.aggregate import aggregate_query, metrics_from_table
 from calibflow.aggregate import diagnostics as agg_diag
+from calibflow.aggregate import metrics_from_table
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
+from calibflow.aggregate.run import tables_for
+from calibflow.aggregate.segments import segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
+from calibflow.aggregate.tables import Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.pipeline._common import Layout, StageError
 from calibflow.pipeline._sources import SEGMENT_PREFIX
@@ -49,7 +52,7 @@ def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
     return choose_path(pq.ParquetFile(preds).metadata.num_rows, scale_config(params))
 
 
-def split_table(
+def split_tables(
     lay: Layout,
     name: str,
     split: str,
@@ -58,32 +61,57 @@ def split_table(
     weighted: bool = False,
     input_kind: str = "logit",
     segments: bool = False,
-) -> pd.DataFrame:
-    """The bucket table of one split of ``name``'s predictions, on the column the calibrators receive
+) -> Tables:
+    """The pass's tables of one split of ``name``'s predictions, on the column the calibrators receive
     (``calibrate.input``: ``prob`` for "probability", else ``margin``), so a distinct-score table hands
-    them the very values the row path does.
+    them the very values the row path does. ``calibflow fit``'s code path (``calibflow.aggregate.run``),
+    on ``scale.engine``.
 
     ``weighted``: rows weighed by the source's ``weight`` column, as the row path weighs the fit (its
-    evaluation is unweighted, so the test tables are too). ``segments``: the source's declared segment
-    columns (``s:<name>`` in the predictions) become the table's ``seg_0..`` keys, in
-    :func:`segment_names` order.
+    evaluation is unweighted, so the test tables are too). ``segments``: per declared segment column
+    (``s:<name>`` in the predictions) a coarse (value x cell) table, keyed by the column's name without
+    the prefix.
     """
     path = lay.predictions / f"{name}.parquet"
     cols = pq.ParquetFile(path).schema_arrow.names
     weight = "weight" if weighted and "weight" in cols else None
     seg_cols = [c for c in cols if c.startswith(SEGMENT_PREFIX)] if segments else []
-    src = "(SELECT * FROM read_parquet($path) WHERE split = $split)"
     col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
     try:
-        table = aggregate_query(
-            src, {"path": str(path), "split": split}, col, "y", kind, seg_cols, weight, cfg.grid,
-            replicates, cfg.seed, distinct_max=cfg.distinct_max,
+        tabs = tables_for(
+            str(path), col, "y", cfg.engine, cfg.dask_address, kind=kind, segments=seg_cols,
+            weight=weight, grid=cfg.grid, replicates=replicates, seed=cfg.seed, cells=cfg.cells,
+            threads=cfg.threads or None, distinct_max=cfg.distinct_max, where="split = $split",
+            where_params={"split": split},
         )
     except ValueError as exc:
         raise StageError(f"{name} ({split}): {exc}") from None
-    if table.empty or table["label"].nunique() < 2:
+    if tabs.fine.empty or tabs.fine["label"].nunique() < 2:
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
-    return table
+    tabs.segments = {c[len(SEGMENT_PREFIX) :]: t for c, t in tabs.segments.items()}
+    tabs.starts = {c[len(SEGMENT_PREFIX) :]: t for c, t in tabs.starts.items()}
+    return tabs
+
+
+def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0,
+                weighted: bool = False, input_kind: str = "logit") -> pd.DataFrame:
+    """:func:`split_tables`' fine global table (what fits and the global metrics read)."""
+    return split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+
+
+def segment_tables_ratios(
+    tabs: Tables, text: str, input_kind: str, level: float, top: int, replicates: int, seed: int
+) -> list[dict[str, Any]]:
+    """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``), per
+    segment column from its coarse table, the largest ``top`` values of each, with paired Poisson
+    intervals (``calibflow.aggregate.segments``)."""
+    from calibflow.calibrators import from_json
+
+    cal = tabs.calibrated_segments(from_json(text), input_kind)
+    out = []
+    for col, t in tabs.segments.items():
+        out += segment_records(t, cal[col], col, top, replicates=replicates, seed=seed, level=level)
+    return out
 
 
 def segment_names(lay: Layout, name: str) -> list[str]:

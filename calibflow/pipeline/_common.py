@@ -24,7 +24,7 @@ import yaml
 
 from calibflow.segments import SEGMENTED_METHODS
 
-log = logging.getLogger("tasks")
+log = logging.getLogger("calibflow.pipeline")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
 SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})

@@ -258,9 +258,10 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     scale = _aggregate.scale_config(params)
     cfg = section(params, "evaluate")
     input_kind = str(section(params, "calibrate").get("input", "logit"))
-    test = _aggregate.split_table(
+    tabs = _aggregate.split_tables(
         lay, name, "test", scale, scale.replicates, input_kind=input_kind, segments=True
     )
+    test = tabs.fine
     texts = {
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in methods(params)
@@ -269,10 +270,11 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
     n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
-    names = _aggregate.segment_names(lay, name)
 
     def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        segs = _aggregate.segment_ratios(test, tables[m], names, level, MAX_SEGMENTS)
+        segs = _aggregate.segment_tables_ratios(
+            tabs, texts[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed
+        )
         return _aggregate.compare_tables(test, tables[m], n_bins, level), segs
 
     return ll, compare_for

@@ -1,0 +1,436 @@
+"""Fine where it matters, coarse where it is enough: one pass, two kinds of table (issue 25).
+
+- ``fine``: the global (bucket, label) table on the fine logit grid (``BucketGrid``, 65,536 cells), no
+  segment. Fits and every global metric read it, exactly as they read ``table.aggregate_query``'s table.
+- ``segments[col]``: per segment column, a (value, coarse cell, label) table. A coarse cell is a run of
+  consecutive fine buckets (``coarse_lut``): a few hundred cells per value, with the edges
+  ``k / ece_bins`` of the uniform ECE bins among them, so a per-segment ECE needs no rows across a bin
+  edge except those of the one fine bucket holding the edge. Counts, ``sum p / sum y``, log loss and
+  Brier of a segment are sums of the pass: exact whatever the cells.
+
+Why. The previous table keyed each segment value by the fine grid: 200 countries made 26 million keys
+(over ``KEYS_MAX``, so DuckDB's GROUP BY built a 1.4 million row table for 2 million rows) and even 7
+values made the kernel's accumulator 36 MB, every row's add a cache miss. Here the fine accumulator is 5 MB
+and a segment's cells are ``values x cells x 2`` keys, so memory is independent of the rows and bounded by
+``SEG_KEYS_MAX``: with many values (1e5 campaigns) the cells per value shrink to fit it, and only values
+that have rows come out in the tables.
+
+Both cores. The source is cut into parts (``file_parts``: Parquet row ranges, which DuckDB prunes to their
+row groups), each worker thread streams its parts through its own DuckDB cursor into its own
+accumulators (``kernel.accumulate_tables``, GIL released), and the accumulators are summed at the end in a
+fixed order. The Dask engine runs the same parts as tasks and sums the same accumulators, so the two
+engines compute one table (counts equal, float sums to summation order).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from calibflow.aggregate import kernel
+from calibflow.aggregate.table import (
+    BATCH_ROWS,
+    DEFAULT_GRID,
+    BucketGrid,
+    _check_bad,
+    _check_columns,
+    _sql_pass,
+    _z_q_ll,
+    add_replicates,
+    distinct_scores_sql,
+    expand,
+)
+from calibflow.sources import quote_ident
+
+#: Coarse keys (values x cells x 2 labels, all segment columns, all workers) kept in memory at once:
+#: 2^23 keys of 5 sums are 336 MB. More values than fit at ``cells`` get fewer cells each.
+SEG_KEYS_MAX = 1 << 23
+CELLS = 256
+MIN_CELLS = 16
+#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone would be
+#: 2^18 x 16 x 2 keys = 336 MB): an id-like column is not a segment.
+SEG_VALUES_MAX = 1 << 18
+_UNIT = np.empty(0)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A DuckDB FROM item and its query parameters: one unit of work for a thread or a Dask task."""
+
+    sql: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Tables:
+    """The pass's output: ``fine`` (bucket, label) and per segment column a coarse (seg_0, bucket, label)
+    table; ``starts[col][c]``: the first fine bucket of the column's coarse cell ``c``."""
+
+    fine: pd.DataFrame
+    segments: dict[str, pd.DataFrame]
+    starts: dict[str, np.ndarray]
+    grid: BucketGrid = DEFAULT_GRID
+
+    def calibrated_segments(self, cal: Any, kind: str) -> dict[str, pd.DataFrame]:
+        """Each segment table under calibrator ``cal`` (``segments.calibrated_segment_table``)."""
+        from calibflow.aggregate.segments import calibrated_segment_table
+
+        return {c: calibrated_segment_table(t, self.fine, self.starts[c], cal, kind, self.grid)
+                for c, t in self.segments.items()}
+
+
+def coarse_lut(grid: BucketGrid, cells: int = CELLS, ece_bins: int = 15) -> tuple[np.ndarray, np.ndarray]:
+    """Fine bucket -> coarse cell (int64 array of ``grid.n_buckets``) and each cell's first fine bucket.
+
+    Edges: the probabilities ``k / ece_bins`` (so a per-segment ECE with those bins, or any divisor of them,
+    is computed within whole cells) and a uniform logit spacing over [-10, 10] for the rest, every edge
+    snapped to a fine bucket boundary. At most ``cells`` cells.
+    """
+    # Fewer cells than ECE bins (very many values): equal-width probability cells only.
+    ece_bins = max(int(ece_bins), 1) if cells > ece_bins else cells
+    k = np.arange(1, ece_bins)
+    prob_edges = np.log(k / (ece_bins - k)) if ece_bins > 1 else np.empty(0)
+    n_uniform = cells - ece_bins
+    z_edges = np.r_[prob_edges, np.linspace(-10.0, 10.0, n_uniform + 1)[1:-1] if n_uniform > 1 else []]
+    idx = np.rint((np.clip(z_edges, -grid.z_max, grid.z_max) + grid.z_max) / grid.width).astype(np.int64)
+    idx = np.unique(idx[(idx > 0) & (idx < grid.n_buckets)])
+    starts = np.r_[0, idx]
+    lut = np.searchsorted(idx, np.arange(grid.n_buckets), side="right").astype(np.int64)
+    return lut, starts
+
+
+def _row_ranges(files: list[str], n: int) -> list[list[tuple[str, int, int]]]:
+    """``files`` cut into ``n`` runs of about equal rows: per run, (file, first row, end row) pieces."""
+    counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
+    total = sum(counts)
+    bounds = [round(total * i / n) for i in range(n + 1)]
+    runs: list[list[tuple[str, int, int]]] = [[] for _ in range(n)]
+    start = 0
+    for f, c in zip(files, counts, strict=True):
+        for r in range(n):
+            lo, hi = max(bounds[r], start), min(bounds[r + 1], start + c)
+            if hi > lo:
+                runs[r].append((f, lo - start, hi - start))
+        start += c
+    return [r for r in runs if r]
+
+
+def file_parts(
+    paths: str | Sequence[str], n: int, where: str = "", params: dict[str, Any] | None = None
+) -> list[Part]:
+    """Parquet ``paths`` as ``n`` parts of about equal rows (whole files where they fit, row ranges of a
+    file otherwise, which DuckDB prunes to the row groups they touch); ``where``: a filter on the rows
+    with its ``params`` (e.g. ``split = $split``)."""
+    files = expand(paths)
+    parts = []
+    for run in _row_ranges(files, max(int(n), 1)):
+        whole = [f for f, lo, hi in run if lo == 0 and hi == pq.ParquetFile(f).metadata.num_rows]
+        pieces, prm = [], dict(params or {})
+        if whole:
+            pieces.append("SELECT * FROM read_parquet($whole)")
+            prm["whole"] = whole
+        for j, (f, lo, hi) in enumerate((f, lo, hi) for f, lo, hi in run if f not in whole):
+            prm[f"f{j}"] = f
+            pieces.append(
+                f"SELECT * EXCLUDE (file_row_number) FROM read_parquet($f{j}, file_row_number = true)"
+                f" WHERE file_row_number >= {lo} AND file_row_number < {hi}"
+            )
+        body = " UNION ALL ".join(pieces)
+        parts.append(Part(f"(SELECT * FROM ({body}){f' WHERE {where}' if where else ''})", prm))
+    return parts
+
+
+def _union(parts: Sequence[Part]) -> Part:
+    """All parts as one FROM item (parameters renamed apart), for the levels and the distinct count."""
+    sqls, prm = [], {}
+    for i, p in enumerate(parts):
+        sql = p.sql
+        for name in sorted(p.params, key=len, reverse=True):
+            sql = sql.replace(f"${name}", f"$u{i}_{name}")
+            prm[f"u{i}_{name}"] = p.params[name]
+        sqls.append(f"SELECT * FROM {sql}")
+    return Part(f"({' UNION ALL '.join(sqls)})", prm)
+
+
+def levels_of(con: duckdb.DuckDBPyConnection, part: Part, segments: Sequence[str]) -> list[pa.Array]:
+    """Each segment column's distinct values (sorted, NULL last) as an Arrow array: a value's index is its
+    code in the pass. Only values that occur: the tables keep only segments that have rows."""
+    out = []
+    for c in segments:
+        sql = f"SELECT DISTINCT {quote_ident(c)} AS v FROM {part.sql} ORDER BY 1 NULLS LAST"
+        out.append(con.sql(sql, params=part.params).to_arrow_table()["v"].combine_chunks())
+    return out
+
+
+def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
+    """Cells per value of each segment column, so that all coarse accumulators (every column, every
+    worker) fit ``SEG_KEYS_MAX`` keys: columns with few values take ``cells``, the budget left is shared
+    by the others (water-filling, fewest values first), never under ``MIN_CELLS``."""
+    out = [cells] * len(n_values)
+    left, workers = SEG_KEYS_MAX, max(workers, 1)
+    order = sorted(range(len(n_values)), key=lambda i: n_values[i])
+    for j, i in enumerate(order):
+        share = left // (len(order) - j)
+        out[i] = int(min(cells, max(MIN_CELLS, share // (2 * workers * max(n_values[i], 1)))))
+        left -= out[i] * 2 * workers * n_values[i]
+    return out
+
+
+def _projection(part: Part, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None):
+    """Per row for ``kernel.accumulate_tables``: the segment values ``g0..``, y, s, [q,] a, b[, w]."""
+    s = f"CAST({quote_ident(score)} AS DOUBLE)"
+    if kind == "probability":
+        p = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
+        cols = f"{s} AS s, ln({p}) AS a, ln(1 - {p}) AS b"
+    else:
+        q = f"(1 / (1 + exp(-{s})))"
+        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
+        cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
+    segs = "".join(f"{quote_ident(c)} AS g{i}, " for i, c in enumerate(segments))
+    w = f", CAST({quote_ident(weight)} AS DOUBLE) AS w" if weight else ""
+    return f"SELECT {segs}CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}{w} FROM {part.sql}"
+
+
+@dataclass
+class _Spec:
+    """What every worker (thread or Dask task) needs to run a part."""
+
+    score: str
+    label: str
+    kind: str
+    segments: tuple[str, ...]
+    weight: str | None
+    grid: BucketGrid
+    levels: list[pa.Array]
+    lut: np.ndarray  # (columns, n_buckets): fine bucket -> coarse cell
+    cells: np.ndarray  # cells per value, per column
+
+    @property
+    def dense(self) -> list[tuple[int, np.ndarray] | None]:
+        if not hasattr(self, "_dense"):
+            self._dense = [dense_lookup(v) for v in self.levels]
+        return self._dense
+
+    @property
+    def base(self) -> np.ndarray:
+        """Each column's first key in the coarse accumulator (and the total, last)."""
+        sizes = [len(v) * int(c) * 2 for v, c in zip(self.levels, self.cells, strict=True)]
+        return np.r_[0, np.cumsum(sizes)].astype(np.int64)
+
+    def new_accumulators(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        seg_keys = int(self.base[-1])
+        return (np.zeros((self.grid.n_buckets * 2, 5)), np.zeros((seg_keys, 5)), np.zeros(2, np.int64))
+
+
+#: An integer segment column whose values span at most this many integers gets its codes from a lookup
+#: array (value - min -> code: ~10x cheaper per row than a hash lookup); others from ``pc.index_in``.
+DENSE_SPAN_MAX = 1 << 24
+
+
+def dense_lookup(values: pa.Array) -> tuple[int, np.ndarray] | None:
+    """``(min, lookup)`` with ``lookup[v - min]`` = the code of integer value ``v``, or None (not an
+    integer column, a NULL among the values, or a span over ``DENSE_SPAN_MAX``)."""
+    if not pa.types.is_integer(values.type) or values.null_count or len(values) == 0:
+        return None
+    v = values.to_numpy().astype(np.int64)
+    lo, span = int(v.min()), int(v.max()) - int(v.min()) + 1
+    if span > DENSE_SPAN_MAX:
+        return None
+    lookup = np.full(span, -1, np.int64)
+    lookup[v - lo] = np.arange(v.size)
+    return lo, lookup
+
+
+def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
+    """The batch's segment values as codes (their index among the levels), one row per column."""
+    out = np.empty((len(spec.segments), batch.num_rows), np.int64)
+    for i, values in enumerate(spec.levels):
+        col = batch.column(f"g{i}")
+        dense = spec.dense[i]
+        if dense is not None and col.null_count == 0:
+            lo, lookup = dense
+            v = col.to_numpy().astype(np.int64) - lo
+            if v.size and (v.min() < 0 or v.max() >= lookup.size):
+                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            out[i] = lookup[v]
+            if out[i].size and out[i].min() < 0:
+                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            continue
+        idx = pc.index_in(col, value_set=values, skip_nulls=False)
+        if idx.null_count:  # a value outside the levels: the source changed between the two reads
+            raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+        out[i] = idx.to_numpy(zero_copy_only=False)
+    return out
+
+
+def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection | None = None):
+    """Stream ``parts`` one after another through one DuckDB connection into one set of accumulators."""
+    con = con or duckdb.connect()
+    fine, seg, bad = spec.new_accumulators()
+    base, logit_kind = spec.base, spec.kind != "probability"
+    for part in parts:
+        sql = _projection(part, spec.score, spec.label, spec.kind, spec.segments, spec.weight)
+        for batch in con.sql(sql, params=part.params).to_arrow_reader(BATCH_ROWS):
+            col = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s", "a", "b")}
+            q = batch.column("q").to_numpy(zero_copy_only=False) if logit_kind else col["s"]
+            w = batch.column("w").to_numpy(zero_copy_only=False) if spec.weight else _UNIT
+            kernel.accumulate_tables(
+                _codes(batch, spec), base, spec.cells, col["y"], w, col["s"], q, col["a"], col["b"],
+                logit_kind, spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
+            )
+    return fine, seg, bad
+
+
+def _part_task(parts: Sequence[Part], spec: _Spec):
+    """A Dask task: its parts on the worker, DuckDB on one thread (Dask does the parallelism)."""
+    con = duckdb.connect()
+    con.execute("SET threads TO 1")
+    return run_parts(parts, spec, con)
+
+
+def _fine_frame(acc: np.ndarray) -> pd.DataFrame:
+    keys = np.flatnonzero(acc[:, 0] != 0)
+    out = {"bucket": (keys // 2).astype(np.int32), "label": (keys % 2).astype(np.int32)}
+    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
+    return pd.DataFrame(out)
+
+
+def _segment_frame(acc: np.ndarray, values: pa.Array, n_cells: int) -> pd.DataFrame:
+    """One column's (value, cell, label) rows that hold any weight: values without rows never appear."""
+    keys = np.flatnonzero(acc[:, 0] != 0)
+    code, rest = np.divmod(keys, 2 * n_cells)
+    out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code.astype(np.int64),
+           "bucket": (rest // 2).astype(np.int32), "label": (rest % 2).astype(np.int32)}
+    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
+    return pd.DataFrame(out)
+
+
+def _workers(threads: int | None) -> int:
+    return max(1, int(threads) if threads else min(os.cpu_count() or 1, 8))
+
+
+def aggregate_tables(  # noqa: PLR0913
+    parts: Sequence[Part],
+    score: str,
+    label: str,
+    kind: str = "probability",
+    segments: Sequence[str] = (),
+    weight: str | None = None,
+    grid: BucketGrid = DEFAULT_GRID,
+    replicates: int = 0,
+    seed: int = 0,
+    cells: int = CELLS,
+    ece_bins: int = 15,
+    threads: int | None = None,
+    distinct_max: int = 0,
+    client: Any = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> Tables:
+    """The fine global table and the coarse per-segment tables of ``parts`` in one pass.
+
+    ``threads`` workers (default: the cores) each take a share of the parts; ``client``: a
+    ``distributed.Client`` runs each part as a Dask task instead. ``distinct_max`` > 0 (DuckDB engine
+    only): when the source holds at most that many distinct scores, the fine table has one group per
+    distinct score (DuckDB's GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the
+    segment tables.
+    Replicates (``b0..``) are drawn on the fine table; per-segment intervals draw theirs from the segment
+    tables (``calibflow.aggregate.segments``).
+    """
+    _z_q_ll(kind)
+    con = con or duckdb.connect()
+    segments = tuple(segments)
+    whole = _union(parts)
+    _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
+    # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
+    # would read every row), so the Dask engine keeps the logit grid, as issue 17's Dask engine did.
+    distinct = bool(distinct_max) and client is None and (
+        con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
+    )
+    levels = levels_of(con, whole, segments)
+    for c, v in zip(segments, levels, strict=True):
+        if len(v) > SEG_VALUES_MAX:
+            raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
+                             " group it into fewer values, or leave it out of the segments")
+    workers = min(_workers(threads), len(parts)) if client is None else 1
+    n_cells = cells_for([len(v) for v in levels], cells, workers)
+    if workers > 1 and sum(len(v) * c * 2 * workers for v, c in zip(levels, n_cells, strict=True)) > (
+        SEG_KEYS_MAX
+    ):  # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
+        workers = 1
+        n_cells = cells_for([len(v) for v in levels], cells, workers)
+    luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
+    lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
+    spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
+                 np.array([st.size for _, st in luts], np.int64))
+    if segments or not distinct:
+        fine, seg, bad = _run(parts, spec, workers, client, con)
+        _check_bad(bad, score, label, kind)
+    if distinct:
+        fine_t = _sql_pass(con, whole.sql, whole.params, score, label, kind, (), weight, grid, True)
+    else:
+        fine_t = _fine_frame(fine)
+    base = spec.base
+    seg_tables = {
+        c: _segment_frame(seg[base[i] : base[i + 1]], levels[i], int(spec.cells[i]))
+        for i, c in enumerate(segments)
+    }
+    starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
+    return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts, grid)
+
+
+def _run(parts, spec: _Spec, workers: int, client, con):
+    """Every part into accumulators (threads or Dask tasks), summed in part-share order."""
+    if client is not None:
+        futures = client.map(_part_task, [[p] for p in parts], spec=spec, pure=False)
+        results = iter(client.gather(f) for f in futures)
+    else:
+        shares = [list(parts[i::workers]) for i in range(min(workers, len(parts)))]
+        if len(shares) == 1:
+            results = iter([run_parts(shares[0], spec, con)])
+        else:
+            with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+                futs = [pool.submit(run_parts, s, spec, con.cursor()) for s in shares]
+                results = iter([f.result() for f in futs])
+    fine, seg, bad = next(results)
+    for f2, s2, b2 in results:
+        fine += f2
+        seg += s2
+        bad += b2
+    return fine, seg, bad
+
+
+def aggregate_files(
+    paths: str | Sequence[str],
+    score: str,
+    label: str,
+    threads: int | None = None,
+    client: Any = None,
+    where: str = "",
+    where_params: dict[str, Any] | None = None,
+    **options: Any,
+) -> Tables:
+    """:func:`aggregate_tables` of Parquet ``paths`` (file, folder, glob or list), cut into one part per
+    worker (threads) or per file (Dask; at least two per worker); ``where``: a row filter."""
+    if client is None:
+        n = _workers(threads)
+    else:
+        n = max(len(expand(paths)), 2 * max(len(client.scheduler_info().get("workers", {})), 1))
+    parts = file_parts(paths, n, where, where_params)
+    return aggregate_tables(parts, score, label, threads=threads, client=client, **options)
+
+
+def table_bytes(t: Tables) -> int:
+    """Memory the tables hold (for the benchmarks' bound checks)."""
+    frames = [t.fine, *t.segments.values()]
+    return int(sum(f.memory_usage(deep=True).sum() for f in frames))
+
