@@ -11,7 +11,7 @@ export GX_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PYTHONHASHSEED := 0
 
-.PHONY: run test lint bench repro clean-venv
+.PHONY: run test test-fast lint bench repro clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ run: $(VENV)/.run-installed
 test: $(VENV)/.dev-installed
 	# One BLAS thread per xdist worker: two workers on two cores, no oversubscription.
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -q
+
+# The library alone, without the minutes-long experiment and pipeline tests: the edit-test loop.
+test-fast: $(VENV)/.dev-installed
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -q tests/library -m "not slow"
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check calibflow tests benchmarks

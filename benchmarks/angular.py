@@ -3,7 +3,7 @@
 Times ``make("angular", ...).fit_linear(...)`` (Newton fit, eq. 11, sign, theta, quadrature set-up)
 plus ``predict`` on 20000 test logits, against two references measured in the same run:
 
-- the target: 10 s on 2 cores (issue 8);
+- the target: 10 s on 2 cores;
 - the peer: the reference implementation of ``shared/notes/angle-estimator.md`` Sec. 8 (primal d x d
   Newton with a dense Hessian, eq. 11 with d x d Cholesky, 64-node Gauss-Hermite), copied below.
 

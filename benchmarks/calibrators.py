@@ -9,7 +9,7 @@ probcal, logits for scikit-learn and pygam), so conversions are timed on both si
 best of up to ``--repeat`` runs (fewer when one run already takes > 5 s), peers measured in the
 same run. ``--threads`` caps BLAS/OpenMP threads for both sides (threadpoolctl): on a shared,
 loaded machine multi-threaded OpenBLAS thrashes (we saw a 1e5-long dot product take 21 ms instead
-of 0.02 ms). Targets (issue 2): ours <= 1.5x the fastest peer at 1e6; spline >= 5x faster than
+of 0.02 ms). Targets: ours <= 1.5x the fastest peer at 1e6; spline >= 5x faster than
 pygam at 1e5; ECE >= 10x faster than netcal at 1e6.
 """
 

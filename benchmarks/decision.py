@@ -9,7 +9,7 @@ regression per uncertainty level on the samples, then one global threshold, as t
 1e6 samples, beside a scikit-learn ``IsotonicRegression`` peer. VW-DPMT (sparse Pareto states) is timed
 on a 1e5-sample hold-out with K=3, L=500 beside a dense Algorithm 4 peer (numpy over m, loop over j).
 The paper's times are from a 64-core Xeon on Criteo (wall clock, seconds); ours are one process on a
-shared 2-core machine, the median of ``--repeats`` runs. Targets (issue 6): EW-DPMT K=11, L=1000 < 1 s;
+shared 2-core machine, the median of ``--repeats`` runs. Targets: EW-DPMT K=11, L=1000 < 1 s;
 VW-DPMT 1e5 samples K=3, L=500 < 30 s; MIST 1e6 samples K=11 < 5 s.
 """
 

@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 17): fit and evaluate N Parquet rows from one streaming DuckDB pass.
+"""Scale benchmark: fit and evaluate N Parquet rows from one streaming DuckDB pass.
 
     python -m benchmarks scale                       # defaults below
     python -m benchmarks.scale --rows 100000000 --parts 10 --replicates 8 --peer-rows 10000000

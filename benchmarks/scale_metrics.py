@@ -1,4 +1,4 @@
-"""Aggregate-path diagnostics vs the row path (issue 17): KS, Kuiper p, smooth ECE, the log-loss
+"""Aggregate-path diagnostics vs the row path: KS, Kuiper p, smooth ECE, the log-loss
 miscalibration term, equal-mass reliability bins and the selection-set metrics, each from the bucket
 table (``calibflow.aggregate.diagnostics``) and from the rows (``calibflow.metrics`` /
 ``calibflow.diagnostics``), on the same generated Parquet rows.

@@ -1,4 +1,4 @@
-"""Segment cardinality benchmark (issue 25): the two-table pass against a plain read and a GROUP BY peer.
+"""Segment cardinality benchmark: the two-table pass against a plain read and a GROUP BY peer.
 
     python -m benchmarks.scale_segments --rows 10000000 --parts 8 --values 200
     python -m benchmarks.scale_segments --rows 100000000 --parts 20 --campaigns 100000 --no-peer

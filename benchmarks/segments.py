@@ -12,7 +12,7 @@ the cells (N(0, 0.5)). Effects are drawn from ``--seed``; fit and test rows are 
 ``--test-rows``, 2e5 by default).
 
 Real data with natural segments: adult by (sex, race) and bank_marketing by job, the XGBoost base model
-trained *without* the segment columns (a model that misses the segment effect, the case of issue 24), seeded
+trained *without* the segment columns (a model that misses the segment effect), seeded
 60/20/20 split; every calibrator fits on the calibration split and is scored on the test split.
 
 Reported per method: test log loss, worst-segment |sum p / sum y - 1| over field values and pairwise

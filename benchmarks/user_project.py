@@ -1,4 +1,4 @@
-"""Time from ``calibflow init`` to ``models/<name>/calibrator.json`` in a user project (issue 23).
+"""Time from ``calibflow init`` to ``models/<name>/calibrator.json`` in a user project.
 
 An 80k-row Parquet score source (tests/source_data.scores_frame: 30 days, a segment, a miscalibrated
 probability) in an empty folder: ``git init``, then timed ``calibflow init ... --name ads`` and

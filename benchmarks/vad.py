@@ -1,4 +1,4 @@
-"""VAD's own cost beyond training the replicas: one pass over the validation set (issue 5 target: < 1 s
+"""VAD's own cost beyond training the replicas: one pass over the validation set (target: < 1 s
 for 1e7 rows).
 
     PYTHONPATH=. python -m benchmarks.vad [--rows 10000000] [--replicas 2] [--repeats 5]

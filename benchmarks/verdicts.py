@@ -1,4 +1,4 @@
-"""How often the select stage's verdict flips with the bootstrap, before and after issue 28.
+"""How often the select stage's verdict flips with the bootstrap: the old rule against the deterministic one.
 
 Run: ``PYTHONPATH=. python -m benchmarks.verdicts [--datasets adult bank_marketing] [--seeds 20]``.
 

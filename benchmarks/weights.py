@@ -1,4 +1,4 @@
-"""Fit time under extreme count weights, against the same fit with unit weights (issue 19).
+"""Fit time under extreme count weights, against the same fit with unit weights.
 
     python -m benchmarks weights [--rows 400] [--scale 1e9] [--repeat 3]
 

@@ -5,7 +5,7 @@
   density of ``f`` (their eq. 3), ``smECE_sigma = int |r_sigma(t)| delta_sigma(t) dt``, at the bandwidth
   ``sigma*`` where ``smECE_sigma* = sigma*`` (their Sec. 5, found by bisection). The grid, the linear
   "smooth rounding" of the points onto it and the bisection follow the authors' package ``relplot``
-  step by step, so the two agree to float precision (``tests/test_diagnostics.py`` checks 1e-6).
+  step by step, so the two agree to float precision (``tests/library/test_diagnostics.py`` checks 1e-6).
 - :func:`cumulative_tests`: Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu, "Metrics of calibration for
   probabilistic predictions" (JMLR 2022): sort by prediction, take the cumulative differences
   ``C_k = sum_{j <= k} w_j (y_j - p_j) / W``; under perfect calibration ``C / sigma`` (with

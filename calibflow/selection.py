@@ -7,7 +7,7 @@ sliver nobody could measure) but "is calibrating worth shipping, and with what".
    uncalibrated scores on the same test rows, with a normal (CLT) interval on the per-row differences
    ``d_i = ll_i(candidate) - ll_i(uncalibrated)``: ``mean(d) +- z * sd(d) / sqrt(n)``. The rows are
    independent, ``d`` has a finite variance (probabilities are clipped to [1e-15, 1 - 1e-15]) and n is in
-   the thousands, so the CLT interval matches the paired percentile bootstrap (tests/test_selection.py
+   the thousands, so the CLT interval matches the paired percentile bootstrap (tests/library/test_selection.py
    checks it) while depending on no resample count or seed: the verdict cannot flip between
    ``n_bootstrap`` 100 and 1000.
 2. **Practical-equivalence margin.** ``margin = margin_fraction * log loss of the uncalibrated scores``,

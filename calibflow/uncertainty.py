@@ -9,7 +9,7 @@ uncertainty. This module offers three sources:
 1. ``replica_logit_std``: the standard deviation of the logit across S replicas (seeds or bootstraps),
    shared with the VAD work; an epistemic spread, like the paper's MC-Dropout variant (App. C.5).
 2. ``xgb_evidence`` + ``beta_entropy``: a Posterior-Network analogue for gradient-boosted trees (below).
-   Its Beta is centred on the score, so the entropy is largely a function of the score (issue 15).
+   Its Beta is centred on the score, so the entropy is largely a function of the score.
 3. ``leaf_row_counts`` + ``leaf_row_uncertainty``: ``-log`` of the (unweighted) number of training rows
    sharing the item's leaves: evidence that is not pinned to the score.
 4. ``user_uncertainty``: any column the user already has, validated.

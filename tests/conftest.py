@@ -43,3 +43,54 @@ def one_blas_thread():
 
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+#: What each module needs beyond Python, so a lane can pick: ``make test-fast`` is the library without
+#: ``slow``; ``pytest -m "not server"`` skips nothing silently, it deselects and says how many.
+#: (Functions may carry their own marks too, e.g. ``@pytest.mark.slow``.)
+MODULE_MARKS: dict[str, tuple[str, ...]] = {
+    # library modules that run a whole experiment or pipeline
+    "test_angular_experiment": ("slow",),
+    "test_calem_experiment": ("slow",),
+    "test_claims": ("slow",),
+    "test_decision_honest": ("slow",),
+    "test_export": ("slow",),
+    "test_methods_beyond": ("slow",),
+    "test_ranking_experiment": ("slow",),
+    "test_segments": ("slow",),
+    "test_selection": ("slow",),
+    "test_vad_experiment": ("slow",),
+    # pipeline
+    "test_clean_reruns": ("dvc", "server"),
+    "test_crash_safety": ("dvc",),
+    "test_dvc_cache": ("dvc",),
+    "test_monitor_deliveries": ("dvc",),
+    "test_monitoring": ("dvc",),
+    "test_pipeline_dvc": ("dvc", "browser", "slow"),
+    "test_pipeline_tasks": ("browser",),
+    "test_project": ("dvc",),
+    "test_sources_dvc": ("dvc", "slow"),
+    # orchestration
+    "test_checkout_lock_death": ("dvc", "server"),
+    "test_cli": ("server",),
+    "test_cli_errors": ("server",),
+    "test_entry_points_no_shell": ("dvc", "server"),
+    "test_flows_dvc": ("dvc",),
+    "test_flows_prefect": ("dvc", "server"),
+    "test_monitor_docs": ("dvc",),
+    "test_monitor_e2e": ("dvc", "server", "slow"),
+    "test_monitor_flow": ("dvc", "server"),
+    "test_monitor_registry": ("dvc",),
+    "test_monitor_server": ("dvc", "server"),
+    "test_run_output": ("dvc", "server"),
+    "test_server_identity": ("dvc", "server"),
+    "test_server_ui": ("server", "browser"),
+    "test_trigger_follow": ("dvc", "server"),
+    "test_wheel_project": ("dvc", "server", "slow"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in MODULE_MARKS.get(item.module.__name__.rpartition(".")[2], ()):
+            item.add_marker(getattr(pytest.mark, mark))

@@ -1,4 +1,4 @@
-"""Fit and evaluate from sufficient statistics: one streaming pass builds a bucket table (issue 17).
+"""Fit and evaluate from sufficient statistics: one streaming pass builds a bucket table.
 
 ``table.aggregate_duckdb`` (one machine) and ``dask_engine.aggregate_dask`` (a Dask cluster) build the
 same table: one row per (segments..., score bucket, label) holding summed frequency weights, the

@@ -1,5 +1,5 @@
 """The row path's binning-free diagnostics, equal-mass bins, selection-set metrics and per-segment ratios,
-from the bucket table (issue 17).
+from the bucket table.
 
 Every function reads the table's (bucket, label) groups in bucket order. Bucket order is score order: the
 logit grid and the distinct-score rank are monotone in the score, and a calibrated table

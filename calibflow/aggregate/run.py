@@ -1,5 +1,5 @@
 """Fit and evaluate from one streaming pass: the code path ``calibflow fit`` and the pipeline's aggregate
-stages share (issue 25).
+stages share.
 
 :func:`tables_for` builds the pass's tables (``tables.aggregate_tables``) on the engine the caller names:
 ``duckdb`` (this machine, one worker thread per core) or ``dask`` (a ``LocalCluster``, or the scheduler at

@@ -1,4 +1,4 @@
-"""Per-segment metrics from a coarse (segment value, cell, label) table, all values at once (issue 25).
+"""Per-segment metrics from a coarse (segment value, cell, label) table, all values at once.
 
 A segment table (``tables.Tables.segments[col]``) holds, per value, a few hundred cells. Every metric here
 is a ``bincount`` over the value's code, so 1e5 values cost a few vector passes over the table, not 1e5
@@ -191,7 +191,7 @@ def calibrated_segment_table(
     group's probability is the fine table's mean calibrated probability over the same (cell, label),
     moved along the cell's least-squares slope to the group's own mean logit and kept inside the cell's
     range: exact when the segment's rows are spread over the cell's fine buckets as all rows are, and
-    to first order otherwise (measured in tests/test_aggregate_segments.py).
+    to first order otherwise (measured in tests/library/test_aggregate_segments.py).
     """
     g = _cell_fit(fine, cal, kind, grid, starts)
     key = seg["bucket"].to_numpy(np.int64) * 2 + seg["label"].to_numpy(np.int64)

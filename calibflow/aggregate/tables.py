@@ -1,4 +1,4 @@
-"""Fine where it matters, coarse where it is enough: one pass, two kinds of table (issue 25).
+"""Fine where it matters, coarse where it is enough: one pass, two kinds of table.
 
 - ``fine``: the global (bucket, label) table on the fine logit grid (``BucketGrid``, 65,536 cells), no
   segment. Fits and every global metric read it, exactly as they read ``table.aggregate_query``'s table.
@@ -352,7 +352,7 @@ def aggregate_tables(  # noqa: PLR0913
     whole = _union(parts)
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
     # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
-    # would read every row), so the Dask engine keeps the logit grid, as issue 17's Dask engine did.
+    # would read every row), so the Dask engine keeps the logit grid, as the first aggregate engine did.
     distinct = bool(distinct_max) and client is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )

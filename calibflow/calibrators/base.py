@@ -196,7 +196,7 @@ class LikelihoodCalibrator(BaseCalibrator):
 
     Besides ``fit(scores, y, sample_weight)`` it offers ``fit_two_weight(scores, a, b, theta0)``: the
     fit that minimises ``-sum_i [a_i log g(s_i) + b_i log(1 - g(s_i))]`` (plus the method's penalty)
-    with a per-sample weight ``a_i`` on the positive and ``b_i`` on the negative term (issue 2). The
+    with a per-sample weight ``a_i`` on the positive and ``b_i`` on the negative term. The
     ordinary weighted fit *is* this fit with ``a = w y``, ``b = w (1 - y)``; so is a fit on stacked
     rows (one label-1 row of weight ``a_i`` and one label-0 row of weight ``b_i`` per sample), with
     half the rows. Callers: UERM (``b = 1 - Y/propensity``, may be negative) and CalEM's M-step.

@@ -17,7 +17,7 @@ class PlattCalibrator(LikelihoodCalibrator):
     Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
     smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what the papers' baselines
     and an unpenalised ``LogisticRegression`` on the score fit (scikit-learn 1.9.1's
-    ``CalibratedClassifierCV(method="sigmoid")`` does smooth them; tests/test_sklearn_api.py).
+    ``CalibratedClassifierCV(method="sigmoid")`` does smooth them; tests/library/test_sklearn_api.py).
     Monotone when A >= 0; ``monotone`` is declared True because a negative A only arises for
     anti-correlated scores.
     """

@@ -22,7 +22,7 @@ next score up (for ``p1``) or down (for ``p0``), which is the same fit; beyond t
 the largest score and ``p0 = 0`` below the smallest. Prediction is a binary search: O(log k).
 
 Weights are frequency weights; the test object counts as one row. With unit weights the outputs equal the
-``venn-abers`` package's ``VennAbers`` exactly (``tests/test_venn_abers.py``).
+``venn-abers`` package's ``VennAbers`` exactly (``tests/library/test_venn_abers.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Shared by the real-data and the generative-model parts of ``calibflow.experiments.decision``.
 
-Every method returns a boolean test selection. ``outcome`` measures it four ways (issue 15):
+Every method returns a boolean test selection. ``outcome`` measures it four ways:
 
 - raw test recall and test precision (side by side; recall alone rewards slipping below the bound);
 - **headline: true positives at equal selection size** against the top-n test rows by score, where n is

@@ -1,6 +1,6 @@
 """Reproduction of Arora et al., "Leveraging Uncertainty Estimates to Improve Classifier Performance".
 
-Rebuilt for issue 15 so that the experiment cannot fool itself. ``run(config, seed)`` returns a
+Rebuilt so that the experiment cannot fool itself. ``run(config, seed)`` returns a
 ``Reproduction`` with, in this order:
 
 1. Sec. 3 / Theorem 3.1: test positivity given train positivity in simulation beside the theorem.

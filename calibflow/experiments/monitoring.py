@@ -1,4 +1,4 @@
-"""Simulation study of the monitor (issue 13): does the drift alert fire, and does the gate help?
+"""Simulation study of the monitor: does the drift alert fire, and does the gate help?
 
     python -m calibflow.experiments.monitoring [--seeds 20] [--days 60] [--rows 2000] [--out DIR]
 

@@ -195,7 +195,7 @@ DEFAULTS: dict[str, Any] = {
     "split": "released",  # the authors' released protocol; "stratified": our earlier 10%-of-all-pairs reading
     "num_neg": 57,  # negatives per held-out positive (release: 57; see CHOICES for its provenance)
     # released split: "last" positives of each user (the release's file order, fixed across seeds) or a
-    # "random" draw per seed, so that a meta-run over seeds varies the split too (issue 27)
+    # "random" draw per seed, so that a meta-run over seeds varies the split too
     "held_out": "last",
     "uerm_weights": "released",  # "released": 1/omega on positives, 1 on negatives; "eq17": as printed
     "num_neg_sweep": [1, 2, 4, 5, 8, 12, 13, 20, 57],

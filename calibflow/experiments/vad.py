@@ -36,7 +36,7 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
   row/column subsampling (``scheme="seeds"``, as the paper recommends for non-convex models).
   Baselines are fitted on validation-train; VAD+ uses lambda_val-test / lambda_val-train; the
   Vanilla row's VAD+ is plain VAD (lambda_val-test), as in the paper's Table 2.
-- Real covariate shift (issue 16; ``shift: segment``, the default in params.yaml): rows go at random to a
+- Real covariate shift (``shift: segment``, the default in params.yaml): rows go at random to a
   source half (train 70%, validation-train 30%) and a target half (validation-test 40%, test 60%); the source
   keeps a segment's rows with probability ``minority`` (0.2), the target keeps the other rows with that
   probability. Segments: bank_marketing ``late_period`` (rows from November 2008 on; bank-full.csv is in time
@@ -47,7 +47,7 @@ Choices where the paper is open (also listed in the Reproduction's ``choices``):
   "bootstrap") and, for hillstrom, "Vanilla, group-wise VAD" (lambda per treatment arm, Sec. 7).
 - Paired tests: two-sided paired t-test over replications of |E|, ECE and MCE, original vs VAD+,
   "significant" when p < 0.01 and VAD+ is lower.
-- Semi-synthetic control (issue 27; ``real.semisynthetic``, off in quick): the real features and the same
+- Semi-synthetic control (``real.semisynthetic``, off in quick): the real features and the same
   segment shift, but labels drawn from a known logistic model (coefficients N(0, 1/d) on standardised
   features, scaled to a logit sd ``signal_sd``, intercept matching the data's positive rate). The true
   probabilities are known, so E on the selected set is measured against them (no label noise), and the
@@ -116,7 +116,7 @@ REAL_DEFAULTS: dict[str, Any] = {
     "bootstrap_check": True,
     "groupwise": True,
     "baselines": BASELINES,
-    # issue 16: "resample" = the Sec. 6.2 resampling (a shift model's p(x)); "segment" = a real covariate
+    # "resample" = the Sec. 6.2 resampling (a shift model's p(x)); "segment" = a real covariate
     # shift: the train side under-represents a segment of the data, the selection side over-represents it
     "shift": "resample",
     "segments": {"bank_marketing": "late_period", "hillstrom": "newbie"},
@@ -696,7 +696,7 @@ def real_tables(res: dict, cfg: dict) -> tuple[list[Table], dict[str, float], li
     return tables, metrics, notes
 
 
-# ================================ semi-synthetic control (issue 27) =============================
+# ================================ semi-synthetic control =============================
 SEMI_DEFAULTS: dict[str, Any] = {"replications": 0, "signal_sd": 1.0, "shrinks": [0.5, 0.8]}
 
 

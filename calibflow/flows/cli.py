@@ -530,11 +530,11 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     return subprocess.run(cmd, cwd=root, env=stage_env(), capture_output=quiet).returncode
 
 
-from calibflow.flows.cli_sources import register as _register_sources  # noqa: E402, I001  (issue 12: init, apply)
+from calibflow.flows.cli_sources import register as _register_sources  # noqa: E402, I001  (init, apply)
 _register_sources(app)
-from calibflow.flows.cli_scale import register as _register_scale  # noqa: E402, I001  (issue 17: fit at scale)
+from calibflow.flows.cli_scale import register as _register_scale  # noqa: E402, I001  (fit at scale)
 _register_scale(app)
-from calibflow.flows.cli_export import register as _register_export  # noqa: E402, I001  (issue 28: export)
+from calibflow.flows.cli_export import register as _register_export  # noqa: E402, I001  (export)
 _register_export(app)
 
 if __name__ == "__main__":

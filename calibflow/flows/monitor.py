@@ -218,7 +218,7 @@ def one_run_per_checkout(root: str) -> Iterator[None]:
     """
     from calibflow.flows.checkout_lock import checkout_lock
 
-    with checkout_lock(root, wait=True):  # the kernel's lock: it dies with its holder (issue 30)
+    with checkout_lock(root, wait=True):  # the kernel's lock: it dies with its holder
         yield
 
 

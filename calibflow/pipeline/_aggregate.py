@@ -1,4 +1,4 @@
-"""The stages' aggregate path (issue 17): a score source above ``scale.row_threshold`` rows is fitted and
+"""The stages' aggregate path: a score source above ``scale.row_threshold`` rows is fitted and
 evaluated from bucket tables (``calibflow.aggregate``) instead of row arrays.
 
 Which rows. The tables are built by DuckDB from the source's predictions file

@@ -203,7 +203,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
 
 
 def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
-    """Binning-free diagnostics (issue 18): smooth ECE, the Kuiper test's p-value (small = miscalibrated)
+    """Binning-free diagnostics: smooth ECE, the Kuiper test's p-value (small = miscalibrated)
     and the part of the log loss a perfect monotone recalibration would remove (CORP miscalibration)."""
     tests = diagnostics.cumulative_tests(y, p)
     return {
@@ -214,7 +214,7 @@ def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
 
 
 def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_list: list[str]):
-    """The aggregate path (issue 17): every method from the test split's bucket table, Poisson intervals.
+    """The aggregate path: every method from the test split's bucket table, Poisson intervals.
 
     Same keys as the row path's records (``calibflow.aggregate.diagnostics`` for KS, smooth ECE, Kuiper,
     the log-loss miscalibration term and the selection metrics), plus their bucket-resolution bounds.

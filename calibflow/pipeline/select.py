@@ -254,7 +254,7 @@ def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
 
 
 def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[dict[str, float], Any]:
-    """Test log loss per candidate and a ``compare`` for a method, from bucket tables (issue 17)."""
+    """Test log loss per candidate and a ``compare`` for a method, from bucket tables."""
     scale = _aggregate.scale_config(params)
     cfg = section(params, "evaluate")
     input_kind = str(section(params, "calibrate").get("input", "logit"))

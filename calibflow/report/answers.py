@@ -145,7 +145,7 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
     table = f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>" if rows else ""
     reason = f"<p>{e(card['reason'])}</p>" if card.get("reason") else ""
     rule = f'<p class="muted">rule: {e(card["rule"])}</p>' if card.get("rule") else ""
-    if card.get("path"):  # issue 17: rows, or the bucket tables of the aggregate path
+    if card.get("path"):  # rows, or the bucket tables of the aggregate path
         rule += f'<p class="muted">computed from: {e(card["path"])}</p>'
     return (
         f'<div class="answer {v}" data-card="{e(name)}" data-verdict="{v}">'

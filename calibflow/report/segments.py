@@ -1,4 +1,4 @@
-"""The answer card's per-segment part, shown first and open (issue 24): a collapsed table hid whole markets.
+"""The answer card's per-segment part, shown first and open: a collapsed table hid whole markets.
 
 From a card written by the select stage: the one line on the segmented-vs-global choice
 (``segment_reason``), every segment whose ``sum p / sum y`` interval after calibration excludes 1 (flagged,

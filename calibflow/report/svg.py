@@ -1,4 +1,4 @@
-"""Allow-list sanitiser for the SVG figures the report inlines (issue 19).
+"""Allow-list sanitiser for the SVG figures the report inlines.
 
 The report's own figures come from matplotlib, which escapes text; the papers' figures are read back from
 ``reports/reproductions/<key>.json``, a file anyone with write access to the workspace can edit. Every SVG
