@@ -15,7 +15,7 @@ export PYTHONHASHSEED := 0
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=68" wheel
 
 # Re-install only when pyproject.toml changes.
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python

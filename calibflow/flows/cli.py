@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -168,8 +169,11 @@ def _guard_run(url: str) -> threading.Event:
 
     def gone(message: str) -> None:
         dvc_stages.stop_running(grace=3.0)
+        logging.disable(logging.CRITICAL)  # Prefect's client may still be logging its failed requests
         sys.stderr.flush()
-        typer.echo(f"error: {message}", err=True)  # last: the line the user reads
+        # its own line even when another thread's log line was cut before its newline; last: the line
+        # the user reads
+        typer.echo(f"\nerror: {message}", err=True)
         sys.stderr.flush()
         os._exit(1)
 

@@ -9,7 +9,6 @@ runner called directly), DVC runs the command through calibflow's no-shell launc
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +23,13 @@ PY = sys.executable
 def _project(root: Path, source: str) -> Path:
     """A real git + DVC repository with calibflow's dvc.yaml and a hostile source name in params.yaml."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    for f in ("calibflow/pipeline/fingerprint.py", "calibflow/sources.py"):  # the sources stage's deps
-        (root / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / f, root / f)
+    # calibflow's own dvc.yaml without its code deps: a calibflow/ folder in the project would shadow the
+    # installed package for every `python -m` run from the project
+    pipeline = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    for stage in pipeline["stages"].values():
+        body = stage.get("do", stage)
+        body["deps"] = [d for d in body.get("deps", []) if not str(d).startswith("calibflow/")]
+    (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
     (root / "data.csv").write_text("p,y\n0.2,0\n0.7,1\n")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     decl = {"path": "data.csv", "label": "y", "score": "p", "score_kind": "probability"}
@@ -68,14 +70,11 @@ def test_make_repro_checks_params_first(tmp_path):
     assert not marker.exists()
 
 
-def test_dvc_stage_commands_run_without_a_shell_even_past_the_schema(tmp_path, monkeypatch):
+def test_dvc_stage_commands_run_without_a_shell_even_past_the_schema(tmp_path):
     """The flow's serial stage runner (`dvc repro --single-item`) with the schema bypassed: DVC hands the
     command to calibflow's launcher, so `;` is an argument of the stage, not a second command."""
     from calibflow.flows.dvc_stages import StageFailed, reproduce_stage
 
-    # the toy project holds copies of two calibflow files (the stage's DVC deps): the stage must still
-    # import the whole package, not that partial folder
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
 
     marker = tmp_path / "X"
     root = _project(tmp_path / "proj", f"a; touch {marker}; true")

@@ -78,9 +78,11 @@ STAGES = [
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    # Stage commands run `python -m tasks...` from PATH: put this interpreter first, and no outer PYTHONPATH.
+    # Stage commands run `python -m calibflow.pipeline...` from PATH: this interpreter first, no PYTHONPATH.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
+    for key in ("PREFECT_API_URL", "CALIBFLOW_DEBUG", "CALIBFLOW_RUN_LOG"):  # set by a test run before
+        env.pop(key, None)
     env.update(DVC_NO_ANALYTICS="1", GX_ANALYTICS_ENABLED="false", PYTHONHASHSEED="0")
     env.update(
         GIT_AUTHOR_NAME="t",
