@@ -36,6 +36,18 @@ def _data_mirror():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves ``os.environ`` as it found it: the CLI run in-process sets PREFECT_API_URL and the
+    like, and a later test's subprocess must not inherit a server that is gone."""
+    import os
+
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def one_blas_thread():
     """One BLAS thread: small matrix-vector products only gain contention from threads on shared cores."""
