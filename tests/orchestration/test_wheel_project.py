@@ -52,7 +52,8 @@ STAGES = {
 
 
 def _env(venv: Path) -> dict[str, str]:
-    drop = ("PYTHONPATH", "CALIBFLOW_ROOT", "PREFECT_HOME", "PREFECT_API_URL", "CALIBFLOW_DEBUG", "CALIBFLOW_RUN_LOG")
+    drop = ("PYTHONPATH", "CALIBFLOW_ROOT", "PREFECT_HOME", "PREFECT_API_URL", "CALIBFLOW_DEBUG",
+            "CALIBFLOW_RUN_LOG")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
