@@ -26,6 +26,30 @@ def _clipped_log_loss(q: float, y: float) -> float:
     return -math.log(qc) if y == 1.0 else -math.log(1.0 - qc)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _row(yi, si, ai, bi, logit_kind, z_max, per_z, n_buckets):  # noqa: PLR0913
+    """One row's validation, logit, exact log loss and fine bucket, shared by both kernels.
+
+    Returns (why, z, log loss, bucket): ``why`` is -1 for a valid row, else the index of ``bad`` to count
+    it under (0: a label outside {0, 1}; 1: a NaN, infinite or out-of-[0, 1] score).
+    """
+    if yi != 0.0 and yi != 1.0:
+        return 0, 0.0, 0.0, 0
+    if logit_kind:
+        if not math.isfinite(si):
+            return 1, 0.0, 0.0, 0
+        z = si
+        ll = -ai if yi == 1.0 else -bi
+    else:
+        if not (0.0 <= si <= 1.0):  # NaN fails too
+            return 1, 0.0, 0.0, 0
+        z = ai - bi
+        inside = 1e-12 <= si <= 1.0 - 1e-12  # neither clip acts: the logit's logs are the loss's
+        ll = (-ai if yi == 1.0 else -bi) if inside else _clipped_log_loss(si, yi)
+    bk = min(max(int(math.floor((min(max(z, -z_max), z_max) + z_max) * per_z)), 0), n_buckets - 1)
+    return -1, z, ll, bk
+
+
 @numba.njit(nogil=True, cache=True)
 def accumulate(code, y, w, s, q, a, b, logit_kind, z_max, n_buckets, acc, bad):  # noqa: PLR0913
     """Add one batch into ``acc`` (keys x 5) at ``key = (code * n_buckets + bucket) * 2 + y``.
@@ -45,26 +69,12 @@ def accumulate(code, y, w, s, q, a, b, logit_kind, z_max, n_buckets, acc, bad): 
     unit = w.size == 0
     for i in range(code.size):
         yi = y[i]
-        si = s[i]
-        if yi != 0.0 and yi != 1.0:
-            bad[0] += 1
+        why, z, ll, bk = _row(yi, s[i], a[i], b[i], logit_kind, z_max, per_z, n_buckets)
+        if why >= 0:
+            bad[why] += 1
             continue
-        if logit_kind:
-            if not math.isfinite(si):
-                bad[1] += 1
-                continue
-            z = si
-            ll = -a[i] if yi == 1.0 else -b[i]
-        else:
-            if not (0.0 <= si <= 1.0):  # NaN fails too
-                bad[1] += 1
-                continue
-            z = a[i] - b[i]
-            inside = 1e-12 <= si <= 1.0 - 1e-12  # neither clip acts: the logit's logs are the loss's
-            ll = (-a[i] if yi == 1.0 else -b[i]) if inside else _clipped_log_loss(si, yi)
         qi = q[i]
-        bk = int(math.floor((min(max(z, -z_max), z_max) + z_max) * per_z))
-        k = (code[i] * n_buckets + min(max(bk, 0), n_buckets - 1)) * 2 + int(yi)
+        k = (code[i] * n_buckets + bk) * 2 + int(yi)
         wi = 1.0 if unit else w[i]
         acc[k, 0] += wi
         acc[k, 1] += wi * z
@@ -98,25 +108,11 @@ def accumulate_tables(  # noqa: PLR0913
     n_cols = codes.shape[0]
     for i in range(y.size):
         yi = y[i]
-        si = s[i]
-        if yi != 0.0 and yi != 1.0:
-            bad[0] += 1
+        why, z, ll, bk = _row(yi, s[i], a[i], b[i], logit_kind, z_max, per_z, n_buckets)
+        if why >= 0:
+            bad[why] += 1
             continue
-        if logit_kind:
-            if not math.isfinite(si):
-                bad[1] += 1
-                continue
-            z = si
-            ll = -a[i] if yi == 1.0 else -b[i]
-        else:
-            if not (0.0 <= si <= 1.0):  # NaN fails too
-                bad[1] += 1
-                continue
-            z = a[i] - b[i]
-            inside = 1e-12 <= si <= 1.0 - 1e-12
-            ll = (-a[i] if yi == 1.0 else -b[i]) if inside else _clipped_log_loss(si, yi)
         qi = q[i]
-        bk = min(max(int(math.floor((min(max(z, -z_max), z_max) + z_max) * per_z)), 0), n_buckets - 1)
         wi = 1.0 if unit else w[i]
         li = int(yi)
         k = bk * 2 + li
