@@ -165,11 +165,24 @@ def _union(parts: Sequence[Part]) -> Part:
 def levels_of(con: duckdb.DuckDBPyConnection, part: Part, segments: Sequence[str]) -> list[pa.Array]:
     """Each segment column's distinct values (sorted, NULL last) as an Arrow array: a value's index is its
     code in the pass. Only values that occur: the tables keep only segments that have rows."""
-    out = []
+    return levels_and_hashes(con, part, segments)[0]
+
+
+def levels_and_hashes(
+    con: duckdb.DuckDBPyConnection, part: Part, segments: Sequence[str]
+) -> tuple[list[pa.Array], list[np.ndarray]]:
+    """:func:`levels_of` and each level's DuckDB ``hash()`` (uint64), read in the same query: the pass
+    projects ``hash(column)`` for a non-integer segment column instead of its values (a string column
+    materialised in Arrow and looked up with ``index_in`` cost more than the rest of the pass's SQL)."""
+    levels, hashes = [], []
     for c in segments:
-        sql = f"SELECT DISTINCT {quote_ident(c)} AS v FROM {part.sql} ORDER BY 1 NULLS LAST"
-        out.append(con.sql(sql, params=part.params).to_arrow_table()["v"].combine_chunks())
-    return out
+        # hash() on the distinct values, not in the DISTINCT (3x the query's cost on every row)
+        sql = (f"SELECT v, hash(v) AS h FROM (SELECT DISTINCT {quote_ident(c)} AS v FROM {part.sql})"
+               " ORDER BY 1 NULLS LAST")
+        t = con.sql(sql, params=part.params).to_arrow_table()
+        levels.append(t["v"].combine_chunks())
+        hashes.append(t["h"].to_numpy().astype(np.uint64))
+    return levels, hashes
 
 
 def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
@@ -186,19 +199,17 @@ def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
     return out
 
 
-def _projection(part: Part, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None):
-    """Per row for ``kernel.accumulate_tables``: the segment values ``g0..``, y, s, [q,] a, b[, w]."""
-    s = f"CAST({quote_ident(score)} AS DOUBLE)"
-    if kind == "probability":
-        p = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
-        cols = f"{s} AS s, ln({p}) AS a, ln(1 - {p}) AS b"
-    else:
-        q = f"(1 / (1 + exp(-{s})))"
-        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
-        cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
-    segs = "".join(f"{quote_ident(c)} AS g{i}, " for i, c in enumerate(segments))
-    w = f", CAST({quote_ident(weight)} AS DOUBLE) AS w" if weight else ""
-    return f"SELECT {segs}CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}{w} FROM {part.sql}"
+def _projection(part: Part, spec: _Spec) -> str:
+    """Per row for ``kernel.accumulate_raw``: the segment columns ``g0..`` (an integer column as itself,
+    others as their ``hash()``, see ``_Spec.coder``), the label ``y`` and score ``s`` as doubles[, ``w``].
+    The logarithms are the kernel's."""
+    def seg(i: int, c: str) -> str:
+        return f"hash({quote_ident(c)})" if spec.coder(i)[0] == "hash" else quote_ident(c)
+
+    segs = "".join(f"{seg(i, c)} AS g{i}, " for i, c in enumerate(spec.segments))
+    w = f", CAST({quote_ident(spec.weight)} AS DOUBLE) AS w" if spec.weight else ""
+    return (f"SELECT {segs}CAST({quote_ident(spec.label)} AS DOUBLE) AS y,"
+            f" CAST({quote_ident(spec.score)} AS DOUBLE) AS s{w} FROM {part.sql}")
 
 
 @dataclass
@@ -214,12 +225,29 @@ class _Spec:
     levels: list[pa.Array]
     lut: np.ndarray  # (columns, n_buckets): fine bucket -> coarse cell
     cells: np.ndarray  # cells per value, per column
+    hashes: list[np.ndarray] | None = None  # each level's DuckDB hash(), per column
 
     @property
     def dense(self) -> list[tuple[int, np.ndarray] | None]:
         if not hasattr(self, "_dense"):
             self._dense = [dense_lookup(v) for v in self.levels]
         return self._dense
+
+    def coder(self, i: int) -> tuple[str, Any]:
+        """How column ``i``'s values become codes: ``("dense", (min, lookup))`` for a compact integer
+        column, ``("hash", slots)`` where its levels' hashes are distinct (a collision among the levels
+        falls back to the values), else ``("values", None)`` (Arrow ``index_in``)."""
+        if not hasattr(self, "_coders"):
+            self._coders = {}
+        if i not in self._coders:
+            h = None if self.hashes is None else self.hashes[i]
+            if self.dense[i] is not None:
+                self._coders[i] = ("dense", self.dense[i])
+            elif h is not None and np.unique(h).size == h.size == len(self.levels[i]):
+                self._coders[i] = ("hash", kernel.hash_slots(h))
+            else:
+                self._coders[i] = ("values", None)
+        return self._coders[i]
 
     @property
     def base(self) -> np.ndarray:
@@ -251,24 +279,32 @@ def dense_lookup(values: pa.Array) -> tuple[int, np.ndarray] | None:
     return lo, lookup
 
 
+def _changed(spec: _Spec, i: int) -> ValueError:
+    return ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+
+
 def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
     """The batch's segment values as codes (their index among the levels), one row per column."""
     out = np.empty((len(spec.segments), batch.num_rows), np.int64)
     for i, values in enumerate(spec.levels):
         col = batch.column(f"g{i}")
-        dense = spec.dense[i]
-        if dense is not None and col.null_count == 0:
-            lo, lookup = dense
+        how, arg = spec.coder(i)
+        if how == "hash":
+            if col.null_count or not kernel.hashed_codes(col.to_numpy(), *arg, out[i]):
+                raise _changed(spec, i)
+            continue
+        if how == "dense" and col.null_count == 0:
+            lo, lookup = arg
             v = col.to_numpy().astype(np.int64) - lo
             if v.size and (v.min() < 0 or v.max() >= lookup.size):
-                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+                raise _changed(spec, i)
             out[i] = lookup[v]
             if out[i].size and out[i].min() < 0:
-                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+                raise _changed(spec, i)
             continue
         idx = pc.index_in(col, value_set=values, skip_nulls=False)
         if idx.null_count:  # a value outside the levels: the source changed between the two reads
-            raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            raise _changed(spec, i)
         out[i] = idx.to_numpy(zero_copy_only=False)
     return out
 
@@ -278,15 +314,18 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
     con = con or duckdb.connect()
     fine, seg, bad = spec.new_accumulators()
     base, logit_kind = spec.base, spec.kind != "probability"
+    scratch = np.empty((3, BATCH_ROWS))  # q, a, b of a batch (kernel.row_logs)
     for part in parts:
-        sql = _projection(part, spec.score, spec.label, spec.kind, spec.segments, spec.weight)
-        for batch in con.sql(sql, params=part.params).to_arrow_reader(BATCH_ROWS):
-            col = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s", "a", "b")}
-            q = batch.column("q").to_numpy(zero_copy_only=False) if logit_kind else col["s"]
+        for batch in con.sql(_projection(part, spec), params=part.params).to_arrow_reader(BATCH_ROWS):
+            y, s = (batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s"))
             w = batch.column("w").to_numpy(zero_copy_only=False) if spec.weight else _UNIT
+            if batch.num_rows > scratch.shape[1]:
+                scratch = np.empty((3, batch.num_rows))
+            q, a, b = scratch[:, : batch.num_rows]
+            kernel.row_logs(s, logit_kind, q, a, b)
             kernel.accumulate_tables(
-                _codes(batch, spec), base, spec.cells, col["y"], w, col["s"], q, col["a"], col["b"],
-                logit_kind, spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
+                _codes(batch, spec), base, spec.cells, y, w, s, q if logit_kind else s, a, b, logit_kind,
+                spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
             )
     return fine, seg, bad
 
@@ -356,7 +395,7 @@ def aggregate_tables(  # noqa: PLR0913
     distinct = bool(distinct_max) and client is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
-    levels = levels_of(con, whole, segments)
+    levels, hashes = levels_and_hashes(con, whole, segments)
     for c, v in zip(segments, levels, strict=True):
         if len(v) > SEG_VALUES_MAX:
             raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
@@ -371,7 +410,7 @@ def aggregate_tables(  # noqa: PLR0913
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
-                 np.array([st.size for _, st in luts], np.int64))
+                 np.array([st.size for _, st in luts], np.int64), hashes)
     if segments or not distinct:
         fine, seg, bad = _run(parts, spec, workers, client, con)
         _check_bad(bad, score, label, kind)
