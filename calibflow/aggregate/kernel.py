@@ -189,3 +189,13 @@ def hashed_codes(h, keys, codes, out) -> bool:
                 break
             j = (j + 1) & mask
     return True
+
+
+@numba.njit(nogil=True, cache=True)
+def compact_rows(acc, keys):
+    """Move rows ``keys`` (increasing) of ``acc`` to its front, in place: ``acc[j] = acc[keys[j]]``."""
+    for j in range(keys.size):
+        k = keys[j]
+        if k != j:
+            for c in range(acc.shape[1]):
+                acc[j, c] = acc[k, c]

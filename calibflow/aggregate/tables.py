@@ -53,13 +53,15 @@ from calibflow.aggregate.table import (
 from calibflow.sources import quote_ident
 
 #: Coarse keys (values x cells x 2 labels, all segment columns, all workers) kept in memory at once:
-#: 2^23 keys of 5 sums are 336 MB. More values than fit at ``cells`` get fewer cells each.
-SEG_KEYS_MAX = 1 << 23
+#: 2^22 keys of 5 sums are 168 MB, the pass's memory cap beyond the fine table and the batches. More
+#: values than fit at ``cells`` get fewer cells each; when even ``MIN_CELLS`` do not fit two workers'
+#: accumulators, one worker runs (1e5 values: ~20 cells per value, one worker).
+SEG_KEYS_MAX = 1 << 22
 CELLS = 256
 MIN_CELLS = 16
-#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone would be
-#: 2^18 x 16 x 2 keys = 336 MB): an id-like column is not a segment.
-SEG_VALUES_MAX = 1 << 18
+#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone fill
+#: SEG_KEYS_MAX: 2^17 x 16 x 2 keys): an id-like column is not a segment.
+SEG_VALUES_MAX = 1 << 17
 _UNIT = np.empty(0)
 
 
@@ -341,17 +343,26 @@ def _fine_frame(acc: np.ndarray) -> pd.DataFrame:
     keys = np.flatnonzero(acc[:, 0] != 0)
     out = {"bucket": (keys // 2).astype(np.int32), "label": (keys % 2).astype(np.int32)}
     out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)
 
 
-def _segment_frame(acc: np.ndarray, values: pa.Array, n_cells: int) -> pd.DataFrame:
-    """One column's (value, cell, label) rows that hold any weight: values without rows never appear."""
-    keys = np.flatnonzero(acc[:, 0] != 0)
+def _segment_frame(rows: np.ndarray, keys: np.ndarray, values: pa.Array, n_cells: int) -> pd.DataFrame:
+    """One column's (value, cell, label) rows that hold any weight (``keys``, their sums ``rows``): values
+    without rows never appear. The sums are views of ``rows``, not copies."""
     code, rest = np.divmod(keys, 2 * n_cells)
-    out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code.astype(np.int64),
+    out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code,
            "bucket": (rest // 2).astype(np.int32), "label": (rest % 2).astype(np.int32)}
-    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
-    return pd.DataFrame(out)
+    out.update({name: rows[:, j] for j, name in enumerate(kernel.SUMS)})
+    return pd.DataFrame(out, copy=False)  # no consolidating copy of the sums (1e5 values: 130 MB)
+
+
+def _segment_tables(seg: np.ndarray, keys: np.ndarray, spec: _Spec) -> dict[str, pd.DataFrame]:
+    """Each segment column's table from the coarse accumulator compacted to its non-empty ``keys``."""
+    base, out = spec.base, {}
+    for i, c in enumerate(spec.segments):
+        lo, hi = np.searchsorted(keys, base[i : i + 2])
+        out[c] = _segment_frame(seg[lo:hi], keys[lo:hi] - base[i], spec.levels[i], int(spec.cells[i]))
+    return out
 
 
 def _workers(threads: int | None) -> int:
@@ -407,6 +418,12 @@ def aggregate_tables(  # noqa: PLR0913
     ):  # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
         workers = 1
         n_cells = cells_for([len(v) for v in levels], cells, workers)
+    keys = sum(len(v) * c * 2 for v, c in zip(levels, n_cells, strict=True))
+    if keys > SEG_KEYS_MAX:  # several large columns at MIN_CELLS each: the cap holds, one line says so
+        cap = SEG_KEYS_MAX // (2 * MIN_CELLS)
+        raise ValueError(f"segment columns {', '.join(map(repr, segments))} have {sum(map(len, levels)):,}"
+                         f" values together, over the pass's memory cap ({cap:,}): group them into fewer"
+                         " values, or leave some out of the segments")
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
@@ -418,11 +435,18 @@ def aggregate_tables(  # noqa: PLR0913
         fine_t = _sql_pass(con, whole.sql, whole.params, score, label, kind, (), weight, grid, True)
     else:
         fine_t = _fine_frame(fine)
-    base = spec.base
-    seg_tables = {
-        c: _segment_frame(seg[base[i] : base[i + 1]], levels[i], int(spec.cells[i]))
-        for i, c in enumerate(segments)
-    }
+    seg_tables = {}
+    if segments:
+        # The summed coarse accumulator compacted in place to its non-empty keys and shrunk (a realloc, no
+        # copy): the tables' sums are views of it, so the pass's peak is the accumulator or the tables, not
+        # both (1e5 values: 168 MB and 190 MB). Here, where ``seg`` has no other reference.
+        keys = np.flatnonzero(seg[:, 0] != 0)
+        kernel.compact_rows(seg, keys)
+        try:
+            seg.resize((keys.size, seg.shape[1]), refcheck=True)
+        except ValueError:  # another reference to it (a debugger, a tracer): copy instead
+            seg = seg[: keys.size].copy()
+        seg_tables = _segment_tables(seg, keys, spec)
     starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
     return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts, grid)
 

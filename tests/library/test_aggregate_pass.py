@@ -98,3 +98,19 @@ def test_invalid_rows_are_refused_with_their_count(tmp_path, column, value, mess
     pq.write_table(pa.table(t), path)
     with pytest.raises(ValueError, match=f"^2 rows .*{message}"):
         T.aggregate_files(str(path), "score", "label", segments=["country"], threads=1)
+
+
+def test_columns_over_the_memory_cap_are_refused_in_one_line(tmp_path, monkeypatch):
+    """Each column under SEG_VALUES_MAX, together over SEG_KEYS_MAX at MIN_CELLS cells: refused, not
+    allocated past the cap; the same columns one at a time fit and give every value its exact count."""
+    monkeypatch.setattr(T, "SEG_KEYS_MAX", 4 * 2 * 300)
+    monkeypatch.setattr(T, "MIN_CELLS", 4)
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, 200, 5000), rng.integers(0, 200, 5000)
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"score": rng.random(5000), "label": (rng.random(5000) < 0.3).astype(np.int8),
+                             "a": a, "b": b}), path)
+    with pytest.raises(ValueError, match=r"^segment columns 'a', 'b' have 400 values together, over the"):
+        T.aggregate_files(str(path), "score", "label", segments=["a", "b"], threads=2)
+    st = T.aggregate_files(str(path), "score", "label", segments=["a"], threads=2).segments["a"]
+    assert np.array_equal(st.groupby("seg_0")["n"].sum().to_numpy(), np.bincount(a))
