@@ -228,6 +228,9 @@ class _Spec:
     lut: np.ndarray  # (columns, n_buckets): fine bucket -> coarse cell
     cells: np.ndarray  # cells per value, per column
     hashes: list[np.ndarray] | None = None  # each level's DuckDB hash(), per column
+    #: Applied to each batch's scores before the kernel (``kind`` then describes its output): the monitor
+    #: sums a champion's calibrated probabilities, computed per row (``calibflow.monitoring_scale``).
+    transform: Any = None
 
     @property
     def dense(self) -> list[tuple[int, np.ndarray] | None]:
@@ -321,6 +324,8 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
         for batch in con.sql(_projection(part, spec), params=part.params).to_arrow_reader(BATCH_ROWS):
             y, s = (batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s"))
             w = batch.column("w").to_numpy(zero_copy_only=False) if spec.weight else _UNIT
+            if spec.transform is not None:
+                s = np.asarray(spec.transform(s), dtype=np.float64)
             if batch.num_rows > scratch.shape[1]:
                 scratch = np.empty((3, batch.num_rows))
             q, a, b = scratch[:, : batch.num_rows]
@@ -385,6 +390,7 @@ def aggregate_tables(  # noqa: PLR0913
     distinct_max: int = 0,
     client: Any = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    transform: Any = None,
 ) -> Tables:
     """The fine global table and the coarse per-segment tables of ``parts`` in one pass.
 
@@ -394,7 +400,8 @@ def aggregate_tables(  # noqa: PLR0913
     distinct score (DuckDB's GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the
     segment tables.
     Replicates (``b0..``) are drawn on the fine table; per-segment intervals draw theirs from the segment
-    tables (``calibflow.aggregate.segments``).
+    tables (``calibflow.aggregate.segments``). ``transform``: a function of a batch's score array whose
+    result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
     """
     _z_q_ll(kind)
     con = con or duckdb.connect()
@@ -403,7 +410,7 @@ def aggregate_tables(  # noqa: PLR0913
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
     # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
     # would read every row), so the Dask engine keeps the logit grid, as the first aggregate engine did.
-    distinct = bool(distinct_max) and client is None and (
+    distinct = bool(distinct_max) and client is None and transform is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
     levels, hashes = levels_and_hashes(con, whole, segments)
@@ -427,7 +434,7 @@ def aggregate_tables(  # noqa: PLR0913
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
-                 np.array([st.size for _, st in luts], np.int64), hashes)
+                 np.array([st.size for _, st in luts], np.int64), hashes, transform)
     if segments or not distinct:
         fine, seg, bad = _run(parts, spec, workers, client, con)
         _check_bad(bad, score, label, kind)
