@@ -2,13 +2,16 @@
 
     python -m benchmarks.scale_pass --rows 10000000 --parts 8 --reps 5
     python -m benchmarks.scale_pass --folder /tmp/data --reps 3      # existing parts (benchmark generator)
+    /usr/bin/time -v python -m benchmarks.scale_pass --folder /tmp/c8 --once country,seg7,campaign  # memory
 
 Data: ``benchmarks.scale_segments.generate`` (float64 ``score``, int8 ``label``, a 200-value string
 ``country``, an int8 ``seg7``). Each repetition runs, in turn: the plain read (DuckDB, ``sum``/``max`` of the
 four columns, 2 threads), the pass with two workers and with one (``tables.aggregate_files`` with both
 segment columns, no replicates), and the pass's SQL alone (its projection drained to NumPy, no kernel).
 Medians of wall and process CPU seconds, and the ratios to the read's medians from the same repetitions:
-on a shared machine only the ratios mean something.
+on a shared machine only the ratios mean something. ``--once COLS``: one pass (two workers, 8 replicates)
+over those segment columns, its wall and CPU seconds, table sizes and the process's peak RSS (for
+``/usr/bin/time -v`` at 1e5 campaign values: generate with ``benchmarks.scale_segments.generate``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -70,6 +74,17 @@ def measure(files: list[str], reps: int, segments: list[str]) -> dict:
     return out
 
 
+def once(files: list[str], segments: list[str]) -> dict:
+    from calibflow.aggregate import tables as T
+
+    t, c = time.perf_counter(), time.process_time()
+    tabs = T.aggregate_files(files, "score", "label", segments=segments, threads=2, replicates=8)
+    return {"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+            "table_rows": {k: len(v) for k, v in tabs.segments.items()},
+            "cells": {k: int(v.size) for k, v in tabs.starts.items()}, "table_mb": T.table_bytes(tabs) / 1e6,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def main(argv: list[str] | None = None) -> None:
     from benchmarks.scale_segments import generate
 
@@ -78,13 +93,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--folder", help="existing Parquet parts from the generator (not deleted)")
+    ap.add_argument("--once", help="comma-separated segment columns: one pass, its peak memory")
     a = ap.parse_args(argv)
     folder = a.folder or tempfile.mkdtemp(prefix="calibflow_pass_", dir="/tmp")
     try:
         files = sorted(glob.glob(os.path.join(folder, "*.parquet"))) if a.folder else generate(
             folder, a.rows, a.parts, 200, 0, 2)
         res = {"files": len(files), "reps": a.reps, "load_before": os.getloadavg()}
-        res.update(measure(files, a.reps, ["country", "seg7"]))
+        res.update(once(files, a.once.split(",")) if a.once else measure(files, a.reps, ["country", "seg7"]))
         res["load_after"] = os.getloadavg()
         print(json.dumps(res, indent=1))
     finally:
