@@ -7,7 +7,9 @@ scale.md). The keys here are small dense integers, so a flat array indexed by th
 sums at ~18 ns a row. DuckDB still does all the per-row work (reading, projection, filters, the
 segment codes, the logarithms each row needs, in vectorised SQL); the cheap per-row arithmetic (the
 logit from the logarithms, the log loss, the bucket, validation) and the summing happen here. The
-GROUP BY reference (``table._row_sql``) computes the same expressions in SQL.
+GROUP BY reference (``table._row_sql``) computes the same expressions in SQL. The two-table pass
+(``tables.run_parts``) takes even the logarithms out of SQL: DuckDB gives the raw label and score and the
+segment columns' hashes, and :func:`row_logs` and :func:`hashed_codes` do the rest here.
 """
 
 from __future__ import annotations
