@@ -650,13 +650,15 @@ def process_window(
     cfg: MonitorConfig,
     segments: tuple[str, ...] = (),
     fingerprint: str | None = None,
+    scores: dict[str, dict[str, Any]] | None = None,
 ) -> MonitorState:
     """One window: champion scores + bands + alerts for every segment, then the gate. Returns a new state.
 
     ``frame``: the window's rows; ``calib``: the rows of the ``calib_windows`` periods before it (the
     challengers' trailing calibration window); both with the user's score on ``state.score_kind``.
     Refuses a window already in the state (no double count) or older than the newest one (``truncate``
-    first: a late day is rescored from its window on).
+    first: a late day is rescored from its window on). ``scores``: the champion's rows per segment name,
+    already computed from the window's tables (``monitoring_scale.score_frame``, for large windows).
     """
     if window.key in state.processed:
         raise ValueError(f"window {window.key} already processed for source {state.source!r}")
@@ -675,14 +677,15 @@ def process_window(
         windows=dict(state.windows),
     )
     champ = state.calibrator()
-    y = frame["label"].to_numpy(float)
-    kind = state.score_kind
-    p = predict_frame(champ, frame, kind) if len(frame) else np.empty(0)
+    if scores is None:
+        y = frame["label"].to_numpy(float)
+        p = predict_frame(champ, frame, state.score_kind) if len(frame) else np.empty(0)
+        scores = {seg: score(y[mask], p[mask], cfg, rng) for seg, mask in segment_masks(frame, segments)}
     overall_skipped = False
-    masks = segment_masks(frame, segments)
-    for seg, mask in masks:
+    masks = list(scores)
+    for seg in masks:
         row = {"source": state.source, "window": window.key, "segment": seg, "version": state.champion}
-        row.update(score(y[mask], p[mask], cfg, rng))
+        row.update(scores[seg])
         if row["skipped"]:
             new.notes.append(f"{window.key} {seg}: {row['skipped']}")
             overall_skipped |= seg == ALL

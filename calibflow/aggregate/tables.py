@@ -53,13 +53,15 @@ from calibflow.aggregate.table import (
 from calibflow.sources import quote_ident
 
 #: Coarse keys (values x cells x 2 labels, all segment columns, all workers) kept in memory at once:
-#: 2^23 keys of 5 sums are 336 MB. More values than fit at ``cells`` get fewer cells each.
-SEG_KEYS_MAX = 1 << 23
+#: 2^22 keys of 5 sums are 168 MB, the pass's memory cap beyond the fine table and the batches. More
+#: values than fit at ``cells`` get fewer cells each; when even ``MIN_CELLS`` do not fit two workers'
+#: accumulators, one worker runs (1e5 values: ~20 cells per value, one worker).
+SEG_KEYS_MAX = 1 << 22
 CELLS = 256
 MIN_CELLS = 16
-#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone would be
-#: 2^18 x 16 x 2 keys = 336 MB): an id-like column is not a segment.
-SEG_VALUES_MAX = 1 << 18
+#: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone fill
+#: SEG_KEYS_MAX: 2^17 x 16 x 2 keys): an id-like column is not a segment.
+SEG_VALUES_MAX = 1 << 17
 _UNIT = np.empty(0)
 
 
@@ -165,11 +167,24 @@ def _union(parts: Sequence[Part]) -> Part:
 def levels_of(con: duckdb.DuckDBPyConnection, part: Part, segments: Sequence[str]) -> list[pa.Array]:
     """Each segment column's distinct values (sorted, NULL last) as an Arrow array: a value's index is its
     code in the pass. Only values that occur: the tables keep only segments that have rows."""
-    out = []
+    return levels_and_hashes(con, part, segments)[0]
+
+
+def levels_and_hashes(
+    con: duckdb.DuckDBPyConnection, part: Part, segments: Sequence[str]
+) -> tuple[list[pa.Array], list[np.ndarray]]:
+    """:func:`levels_of` and each level's DuckDB ``hash()`` (uint64), read in the same query: the pass
+    projects ``hash(column)`` for a non-integer segment column instead of its values (a string column
+    materialised in Arrow and looked up with ``index_in`` cost more than the rest of the pass's SQL)."""
+    levels, hashes = [], []
     for c in segments:
-        sql = f"SELECT DISTINCT {quote_ident(c)} AS v FROM {part.sql} ORDER BY 1 NULLS LAST"
-        out.append(con.sql(sql, params=part.params).to_arrow_table()["v"].combine_chunks())
-    return out
+        # hash() on the distinct values, not in the DISTINCT (3x the query's cost on every row)
+        sql = (f"SELECT v, hash(v) AS h FROM (SELECT DISTINCT {quote_ident(c)} AS v FROM {part.sql})"
+               " ORDER BY 1 NULLS LAST")
+        t = con.sql(sql, params=part.params).to_arrow_table()
+        levels.append(t["v"].combine_chunks())
+        hashes.append(t["h"].to_numpy().astype(np.uint64))
+    return levels, hashes
 
 
 def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
@@ -186,19 +201,17 @@ def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
     return out
 
 
-def _projection(part: Part, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None):
-    """Per row for ``kernel.accumulate_tables``: the segment values ``g0..``, y, s, [q,] a, b[, w]."""
-    s = f"CAST({quote_ident(score)} AS DOUBLE)"
-    if kind == "probability":
-        p = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
-        cols = f"{s} AS s, ln({p}) AS a, ln(1 - {p}) AS b"
-    else:
-        q = f"(1 / (1 + exp(-{s})))"
-        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
-        cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
-    segs = "".join(f"{quote_ident(c)} AS g{i}, " for i, c in enumerate(segments))
-    w = f", CAST({quote_ident(weight)} AS DOUBLE) AS w" if weight else ""
-    return f"SELECT {segs}CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}{w} FROM {part.sql}"
+def _projection(part: Part, spec: _Spec) -> str:
+    """Per row for ``kernel.accumulate_raw``: the segment columns ``g0..`` (an integer column as itself,
+    others as their ``hash()``, see ``_Spec.coder``), the label ``y`` and score ``s`` as doubles[, ``w``].
+    The logarithms are the kernel's."""
+    def seg(i: int, c: str) -> str:
+        return f"hash({quote_ident(c)})" if spec.coder(i)[0] == "hash" else quote_ident(c)
+
+    segs = "".join(f"{seg(i, c)} AS g{i}, " for i, c in enumerate(spec.segments))
+    w = f", CAST({quote_ident(spec.weight)} AS DOUBLE) AS w" if spec.weight else ""
+    return (f"SELECT {segs}CAST({quote_ident(spec.label)} AS DOUBLE) AS y,"
+            f" CAST({quote_ident(spec.score)} AS DOUBLE) AS s{w} FROM {part.sql}")
 
 
 @dataclass
@@ -214,12 +227,32 @@ class _Spec:
     levels: list[pa.Array]
     lut: np.ndarray  # (columns, n_buckets): fine bucket -> coarse cell
     cells: np.ndarray  # cells per value, per column
+    hashes: list[np.ndarray] | None = None  # each level's DuckDB hash(), per column
+    #: Applied to each batch's scores before the kernel (``kind`` then describes its output): the monitor
+    #: sums a champion's calibrated probabilities, computed per row (``calibflow.monitoring_scale``).
+    transform: Any = None
 
     @property
     def dense(self) -> list[tuple[int, np.ndarray] | None]:
         if not hasattr(self, "_dense"):
             self._dense = [dense_lookup(v) for v in self.levels]
         return self._dense
+
+    def coder(self, i: int) -> tuple[str, Any]:
+        """How column ``i``'s values become codes: ``("dense", (min, lookup))`` for a compact integer
+        column, ``("hash", slots)`` where its levels' hashes are distinct (a collision among the levels
+        falls back to the values), else ``("values", None)`` (Arrow ``index_in``)."""
+        if not hasattr(self, "_coders"):
+            self._coders = {}
+        if i not in self._coders:
+            h = None if self.hashes is None else self.hashes[i]
+            if self.dense[i] is not None:
+                self._coders[i] = ("dense", self.dense[i])
+            elif h is not None and np.unique(h).size == h.size == len(self.levels[i]):
+                self._coders[i] = ("hash", kernel.hash_slots(h))
+            else:
+                self._coders[i] = ("values", None)
+        return self._coders[i]
 
     @property
     def base(self) -> np.ndarray:
@@ -251,24 +284,34 @@ def dense_lookup(values: pa.Array) -> tuple[int, np.ndarray] | None:
     return lo, lookup
 
 
+def _changed(spec: _Spec, i: int) -> ValueError:
+    return ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+
+
 def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
     """The batch's segment values as codes (their index among the levels), one row per column."""
-    out = np.empty((len(spec.segments), batch.num_rows), np.int64)
+    # int32 codes (at most SEG_VALUES_MAX values) and an int32 ``lut``: half the bytes the kernel streams
+    # per row and per fine bucket next to its scattered adds (measured ~10% of the kernel)
+    out = np.empty((len(spec.segments), batch.num_rows), np.int32)
     for i, values in enumerate(spec.levels):
         col = batch.column(f"g{i}")
-        dense = spec.dense[i]
-        if dense is not None and col.null_count == 0:
-            lo, lookup = dense
+        how, arg = spec.coder(i)
+        if how == "hash":
+            if col.null_count or not kernel.hashed_codes(col.to_numpy(), *arg, out[i]):
+                raise _changed(spec, i)
+            continue
+        if how == "dense" and col.null_count == 0:
+            lo, lookup = arg
             v = col.to_numpy().astype(np.int64) - lo
             if v.size and (v.min() < 0 or v.max() >= lookup.size):
-                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+                raise _changed(spec, i)
             out[i] = lookup[v]
             if out[i].size and out[i].min() < 0:
-                raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+                raise _changed(spec, i)
             continue
         idx = pc.index_in(col, value_set=values, skip_nulls=False)
         if idx.null_count:  # a value outside the levels: the source changed between the two reads
-            raise ValueError(f"segment column {spec.segments[i]!r} changed while it was read; run again")
+            raise _changed(spec, i)
         out[i] = idx.to_numpy(zero_copy_only=False)
     return out
 
@@ -278,15 +321,20 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
     con = con or duckdb.connect()
     fine, seg, bad = spec.new_accumulators()
     base, logit_kind = spec.base, spec.kind != "probability"
+    scratch = np.empty((3, BATCH_ROWS))  # q, a, b of a batch (kernel.row_logs)
     for part in parts:
-        sql = _projection(part, spec.score, spec.label, spec.kind, spec.segments, spec.weight)
-        for batch in con.sql(sql, params=part.params).to_arrow_reader(BATCH_ROWS):
-            col = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s", "a", "b")}
-            q = batch.column("q").to_numpy(zero_copy_only=False) if logit_kind else col["s"]
+        for batch in con.sql(_projection(part, spec), params=part.params).to_arrow_reader(BATCH_ROWS):
+            y, s = (batch.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s"))
             w = batch.column("w").to_numpy(zero_copy_only=False) if spec.weight else _UNIT
+            if spec.transform is not None:
+                s = np.asarray(spec.transform(s), dtype=np.float64)
+            if batch.num_rows > scratch.shape[1]:
+                scratch = np.empty((3, batch.num_rows))
+            q, a, b = scratch[:, : batch.num_rows]
+            kernel.row_logs(s, logit_kind, q, a, b)
             kernel.accumulate_tables(
-                _codes(batch, spec), base, spec.cells, col["y"], w, col["s"], q, col["a"], col["b"],
-                logit_kind, spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
+                _codes(batch, spec), base, spec.cells, y, w, s, q if logit_kind else s, a, b, logit_kind,
+                spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
             )
     return fine, seg, bad
 
@@ -302,17 +350,26 @@ def _fine_frame(acc: np.ndarray) -> pd.DataFrame:
     keys = np.flatnonzero(acc[:, 0] != 0)
     out = {"bucket": (keys // 2).astype(np.int32), "label": (keys % 2).astype(np.int32)}
     out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)
 
 
-def _segment_frame(acc: np.ndarray, values: pa.Array, n_cells: int) -> pd.DataFrame:
-    """One column's (value, cell, label) rows that hold any weight: values without rows never appear."""
-    keys = np.flatnonzero(acc[:, 0] != 0)
+def _segment_frame(rows: np.ndarray, keys: np.ndarray, values: pa.Array, n_cells: int) -> pd.DataFrame:
+    """One column's (value, cell, label) rows that hold any weight (``keys``, their sums ``rows``): values
+    without rows never appear. The sums are views of ``rows``, not copies."""
     code, rest = np.divmod(keys, 2 * n_cells)
-    out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code.astype(np.int64),
+    out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code,
            "bucket": (rest // 2).astype(np.int32), "label": (rest % 2).astype(np.int32)}
-    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
-    return pd.DataFrame(out)
+    out.update({name: rows[:, j] for j, name in enumerate(kernel.SUMS)})
+    return pd.DataFrame(out, copy=False)  # no consolidating copy of the sums (1e5 values: 130 MB)
+
+
+def _segment_tables(seg: np.ndarray, keys: np.ndarray, spec: _Spec) -> dict[str, pd.DataFrame]:
+    """Each segment column's table from the coarse accumulator compacted to its non-empty ``keys``."""
+    base, out = spec.base, {}
+    for i, c in enumerate(spec.segments):
+        lo, hi = np.searchsorted(keys, base[i : i + 2])
+        out[c] = _segment_frame(seg[lo:hi], keys[lo:hi] - base[i], spec.levels[i], int(spec.cells[i]))
+    return out
 
 
 def _workers(threads: int | None) -> int:
@@ -335,6 +392,7 @@ def aggregate_tables(  # noqa: PLR0913
     distinct_max: int = 0,
     client: Any = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    transform: Any = None,
 ) -> Tables:
     """The fine global table and the coarse per-segment tables of ``parts`` in one pass.
 
@@ -344,7 +402,8 @@ def aggregate_tables(  # noqa: PLR0913
     distinct score (DuckDB's GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the
     segment tables.
     Replicates (``b0..``) are drawn on the fine table; per-segment intervals draw theirs from the segment
-    tables (``calibflow.aggregate.segments``).
+    tables (``calibflow.aggregate.segments``). ``transform``: a function of a batch's score array whose
+    result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
     """
     _z_q_ll(kind)
     con = con or duckdb.connect()
@@ -353,10 +412,10 @@ def aggregate_tables(  # noqa: PLR0913
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
     # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
     # would read every row), so the Dask engine keeps the logit grid, as the first aggregate engine did.
-    distinct = bool(distinct_max) and client is None and (
+    distinct = bool(distinct_max) and client is None and transform is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
-    levels = levels_of(con, whole, segments)
+    levels, hashes = levels_and_hashes(con, whole, segments)
     for c, v in zip(segments, levels, strict=True):
         if len(v) > SEG_VALUES_MAX:
             raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
@@ -368,10 +427,17 @@ def aggregate_tables(  # noqa: PLR0913
     ):  # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
         workers = 1
         n_cells = cells_for([len(v) for v in levels], cells, workers)
+    keys = sum(len(v) * c * 2 for v, c in zip(levels, n_cells, strict=True))
+    if keys > SEG_KEYS_MAX:  # several large columns at MIN_CELLS each: the cap holds, one line says so
+        cap = SEG_KEYS_MAX // (2 * MIN_CELLS)
+        raise ValueError(f"segment columns {', '.join(map(repr, segments))} have {sum(map(len, levels)):,}"
+                         f" values together, over the pass's memory cap ({cap:,}): group them into fewer"
+                         " values, or leave some out of the segments")
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
+    lut = lut.astype(np.int32)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
-                 np.array([st.size for _, st in luts], np.int64))
+                 np.array([st.size for _, st in luts], np.int64), hashes, transform)
     if segments or not distinct:
         fine, seg, bad = _run(parts, spec, workers, client, con)
         _check_bad(bad, score, label, kind)
@@ -379,11 +445,18 @@ def aggregate_tables(  # noqa: PLR0913
         fine_t = _sql_pass(con, whole.sql, whole.params, score, label, kind, (), weight, grid, True)
     else:
         fine_t = _fine_frame(fine)
-    base = spec.base
-    seg_tables = {
-        c: _segment_frame(seg[base[i] : base[i + 1]], levels[i], int(spec.cells[i]))
-        for i, c in enumerate(segments)
-    }
+    seg_tables = {}
+    if segments:
+        # The summed coarse accumulator compacted in place to its non-empty keys and shrunk (a realloc, no
+        # copy): the tables' sums are views of it, so the pass's peak is the accumulator or the tables, not
+        # both (1e5 values: 168 MB and 190 MB). Here, where ``seg`` has no other reference.
+        keys = np.flatnonzero(seg[:, 0] != 0)
+        kernel.compact_rows(seg, keys)
+        try:
+            seg.resize((keys.size, seg.shape[1]), refcheck=True)
+        except ValueError:  # another reference to it (a debugger, a tracer): copy instead
+            seg = seg[: keys.size].copy()
+        seg_tables = _segment_tables(seg, keys, spec)
     starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
     return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts, grid)
 

@@ -38,6 +38,7 @@ import pandas as pd
 from calibflow import calibrators as C
 from calibflow import deliveries as D
 from calibflow import monitoring as mon
+from calibflow import monitoring_scale as MS
 from calibflow import sources as S
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline._common import StageError, base_parser, cli, load_params, require
@@ -343,12 +344,24 @@ def _score(
             continue  # a held window sits between: it is rescored once its file is fixed
         frame = known[(known["time"] >= w.start) & (known["time"] < w.end)]
         calib = known[(known["time"] >= w.start - span) & (known["time"] < w.start)]
-        state = mon.process_window(state, w, frame, calib, cfg, spec.segments, fps.get(w.key))
+        scores = _scores_from_tables(state, w, frame, cfg, spec.segments)
+        state = mon.process_window(state, w, frame, calib, cfg, spec.segments, fps.get(w.key), scores)
         state.windows[w.key]["files"] = feeds.get(w.key, [])  # what a later delivery is compared with
         save(paths, state, spec)
         done.append(w)
         log.info("monitor %s: window %s scored (champion v%d)", spec.name, w.key, state.champion)
     return done, (state, lines)
+
+
+def _scores_from_tables(
+    state: mon.MonitorState, w: mon.Window, frame: pd.DataFrame, cfg: mon.MonitorConfig, segments
+) -> dict[str, dict[str, Any]] | None:
+    """A window of ``monitoring_scale.AGGREGATE_ROWS`` rows or more is scored from its tables (one pass,
+    Poisson replicates) instead of a row bootstrap; None: the row path."""
+    champ = state.calibrator()
+    if len(frame) < MS.AGGREGATE_ROWS or not MS.aggregable(champ):
+        return None
+    return MS.score_frame(frame, champ, state.score_kind, cfg, tuple(segments), MS.window_seed(cfg, w))
 
 
 def sources_to_monitor(params: dict[str, Any], only: str | None) -> list[str]:

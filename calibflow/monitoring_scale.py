@@ -1,0 +1,120 @@
+"""The monitor at scale: a window's champion scores from one streaming pass over its rows.
+
+``monitoring.score`` holds a window's rows and resamples them ``n_bootstrap`` times for the ratio's
+interval (200 x n row draws: minutes at 1e7 rows, out of memory at 1e8). Here the champion is applied to
+each batch of the pass row by row (``tables.aggregate_tables(transform=...)``), and the window is its
+calibrated probabilities' tables: the fine (bucket, label) grid for the overall row, a coarse (value, cell,
+label) table per segment column. From them, per (window, segment), the same row as ``monitoring.score``:
+
+- ``n``, ``positives``, ``calibration_ratio`` (``sum p / sum y``), ``log_loss`` and ``brier``: sums of
+  the pass, equal to the rows' up to summation order;
+- ``ece`` (``n_bins`` equal-width bins): a group in the bin of its mean probability; the cells' edges
+  include the bin edges, so only the rows of the one fine bucket holding an edge can land in the other bin
+  (``docs/benchmarks/scale.md`` gives the measured error);
+- ``ratio_low`` / ``ratio_high``: percentiles over ``n_bootstrap`` Poisson replicates drawn per group
+  (``segments.segment_metrics``: ``Poisson(n)`` per group is the law of the sum of its rows' Poisson(1)
+  weights), not the rows' multinomial resamples: the same large-sample interval, not the same draws.
+
+Memory: the tables (a few MB for the overall grid plus values x cells), not the rows. A per-segment
+champion (one that reads segment columns) is applied by the row path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from calibflow import monitoring as mon
+from calibflow import sources as S
+from calibflow.aggregate import tables as T
+from calibflow.aggregate.segments import segment_metrics
+
+#: Windows with at least this many rows are scored from their tables (the stage's switch).
+AGGREGATE_ROWS = 1_000_000
+
+
+def aggregable(champion: Any) -> bool:
+    """Whether the champion can be applied to the pass's batches (a score-only calibrator)."""
+    return "segments" not in getattr(champion, "needs", ())
+
+
+def window_tables(
+    parts: Sequence[T.Part],
+    champion: Any,
+    score_kind: str | None,
+    segments: Sequence[str] = (),
+    n_bins: int = 15,
+    threads: int | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> T.Tables:
+    """The champion's calibrated probabilities of the window's rows (DuckDB FROM items ``parts`` with
+    columns ``score``, ``label`` and the segment columns) as the pass's tables."""
+    if not aggregable(champion):
+        raise ValueError("a per-segment champion is applied to rows: score this window with monitoring.score")
+
+    def calibrated(s: np.ndarray) -> np.ndarray:
+        return S.calibrate_scores(champion, s, score_kind)
+
+    return T.aggregate_tables(parts, "score", "label", kind="probability", segments=segments,
+                              ece_bins=n_bins, threads=threads, con=con, transform=calibrated)
+
+
+def window_seed(cfg: mon.MonitorConfig, window: mon.Window) -> int:
+    """The replicates' seed of one (seed, window), as ``process_window`` seeds its generator: a resumed
+    run draws what an uninterrupted one would."""
+    seq = np.random.SeedSequence([cfg.seed, int(window.start.value // 10**9) & 0x7FFFFFFF])
+    return int(seq.generate_state(1)[0])
+
+
+def _row(m: pd.Series, cfg: mon.MonitorConfig) -> dict[str, Any]:
+    """``monitoring.score``'s row from one value's metrics."""
+    pos = float(m["positives"])
+    row: dict[str, Any] = {"n": int(round(float(m["n"]))), "positives": int(round(pos))}
+    if pos < cfg.min_positives:
+        row["skipped"] = (f"{int(round(pos))} labelled positive(s) < min_positives={cfg.min_positives}:"
+                          " not judged")
+        return row
+    row.update(
+        calibration_ratio=float(m["calibration_ratio"]),
+        ratio_low=float(m["calibration_ratio_low"]),
+        ratio_high=float(m["calibration_ratio_high"]),
+        ece=float(m["ece"]),
+        log_loss=float(m["log_loss"]),
+        brier=float(m["brier"]),
+        skipped="",
+    )
+    return row
+
+
+def window_scores(tabs: T.Tables, cfg: mon.MonitorConfig, seed: int) -> dict[str, dict[str, Any]]:
+    """Per segment name (``all``, then ``column=value`` sorted as ``monitoring.segment_masks`` sorts them)
+    the champion's row, from :func:`window_tables`'s tables; replicates seeded by ``seed``."""
+    opts = {"n_bins": cfg.n_bins, "replicates": cfg.n_bootstrap, "seed": seed, "level": cfg.ci_level}
+    overall = tabs.fine.assign(seg_0=mon.ALL, code=0)
+    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg)}
+    for col, table in tabs.segments.items():
+        m = segment_metrics(table, **opts)
+        names = [f"{col}={v}" for v in m["value"].astype(str)]
+        for name, i in sorted(zip(names, range(len(m)), strict=True)):
+            out[name] = _row(m.iloc[i], cfg)
+    return out
+
+
+def score_frame(
+    frame: pd.DataFrame,
+    champion: Any,
+    score_kind: str | None,
+    cfg: mon.MonitorConfig,
+    segments: Sequence[str],
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """:func:`window_scores` of a window already in memory (the stage's frame), DuckDB scanning it."""
+    con = duckdb.connect()
+    con.register("window_rows", frame[["score", "label", *segments]])
+    tabs = window_tables([T.Part("(SELECT * FROM window_rows)")], champion, score_kind, segments,
+                         cfg.n_bins, threads=1, con=con)
+    return window_scores(tabs, cfg, seed)
