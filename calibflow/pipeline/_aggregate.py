@@ -96,10 +96,25 @@ def split_tables(
     return tabs
 
 
+#: split_table's last tables, so that a process fitting several methods (``calibrate --all``) or checking
+#: them (validate@calibrated) makes one pass per split, not one per method. Keyed by the file's identity
+#: (path, size, mtime) and every option, so a rewritten file or another option is a new pass.
+_MEMO: dict[tuple, pd.DataFrame] = {}
+_MEMO_MAX = 4
+
+
 def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0,
                 weighted: bool = False, input_kind: str = "logit") -> pd.DataFrame:
-    """:func:`split_tables`' fine global table (what fits and the global metrics read)."""
-    return split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+    """:func:`split_tables`' fine global table (what fits and the global metrics read); a copy of the
+    process's earlier pass when the same file and options were asked for before."""
+    path = rows_file(lay, name)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, split, cfg, replicates, weighted, input_kind)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+    return _MEMO[key].copy()
 
 
 def segment_tables_ratios(
