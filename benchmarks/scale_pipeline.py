@@ -32,21 +32,6 @@ ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "DVC_NO_ANALYTICS": 
        "GX_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
 
 
-def _nulls(files: list[str], every: int) -> None:
-    """Null ``country`` in about 1 of ``every`` rows (rewritten in place, by DuckDB)."""
-    import duckdb
-
-    con = duckdb.connect()
-    for f in files:
-        tmp = f + ".tmp"
-        con.execute(
-            "COPY (SELECT score, label, seg7, CASE WHEN hash(score) % $k = 0 THEN NULL ELSE country END "
-            "AS country FROM read_parquet($f)) TO $o (FORMAT parquet)",
-            {"k": every, "f": f, "o": tmp},
-        )
-        os.replace(tmp, f)
-
-
 def plain_read(files: list[str]) -> float:
     import duckdb
 
@@ -145,8 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         data = project / "scores"
         data.mkdir(parents=True)
         t0 = time.perf_counter()
-        files = generate(str(data), rows, a.parts, 200, 0, 2)
-        _nulls(files, 1000)
+        files = generate(str(data), rows, a.parts, 200, 0, 2, null_every=1000)
         gen = time.perf_counter() - t0
         cli = [sys.executable, "-m", "calibflow.flows.cli"]
         init = subprocess.run(
