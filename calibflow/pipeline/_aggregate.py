@@ -96,11 +96,12 @@ def split_tables(
     return tabs
 
 
-#: split_table's last tables, so that a process fitting several methods (``calibrate --all``) or checking
-#: them (validate@calibrated) makes one pass per split, not one per method. Keyed by the file's identity
-#: (path, size, mtime) and every option, so a rewritten file or another option is a new pass.
+#: split_table's last table, so that a process fitting several methods (``calibrate --all``) or checking
+#: them (validate@calibrated) makes one pass, not one per method. Keyed by the file's identity (path,
+#: size, mtime) and every option, so a rewritten file or another option is a new pass. One entry: a
+#: distinct-score table can hold 2^20 groups with their replicates (~300 MB).
 _MEMO: dict[tuple, pd.DataFrame] = {}
-_MEMO_MAX = 4
+_MEMO_MAX = 1
 
 
 def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0,
