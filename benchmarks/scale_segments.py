@@ -36,19 +36,25 @@ import time
 from benchmarks.scale import METHODS
 
 
-def generate(folder: str, rows: int, parts: int, values: int, campaigns: int, threads: int) -> list[str]:
+def generate(
+    folder: str, rows: int, parts: int, values: int, campaigns: int, threads: int, null_every: int = 0
+) -> list[str]:
+    """``null_every`` > 0: ``country`` is NULL in about one row in that many."""
     import duckdb
 
     con = duckdb.connect()
     con.execute(f"SET threads TO {int(threads)}")
     per, out = rows // parts, []
     camp = f", CAST(hash(range * 7 + 1) % {campaigns} AS INTEGER) AS campaign" if campaigns else ""
+    country = f"'c' || CAST(hash(range) % {values} AS VARCHAR)"
+    if null_every:
+        country = f"CASE WHEN hash(range * 3 + 2) % {int(null_every)} = 0 THEN NULL ELSE {country} END"
     for i in range(parts):
         path = os.path.join(folder, f"part-{i:04d}.parquet")
         con.execute(
             f"COPY (SELECT 1 / (1 + exp(-z)) AS score,"
             f" CAST(random() < 1 / (1 + exp(-(0.8 * z - 0.3))) AS TINYINT) AS label,"
-            f" CAST(range % 7 AS TINYINT) AS seg7, 'c' || CAST(hash(range) % {values} AS VARCHAR) AS country"
+            f" CAST(range % 7 AS TINYINT) AS seg7, {country} AS country"
             f"{camp} FROM (SELECT range, sqrt(-2 * ln(random())) * cos(2 * pi() * random()) * 1.5 - 1 AS z"
             f" FROM range({i * per}, {(i + 1) * per}))) TO '{path}' (FORMAT parquet)"
         )

@@ -295,9 +295,73 @@ def _fmt(path: str) -> str:
     raise ValueError(f"{path}: unknown file type (expected {', '.join(_PARQUET + _CSV)})")
 
 
+def is_url(path: str) -> bool:
+    """An object-store path (``s3://bucket/key``, ``gs://...``): read through fsspec, not the local disk."""
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def _remote_files(path: str) -> list[str]:
+    """Like :func:`files` on an object store (fsspec; for ``s3://`` s3fs, which takes its endpoint and
+    keys from the usual AWS settings, e.g. ``AWS_ENDPOINT_URL``)."""
+    import fsspec
+
+    proto = path.split("://", 1)[0]
+    fs, key = fsspec.core.url_to_fs(path)
+    if _is_glob(key):
+        found = fs.glob(key)
+    elif fs.isdir(key):
+        found = [f for f in fs.find(key) if f.lower().endswith(_PARQUET + _CSV)]
+    elif fs.isfile(key):
+        found = [key]
+    else:
+        raise FileNotFoundError(f"{path}: no such object or prefix (check the path and the store's settings)")
+    return sorted(f"{proto}://{f}" for f in found)
+
+
+def parquet_rows(path: str) -> int:
+    """A Parquet file's row count from its footer (local, or on an object store through fsspec)."""
+    import pyarrow.parquet as pq
+
+    if not is_url(path):
+        return pq.ParquetFile(path).metadata.num_rows
+    import fsspec
+
+    with fsspec.open(path, "rb") as fh:
+        return pq.ParquetFile(fh).metadata.num_rows
+
+
+def register_stores(con: duckdb.DuckDBPyConnection, paths: Any) -> duckdb.DuckDBPyConnection:
+    """Give ``con`` the fsspec filesystem of each object-store protocol among ``paths`` (strings, lists or
+    dicts of them: a query's parameters), so ``read_parquet('s3://...')`` works without DuckDB's httpfs
+    extension (which DuckDB downloads on first use: not possible offline)."""
+    protos: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            if is_url(v):
+                protos.add(v.split("://", 1)[0])
+        elif isinstance(v, Mapping):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+
+    walk(paths)
+    if protos:
+        import fsspec
+
+        for p in sorted(protos):
+            con.register_filesystem(fsspec.filesystem(p))
+    return con
+
+
 def files(path: str) -> list[str]:
-    """The files a source path names, sorted: the file itself, a folder's Parquet/CSV files, or a glob."""
-    if _is_glob(path):
+    """The files a source path names, sorted: the file itself, a folder's Parquet/CSV files, or a glob
+    (on a local disk, or an object store's ``s3://bucket/prefix``)."""
+    if is_url(path):
+        found = _remote_files(path)
+    elif _is_glob(path):
         found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
     elif os.path.isdir(path):
         found = sorted(

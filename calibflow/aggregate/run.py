@@ -75,10 +75,10 @@ def _check_source(paths: str, columns: list[str], score: str, label: str, weight
     import duckdb
 
     from calibflow.aggregate.table import _check_columns, expand
-    from calibflow.sources import check_table_inputs
+    from calibflow.sources import check_table_inputs, register_stores
 
-    con = duckdb.connect()
     params = {"f": expand(paths)}
+    con = register_stores(duckdb.connect(), params)
     try:
         _check_columns(con, "read_parquet($f)", params, columns)
         check_table_inputs(con, "read_parquet($f)", params, score, label, weight)

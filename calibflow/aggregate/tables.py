@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from calibflow.aggregate import kernel
 from calibflow.aggregate.table import (
@@ -50,7 +49,7 @@ from calibflow.aggregate.table import (
     distinct_scores_sql,
     expand,
 )
-from calibflow.sources import quote_ident
+from calibflow.sources import parquet_rows, quote_ident, register_stores
 
 #: Coarse keys (values x cells x 2 labels, all segment columns, all workers) kept in memory at once:
 #: 2^22 keys of 5 sums are 168 MB, the pass's memory cap beyond the fine table and the batches. More
@@ -113,7 +112,7 @@ def coarse_lut(grid: BucketGrid, cells: int = CELLS, ece_bins: int = 15) -> tupl
 
 def _row_ranges(files: list[str], n: int) -> list[list[tuple[str, int, int]]]:
     """``files`` cut into ``n`` runs of about equal rows: per run, (file, first row, end row) pieces."""
-    counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
+    counts = [parquet_rows(f) for f in files]
     total = sum(counts)
     bounds = [round(total * i / n) for i in range(n + 1)]
     runs: list[list[tuple[str, int, int]]] = [[] for _ in range(n)]
@@ -136,7 +135,7 @@ def file_parts(
     files = expand(paths)
     parts = []
     for run in _row_ranges(files, max(int(n), 1)):
-        whole = [f for f, lo, hi in run if lo == 0 and hi == pq.ParquetFile(f).metadata.num_rows]
+        whole = [f for f, lo, hi in run if lo == 0 and hi == parquet_rows(f)]
         pieces, prm = [], dict(params or {})
         if whole:
             pieces.append("SELECT * FROM read_parquet($whole)")
@@ -318,7 +317,7 @@ def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
 
 def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection | None = None):
     """Stream ``parts`` one after another through one DuckDB connection into one set of accumulators."""
-    con = con or duckdb.connect()
+    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
     fine, seg, bad = spec.new_accumulators()
     base, logit_kind = spec.base, spec.kind != "probability"
     scratch = np.empty((3, BATCH_ROWS))  # q, a, b of a batch (kernel.row_logs)
@@ -341,7 +340,7 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
 
 def _part_task(parts: Sequence[Part], spec: _Spec):
     """A Dask task: its parts on the worker, DuckDB on one thread (Dask does the parallelism)."""
-    con = duckdb.connect()
+    con = register_stores(duckdb.connect(), [p.params for p in parts])  # an s3:// part, on the worker
     con.execute("SET threads TO 1")
     return run_parts(parts, spec, con)
 
@@ -406,7 +405,7 @@ def aggregate_tables(  # noqa: PLR0913
     result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
     """
     _z_q_ll(kind)
-    con = con or duckdb.connect()
+    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
     segments = tuple(segments)
     whole = _union(parts)
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])

@@ -30,6 +30,7 @@ from calibflow.aggregate.tables import Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.pipeline._common import Layout, StageError
 from calibflow.pipeline._sources import SEGMENT_PREFIX
+from calibflow.pipeline._streaming import rows_file
 
 ROWS, AGGREGATE = "rows", "aggregate"
 
@@ -46,9 +47,11 @@ def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
     decl = (params.get("sources") or {}).get(name)
     if not isinstance(decl, dict) or decl.get("score") is None:
         return ROWS  # built-in datasets and features sources keep the row path
-    preds = lay.predictions / f"{name}.parquet"
+    preds = rows_file(lay, name)
     if not preds.exists():
         return ROWS  # the stage's own `require` names the missing file
+    if preds.parent == lay.prepared:
+        return AGGREGATE  # streamed by prepare: no per-row predictions exist to load
     return choose_path(pq.ParquetFile(preds).metadata.num_rows, scale_config(params))
 
 
@@ -72,7 +75,7 @@ def split_tables(
     (``s:<name>`` in the predictions) a coarse (value x cell) table, keyed by the column's name without
     the prefix.
     """
-    path = lay.predictions / f"{name}.parquet"
+    path = rows_file(lay, name)
     cols = pq.ParquetFile(path).schema_arrow.names
     weight = "weight" if weighted and "weight" in cols else None
     seg_cols = [c for c in cols if c.startswith(SEGMENT_PREFIX)] if segments else []
@@ -93,10 +96,26 @@ def split_tables(
     return tabs
 
 
+#: split_table's last table, so that a process fitting several methods (``calibrate --all``) or checking
+#: them (validate@calibrated) makes one pass, not one per method. Keyed by the file's identity (path,
+#: size, mtime) and every option, so a rewritten file or another option is a new pass. One entry: a
+#: distinct-score table can hold 2^20 groups with their replicates (~300 MB).
+_MEMO: dict[tuple, pd.DataFrame] = {}
+_MEMO_MAX = 1
+
+
 def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0,
                 weighted: bool = False, input_kind: str = "logit") -> pd.DataFrame:
-    """:func:`split_tables`' fine global table (what fits and the global metrics read)."""
-    return split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+    """:func:`split_tables`' fine global table (what fits and the global metrics read); a copy of the
+    process's earlier pass when the same file and options were asked for before."""
+    path = rows_file(lay, name)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, split, cfg, replicates, weighted, input_kind)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+    return _MEMO[key].copy()
 
 
 def segment_tables_ratios(
@@ -116,13 +135,13 @@ def segment_tables_ratios(
 
 def segment_names(lay: Layout, name: str) -> list[str]:
     """The declared segment columns of ``name``'s predictions (without the ``s:`` prefix), in file order."""
-    cols = pq.ParquetFile(lay.predictions / f"{name}.parquet").schema_arrow.names
+    cols = pq.ParquetFile(rows_file(lay, name)).schema_arrow.names
     return [c[len(SEGMENT_PREFIX) :] for c in cols if c.startswith(SEGMENT_PREFIX)]
 
 
 def test_rows(lay: Layout, name: str) -> pd.DataFrame:
     """The test rows' ``row``, ``y``, ``margin``, ``prob`` (read with a split filter, not the whole file)."""
-    path = lay.predictions / f"{name}.parquet"
+    path = rows_file(lay, name)
     cols = ["row", "y", "margin", "prob"]
     return pd.read_parquet(path, columns=cols, filters=[("split", "==", "test")])
 

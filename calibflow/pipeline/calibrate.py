@@ -21,7 +21,7 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
-from calibflow.pipeline import _aggregate, _sources
+from calibflow.pipeline import _aggregate, _sources, _streaming
 from calibflow.pipeline._common import (
     SPECIAL_METHODS,
     Layout,
@@ -95,6 +95,29 @@ def calibrate_aggregate(
     return text, out
 
 
+def calibrate_streaming(
+    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: dict[str, Any]
+) -> tuple[str, int]:
+    """A streamed source: fit on the calib split's bucket table; the JSON must reload to the same map
+    (checked on the table's group scores). No per-row test file: evaluate, select and validate@calibrated
+    read the test split's table."""
+    from calibflow.aggregate import fit_from_table
+
+    scale = _aggregate.scale_config(params)
+    table = _aggregate.split_table(lay, name, "calib", scale, weighted=True, input_kind=input_kind)
+    try:
+        calibrator = fit_from_table(table, method, input_kind, **options)
+    except ValueError as exc:
+        raise StageError(f"{name}: {exc}") from None
+    text = calibrator.to_json()
+    z = (table["sum_z"] / table["n"]).to_numpy(np.float64)
+    x = 1.0 / (1.0 + np.exp(-z)) if input_kind == "probability" else z
+    if not np.array_equal(calibrator.predict(x), from_json(text).predict(x)):
+        raise StageError(f"{method}: the saved JSON does not reproduce its predictions on {name}")
+    counts = _streaming.split_counts(lay, name)
+    return text, int(counts.get("test", 0))
+
+
 def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Calibrate every dataset with ``method``; ``data/calibrated/<method>`` is swapped in at the end."""
     if method in SPECIAL_METHODS:
@@ -110,9 +133,16 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
         for name in _sources.names(params):
-            path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
+            path = require(_streaming.rows_file(lay, name), "predictions", "the train stage")
             t0 = time.perf_counter()
             how = _aggregate.path_for(params, name, lay)
+            if path.parent == lay.prepared:  # streamed: the calibrator only, no per-row test predictions
+                text, n_test = calibrate_streaming(method, lay, name, input_kind, options, params)
+                write_text(tmp / f"{name}.json", text + "\n")
+                info["datasets"][name] = {"n_test": n_test, "path": how, "test_predictions": None}
+                secs = time.perf_counter() - t0
+                log.info("calibrated %s with %s in %.2f s (streaming)", name, method, secs)
+                continue
             if how == _aggregate.AGGREGATE:
                 text, out = calibrate_aggregate(method, lay, name, input_kind, options, params)
             else:

@@ -24,7 +24,7 @@ from calibflow import datasets, timesplit
 from calibflow import sources as src
 from calibflow.datasets._loaders import _design
 from calibflow.io import write_json
-from calibflow.pipeline import _sources
+from calibflow.pipeline import _aggregate, _sources, _streaming
 from calibflow.pipeline._common import (
     FEATURE_PREFIX,
     SPLITS,
@@ -192,7 +192,13 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             log.info(
                 "prepared %s: %s rows, %s features, %s", name, rec["n_rows"], rec["n_features"], rec["counts"]
             )
+        threshold = _aggregate.scale_config(params).row_threshold
         for name, spec in specs.items():
+            if _streaming.streams(spec, threshold):  # DuckDB writes the split: the rows never reach pandas
+                rec = _streaming.prepare_record(spec, seed(params), tmp / f"{name}.parquet")
+                record["datasets"][name] = rec
+                log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
+                continue
             frame, rec = prepare_source(spec, seed(params))
             frame.to_parquet(tmp / f"{name}.parquet", index=False)
             record["datasets"][name] = rec

@@ -27,7 +27,7 @@ from scipy.special import expit
 
 from calibflow import metrics, models
 from calibflow.io import write_json
-from calibflow.pipeline import _sources
+from calibflow.pipeline import _sources, _streaming
 from calibflow.pipeline._common import (
     Layout,
     StageError,
@@ -88,6 +88,10 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         for name in _sources.names(params):
             path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             t0 = time.perf_counter()
+            if name in specs and _streaming.prepared_streaming(lay, name):
+                summary[name] = _streaming.skip_train(pdir, lay, name)
+                log.info("train skipped for %s: %s", name, summary[name]["skipped"])
+                continue
             if name in specs and specs[name].kind == "score":  # the user's model: no base model to train
                 preds = _sources.score_predictions(pd.read_parquet(path), specs[name])
             else:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.io import write_json
-from calibflow.pipeline import _sources
+from calibflow.pipeline import _aggregate, _sources, _streaming
 from calibflow.pipeline._common import (
     PHASES,
     SPLITS,
@@ -455,6 +455,11 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
     for method in methods(params):
         monotone = bool(get_class(method).monotone)
         for name in _sources.names(params):
+            if _streaming.rows_file(lay, name).parent == lay.prepared:  # no per-row file: check the table
+                frame, exps, row = _calibrated_table_suite(params, lay, method, name, monotone, n_bins)
+                out.append((f"calibrated.{method}.{name}", frame, exps))
+                rows.append({"dataset": name, "method": method, **row})
+                continue
             path = require(
                 lay.calibrated_method(method) / f"{name}.parquet",
                 "calibrated predictions",
@@ -468,6 +473,30 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
     frame, exps = metrics_suite(rows)
     out.append(("calibrated.metrics", frame, exps))
     return out
+
+
+def _calibrated_table_suite(
+    params: dict[str, Any], lay: Layout, method: str, name: str, monotone: bool, n_bins: int
+) -> tuple[pd.DataFrame, list[Any], dict[str, float]]:
+    """A streamed source's calibrator checked on the test split's bucket table: one row per (bucket,
+    label) with the group's mean margin and its calibrated probability, the row suite's expectations on it
+    (a map that breaks order or leaves [0, 1] does so at some group's mean), and the headline metrics."""
+    from calibflow.aggregate import diagnostics as agg_diag
+    from calibflow.aggregate import metrics_from_table
+
+    text = require(lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}")
+    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    test = _aggregate.split_table(lay, name, "test", _aggregate.scale_config(params), input_kind=input_kind)
+    t = _aggregate.calibrated_tables(test, {method: text.read_text()}, input_kind)[method]
+    df = pd.DataFrame({"margin": t["sum_z"] / t["n"], "prob": t["prob"], "y": t["label"]})
+    frame, exps = calibrated_suite(df, monotone)
+    try:
+        res = metrics_from_table(t, n_bins=n_bins)["overall"]
+        ks = agg_diag.cumulative_from_table(t, agg_diag.groups(t))["ks"]
+        row = {k: float(res[k]) for k in ("ece", "brier", "auc", "log_loss")} | {"ks": float(ks)}
+    except ValueError:
+        row = dict.fromkeys(("ece", "brier", "ks", "auc", "log_loss"), float("nan"))
+    return frame, exps, row
 
 
 _BUILDERS = {"raw": _raw_suites, "prepared": _prepared_suites, "calibrated": _calibrated_suites}
@@ -486,8 +515,14 @@ def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
     suites: list[tuple[str, pd.DataFrame, list[Any]]] = []
     explain: dict[str, Any] = {}
     specs = _sources.specs(params, lay.root)
+    threshold = _aggregate.scale_config(params).row_threshold
     if phase == "raw":
         for name, spec in specs.items():
+            if _streaming.streams(spec, threshold):  # one DuckDB scan; GX on its counts
+                frame, exps, prof = vs.raw_suite_streaming(spec, k)
+                suites.append((f"raw.{name}", frame, exps))
+                explain[f"raw.{name}"] = lambda f, s=spec, p=prof: vs.raw_message_streaming(s, p, f, k)
+                continue
             frame, exps, checks = vs.raw_suite(spec, k)
             suites.append((f"raw.{name}", frame, exps))
             explain[f"raw.{name}"] = lambda f, s=spec, fr=frame, c=checks: vs.raw_message(
@@ -500,9 +535,18 @@ def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
             record = json.loads(splits_file.read_text()).get("datasets", {})
         for name, spec in specs.items():
             path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
-            df = pd.read_parquet(path, columns=["split", "y"])
             used = ["calib", "test"] if spec.kind == "score" else list(SPLITS)
             windows = (record.get(name) or {}).get("split")
+            if _streaming.prepared_streaming(lay, name):  # per-split counts from DuckDB, not the rows
+                counts = _streaming.split_frame(lay, name)
+                for sname, part, exps in vs.split_suites_streaming(name, counts, used, k):
+                    suites.append((sname, part, exps))
+                    split = sname.rsplit(".", 1)[1]
+                    explain[sname] = lambda f, n=name, sp=split, pt=part, w=windows: (
+                        vs.split_message_streaming(n, sp, pt, k, w)
+                    )
+                continue
+            df = pd.read_parquet(path, columns=["split", "y"])
             for sname, part, exps in vs.split_suites(name, df, used, k):
                 suites.append((sname, part, exps))
                 split = sname.rsplit(".", 1)[1]

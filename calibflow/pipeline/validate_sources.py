@@ -68,6 +68,24 @@ def _values_seen(bad: pd.Series) -> str:
     return f" (values seen: {', '.join(shown)}{', ...' if bad.nunique(dropna=False) > EXAMPLES else ''})"
 
 
+#: Per raw check (the flag's name): the problem and the fix a failure message states.
+PROBLEMS = {
+    "label_binary": (
+        "label(s) missing or not in {0, 1}",
+        "use 0/1 or true/false, or set `positive:` to the value that counts as 1",
+    ),
+    "score_finite": ("score(s) not finite (NaN or inf)", "fix or drop those rows"),
+    "score_in_01": ("probabilit(ies) outside [0, 1]", "set `score_kind: logit` or `score` if it is not one"),
+    "weight_ok": ("weight(s) not finite or negative", "weights must be >= 0"),
+    "time_parses": ("time value(s) do not parse as dates", "use ISO dates"),
+}
+
+
+def _check(flag: str, column: str, seen: str = "") -> Check:
+    problem, fix = PROBLEMS[flag]
+    return Check(column, problem + seen, fix)
+
+
 def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any], dict[str, Check]]:
     """The raw suite of one source: (flag frame, expectations, {flag column: Check})."""
     gxe = _gxe()
@@ -79,32 +97,22 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
     checks: dict[str, Check] = {}
     lab = raw[spec.label]
     flags["label_binary"] = _label_ok(spec, lab)
-    checks["label_binary"] = Check(
-        spec.label,
-        "label(s) missing or not in {0, 1}" + _values_seen(lab[~flags["label_binary"]]),
-        "use 0/1 or true/false, or set `positive:` to the value that counts as 1",
-    )
+    checks["label_binary"] = _check("label_binary", spec.label, _values_seen(lab[~flags["label_binary"]]))
     if spec.score is not None:
         s = _numeric(spec, raw[spec.score], "score")
         fin = np.isfinite(s)
         flags["score_finite"] = fin
-        checks["score_finite"] = Check(
-            spec.score, "score(s) not finite (NaN or inf)", "fix or drop those rows"
-        )
+        checks["score_finite"] = _check("score_finite", spec.score)
         if spec.score_kind == "probability":
             flags["score_in_01"] = ~fin | ((s >= 0) & (s <= 1))
-            checks["score_in_01"] = Check(
-                spec.score,
-                "probabilit(ies) outside [0, 1]",
-                "set `score_kind: logit` or `score` if it is not one",
-            )
+            checks["score_in_01"] = _check("score_in_01", spec.score)
     if spec.weight is not None:
         w = _numeric(spec, raw[spec.weight], "weight")
         flags["weight_ok"] = np.isfinite(w) & (w >= 0)
-        checks["weight_ok"] = Check(spec.weight, "weight(s) not finite or negative", "weights must be >= 0")
+        checks["weight_ok"] = _check("weight_ok", spec.weight)
     if spec.time is not None:
         flags["time_parses"] = timesplit.to_datetime(raw[spec.time], spec.time_format).notna().to_numpy()
-        checks["time_parses"] = Check(spec.time, "time value(s) do not parse as dates", "use ISO dates")
+        checks["time_parses"] = _check("time_parses", spec.time)
     frame = pd.DataFrame(flags)
     y = np.where(flags["label_binary"], _y01(spec, lab), 0)
     frame["y01"] = y
@@ -163,10 +171,79 @@ def raw_message(spec: SourceSpec, frame: pd.DataFrame, failure: dict[str, Any], 
 
 def split_message(name: str, split: str, part: pd.DataFrame, k: int, windows: dict[str, Any] | None) -> str:
     pos = int(part["y"].sum())
+    return _split_line(name, split, pos, len(part) - pos, k, windows)
+
+
+def _split_line(name: str, split: str, pos: int, neg: int, k: int, windows: dict[str, Any] | None) -> str:
     where = ""
     if windows and split in windows:
         where = f" [{windows[split][0]} .. {windows[split][1]})"
     return (
-        f"source {name!r}: split {split!r}{where} has {pos} positives and {len(part) - pos} negatives; "
+        f"source {name!r}: split {split!r}{where} has {pos} positives and {neg} negatives; "
         f"each needs at least {k} (widen the window, or lower validate.min_class_count)"
     )
+
+
+# ---- the streaming path (a score source above scale.row_threshold): suites on DuckDB's aggregates
+
+
+def raw_suite_streaming(
+    spec: SourceSpec, min_count: int
+) -> tuple[pd.DataFrame, list[Any], dict[str, Any]]:
+    """The raw suite on the source's one-scan profile: a one-row frame (rows, positives, negatives, each
+    check's offending count), expectations that each count is 0 and each class has ``min_count`` rows."""
+    from calibflow.pipeline import _streaming
+
+    gxe = _gxe()
+    frame, prof = _streaming.raw_frame(spec)
+    exps: list[Any] = [gxe.ExpectColumnValuesToBeBetween(column="rows", min_value=2 * min_count)]
+    exps += [gxe.ExpectColumnValuesToBeBetween(column=k, min_value=0, max_value=0) for k in prof["checks"]]
+    exps += [_at_least(gxe, c, min_count) for c in ("positives", "negatives")]
+    return frame, exps, prof
+
+
+def _at_least(gxe: Any, column: str, k: int) -> Any:
+    return gxe.ExpectColumnValuesToBeBetween(column=column, min_value=k)
+
+
+def raw_message_streaming(spec: SourceSpec, prof: dict[str, Any], failure: dict[str, Any], k: int) -> str:
+    """The row path's one line for a failed check, from the profile (counts and first rows)."""
+    col = failure["kwargs"].get("column")
+    n, pos = prof["rows"], prof["positives"]
+    if col not in prof["checks"]:
+        what = "only one class" if pos in (0, n) else "too few of one class"
+        return (
+            f"source {spec.name!r}: column {spec.label!r}: {what} ({pos} positives, {n - pos} negatives "
+            f"in {n} rows); each class needs at least {k} (validate.min_class_count)"
+        )
+    c = prof["checks"][col]
+    seen = ""
+    if col == "label_binary" and c["values"]:
+        seen = f" (values seen: {', '.join(map(str, c['values']))})"
+    check = _check(col, c["column"], seen)
+    rows = ", ".join(str(r) for r in c["examples"]) + (", ..." if c["bad"] > EXAMPLES else "")
+    return (
+        f"source {spec.name!r}: column {check.column!r}: {c['bad']} {check.problem} of {n} rows, "
+        f"e.g. rows {rows} ({check.fix})"
+    )
+
+
+def split_suites_streaming(
+    name: str, frame: pd.DataFrame, splits: list[str], min_count: int
+) -> list[tuple[str, pd.DataFrame, list[Any]]]:
+    """Per split a source uses: its one-row count frame must exist and hold ``min_count`` of each class."""
+    gxe = _gxe()
+    out = []
+    for split in splits:
+        part = frame[frame["split"] == split].reset_index(drop=True)
+        exps = [gxe.ExpectTableRowCountToEqual(value=1)]
+        exps += [_at_least(gxe, c, min_count) for c in ("positives", "negatives")]
+        out.append((f"prepared.{name}.{split}", part, exps))
+    return out
+
+
+def split_message_streaming(
+    name: str, split: str, part: pd.DataFrame, k: int, windows: dict[str, Any] | None
+) -> str:
+    pos, neg = int(part["positives"].sum()), int(part["negatives"].sum())
+    return _split_line(name, split, pos, neg, k, windows)
