@@ -488,15 +488,18 @@ def calibrator_input(score: np.ndarray, score_kind: str, input_kind: str) -> np.
     return np.asarray(score, dtype=np.float64) if score_kind != "probability" else margin
 
 
-def record_score_kind(cal: Any, score_kind: str) -> Any:
+def record_score_kind(cal: Any, score_kind: str, column: str | None = None) -> Any:
     """Record the scale of the user's score column in ``cal`` (saved by ``to_json``); returns ``cal``.
 
     Every writer of a deployable calibrator (select, fit, the monitor) calls this, and every reader goes
     through ``calibrate_scores``: a probability calibrator is then never fed logits, or the reverse.
+    ``column``: the score column's name, so that ``calibflow apply`` needs no ``--score``.
     """
     if score_kind not in SCORE_KINDS:
         raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
     cal.score_kind_ = score_kind
+    if column is not None:
+        cal.score_column_ = str(column)
     return cal
 
 
