@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from calibflow.flows.cli_sources import _guarded
+from calibflow.errors import guarded, input_errors
 
 DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
 
@@ -78,7 +78,7 @@ def fit(
         return fit_files(calib, test, score, label, out, names, score_kind, tuple(segment or ()), weight,
                          replicates, seed, engine=engine, dask_address=dask_address)
 
-    record = _guarded(run, debug)
+    record = guarded(run, input_errors(), debug)
     typer.echo(_summary(record))
     typer.echo(f"wrote {len(names)} calibrators and fit.json -> {out}", err=sys.stderr.isatty())
 

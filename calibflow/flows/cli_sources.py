@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,33 +23,7 @@ import yaml
 
 from calibflow import source_checks
 from calibflow import sources as src
-
-
-def _fail(exc: Exception, debug: bool) -> None:
-    if debug or os.environ.get("CALIBFLOW_DEBUG"):
-        raise exc
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(1)
-
-
-def _guarded(fn: Callable[[], Any], debug: bool) -> Any:
-    import duckdb
-
-    try:
-        return fn()
-    except (ValueError, FileNotFoundError, KeyError) as exc:
-        _fail(exc, debug)
-    # an unwritable folder, a folder where a file goes, a full disk, a corrupt input: one line, not 70
-    except (OSError, duckdb.Error) as exc:
-        _fail(exc if debug or os.environ.get("CALIBFLOW_DEBUG") else ValueError(_one_line(exc)), debug)
-
-
-def _one_line(exc: Exception) -> str:
-    """``path: reason`` for an OS error, the first line of anything else."""
-    if isinstance(exc, OSError) and exc.filename and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
+from calibflow.errors import guarded, input_errors
 
 # ----------------------------------------------------------------------------------------------- init
 
@@ -195,7 +168,7 @@ def init(
             add_monitor_source(params_file, nm)
         _print_summary(spec, info, params_file)
 
-    _guarded(go, debug)
+    guarded(go, input_errors(), debug)
 
 
 #: What the params schema accepts as a source name (params_schema.NAME, and sources: a letter first).
@@ -289,11 +262,12 @@ def apply(
     from calibflow.apply import apply_file
 
     unseen: dict[str, int] = {}
-    n = _guarded(
+    n = guarded(
         lambda: apply_file(
             calibrator, input_path, score, output, score_kind, batch_rows, column,
             unseen=unseen, on_null=on_null,
         ),
+        input_errors(),
         debug,
     )
     typer.echo(f"calibrated {n:,} rows -> {output}", err=sys.stderr.isatty())

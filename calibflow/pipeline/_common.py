@@ -251,12 +251,6 @@ def cli(fn: Callable[[], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
     from calibflow.datasets import DatasetUnavailableError
+    from calibflow.errors import exit_code
 
-    try:
-        fn()
-    except (StageError, ValueError, FileNotFoundError, DatasetUnavailableError) as exc:
-        if os.environ.get("CALIBFLOW_DEBUG"):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_code(fn, {(StageError, ValueError, FileNotFoundError, DatasetUnavailableError): 1})
