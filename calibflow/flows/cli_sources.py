@@ -236,7 +236,8 @@ def _print_summary(spec: src.SourceSpec, info: dict[str, Any], params_file: Path
         typer.echo(f"then: score new rows with data/models/{spec.name}.json (XGBoost JSON, margins), and")
     typer.echo(
         f"then: calibflow apply --calibrator models/{spec.name}/calibrator.json --input NEW.parquet "
-        f"--score {spec.score or 'MARGIN'} --output scored.parquet"
+        # a score source's calibrator names its score column; a features source's input is the margin
+        + ("" if spec.score else "--score MARGIN ") + "--output scored.parquet"
     )
 
 
