@@ -23,7 +23,7 @@ DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
 
 def _check_out(out: Path, methods: list[str]) -> None:
     """One line for an ``--out`` that is a file; a killed earlier fit's temporary files are removed."""
-    from calibflow.pipeline._common import remove_stale_temps
+    from calibflow.io import remove_stale_temps
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from calibflow.io import pid_alive, remove_stale_temps  # noqa: F401  (re-exported: stages, flows, tests)
+from calibflow.io import remove_stale_temps
 from calibflow.segments import SEGMENTED_METHODS
 
 log = logging.getLogger("calibflow.pipeline")
