@@ -47,6 +47,7 @@ from calibflow.aggregate.table import (
     _sql_pass,
     _z_q_ll,
     add_replicates,
+    clip_sql,
     distinct_scores_sql,
     expand,
 )
@@ -194,7 +195,7 @@ def _projection(part: Part, score: str, label: str, kind: str, segments: Sequenc
         cols = f"{s} AS s, ln({p}) AS a, ln(1 - {p}) AS b"
     else:
         q = f"(1 / (1 + exp(-{s})))"
-        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
+        qc = clip_sql(q)
         cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
     segs = "".join(f"{quote_ident(c)} AS g{i}, " for i, c in enumerate(segments))
     w = f", CAST({quote_ident(weight)} AS DOUBLE) AS w" if weight else ""
