@@ -1,7 +1,7 @@
 """User sources at scale: ``calibflow apply`` throughput and memory, and a 1e7-row score source end to end.
 
 1. ``apply``: a Parquet file of N generated rows (score, label, day, segment) streamed through a fitted Platt
-   calibrator by ``calibflow.flows.cli_sources.apply_file`` (DuckDB -> Arrow batches -> Parquet writer), in a
+   calibrator by ``calibflow.apply.apply_file`` (DuckDB -> Arrow batches -> Parquet writer), in a
    child process whose peak RSS is read from ``getrusage``. Peer, same run: pandas reads the whole file,
    predicts and writes it (the obvious script), under ``ulimit -v`` of ``--peer-limit-gb``.
    Where it fails, we say so.
@@ -128,7 +128,7 @@ def bench_apply(work: Path, n: int, peer_limit_gb: float, peer_max_rows: float =
     cal = fit_calibrator(work)
     out = work / "scored.parquet"
     ours = (
-        "import time; from pathlib import Path; from calibflow.flows.cli_sources import apply_file; "
+        "import time; from pathlib import Path; from calibflow.apply import apply_file; "
         "t0 = time.perf_counter(); "
         f"apply_file(Path({str(cal)!r}), {str(data)!r}, 'p_model', Path({str(out)!r})); "
         "print('SECS', time.perf_counter() - t0); " + PEAK

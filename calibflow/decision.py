@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import as_1d_float, check_labels
+from calibflow.binning import order_edges
 
 _TOL = 1e-9
 BINNINGS = ("equi_weight", "equi_span", "shared_score")
@@ -445,13 +446,13 @@ class Binning:
             s_row = np.linspace(s.min(), s.max(), ell + 1)[1:-1]
             return cls(kind, u_edges, np.tile(s_row, (k, 1)))
         if kind == "shared_score":
-            return cls(kind, _quantile_edges(u, k), np.tile(_quantile_edges(s, ell), (k, 1)))
-        u_edges = _quantile_edges(u, k)
+            return cls(kind, order_edges(u, k), np.tile(order_edges(s, ell), (k, 1)))
+        u_edges = order_edges(u, k)
         lv = np.searchsorted(u_edges, u, side="right")
         s_edges = np.empty((k, ell - 1))
         for i in range(k):
             si = s[lv == i]
-            s_edges[i] = _quantile_edges(si, ell) if si.size else np.full(ell - 1, np.inf)
+            s_edges[i] = order_edges(si, ell) if si.size else np.full(ell - 1, np.inf)
         return cls(kind, u_edges, s_edges)
 
     def assign(self, uncertainty: ArrayLike, scores: ArrayLike) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
@@ -489,15 +490,6 @@ class Binning:
             np.asarray(d["u_edges"], float),
             np.asarray(d["s_edges"], float).reshape(len(d["u_edges"]) + 1, -1),
         )
-
-
-def _quantile_edges(x: NDArray[np.float64], q: int) -> NDArray[np.float64]:
-    if q == 1:
-        return np.empty(0)
-    # Edges at order statistics so that searchsorted(side="right") gives equal counts without ties.
-    xs = np.sort(x)
-    idx = (np.arange(1, q) * xs.size) // q
-    return xs[np.clip(idx, 0, xs.size - 1)]
 
 
 def _check_us(uncertainty, scores):

@@ -34,17 +34,16 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit, logit
 
 from calibflow.calibrators import from_json, get_class
 from calibflow.calibrators.base import BaseCalibrator
+from calibflow.metrics import LOG_LOSS_CLIP, expit, logit
 
 FORMATS = ("table", "sql", "onnx")
 DEFAULT_TOL = 1e-7
 MAX_KNOTS = 200_000
 #: Logit-axis half-width of the knots for a logit or score input (beyond it the end segments continue).
 SPAN = 30.0
-_Z_EPS = 1e-15  # output probabilities are clipped to [1e-15, 1 - 1e-15] before their logit
 _CARD_KEYS = {"metrics", "reason", "rule", "candidates"}
 
 
@@ -137,7 +136,7 @@ def _map(cal: BaseCalibrator, score_kind: str | None, input_kind: str):
 
 
 def _zlogit(p: NDArray[np.float64]) -> NDArray[np.float64]:
-    return logit(np.clip(p, _Z_EPS, 1 - _Z_EPS))
+    return logit(p)  # clipped to [LOG_LOSS_CLIP, 1 - LOG_LOSS_CLIP] first
 
 
 def _interp(x: NDArray[np.float64], z: NDArray[np.float64], t: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -227,7 +226,7 @@ def _prune(x: NDArray, z: NDArray, f, tol: float) -> tuple[NDArray, NDArray]:
 
 def _input(cal: BaseCalibrator, score_kind: str | None) -> tuple[str, str, float]:
     if score_kind is not None:
-        clip = 1e-15  # calibflow.sources.to_margin's clip of a user probability
+        clip = LOG_LOSS_CLIP  # calibflow.sources.to_margin's clip of a user probability
         return score_kind, f"the user's score ({score_kind}), converted as `calibflow apply` does", clip
     return cal.input, f"the calibrator's input ({cal.input}), as it was fitted", 1e-12
 

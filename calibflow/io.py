@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # our pid in the name: ``remove_stale_temps`` keeps a live writer's temporary and removes a dead one's
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     # mkstemp creates 0600; give the artifact the mode an ordinary open() would (0666 less umask).
     os.chmod(tmp, 0o666 & ~_umask())
@@ -26,6 +28,42 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal still counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove leftovers of a killed writer of ``target``: ``.<name>.*.tmp`` / ``.<name>.*.old`` beside it.
+
+    A SIGKILL between ``mkdtemp`` and the swap leaves such a folder (or a ``calibflow.io`` temporary
+    file) inside an output folder that DVC hashes and git may commit. Entries named with a live pid
+    (``.<name>.<pid>.*``, a writer still running) are kept; anything else of that pattern is stale.
+    """
+    dst = Path(target)
+    removed: list[Path] = []
+    if not dst.parent.is_dir():
+        return removed
+    for entry in dst.parent.glob(f".{dst.name}.*"):
+        if entry.suffix not in (".tmp", ".old"):
+            continue
+        middle = entry.name[len(dst.name) + 2 :].split(".", 1)[0]
+        if middle.isdigit() and int(middle) != os.getpid() and pid_alive(int(middle)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
 
 
 def _umask() -> int:

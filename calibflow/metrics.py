@@ -13,12 +13,32 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import as_1d_float, check_labels, check_n_bins, check_probabilities, check_weights
+from calibflow.binning import bin_of, linear_edges
 
 STRATEGIES = ("uniform", "quantile")
 # The one clip of every log loss in calibflow (per row or averaged, rows or aggregate tables): a probability
 # of exactly 0 or 1 costs -log(1e-15) ~ 34.5 nats instead of infinity (scikit-learn's long-standing default).
 LOG_LOSS_CLIP = 1e-15
 _EPS = LOG_LOSS_CLIP
+
+
+def clip_probability(p: ArrayLike) -> NDArray[np.float64]:
+    """``p`` clipped to [LOG_LOSS_CLIP, 1 - LOG_LOSS_CLIP]: what a log loss or a logit of it can take."""
+    return np.clip(np.asarray(p, dtype=np.float64), LOG_LOSS_CLIP, 1.0 - LOG_LOSS_CLIP)
+
+
+def logit(p: ArrayLike) -> NDArray[np.float64]:
+    """The logit of a probability, clipped first (a probability of exactly 0 or 1 has an infinite logit)."""
+    from scipy.special import logit as _logit
+
+    return _logit(clip_probability(p))
+
+
+def expit(z: ArrayLike) -> NDArray[np.float64]:
+    """The probability of a logit (scipy's sigmoid: no overflow warning for large negative ``z``)."""
+    from scipy.special import expit as _expit
+
+    return _expit(np.asarray(z, dtype=np.float64))
 
 
 def _prep(y, p, sample_weight=None, both_classes=False):
@@ -36,8 +56,7 @@ def bin_index(p: NDArray[np.float64], n_bins: int, strategy: str = "uniform") ->
     if strategy == "uniform":
         return np.minimum((p * n_bins).astype(np.intp), n_bins - 1)
     if strategy == "quantile":
-        edges = np.quantile(p, np.linspace(0, 1, n_bins + 1)[1:-1])
-        return np.searchsorted(edges, p, side="right").astype(np.intp)
+        return bin_of(linear_edges(p, n_bins), p)
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
@@ -94,7 +113,7 @@ def brier(y: ArrayLike, p: ArrayLike, sample_weight=None) -> float:
 def row_log_loss(y: ArrayLike, p: ArrayLike) -> NDArray[np.float64]:
     """Each row's negative log-likelihood, ``p`` clipped to [LOG_LOSS_CLIP, 1 - LOG_LOSS_CLIP]."""
     yy, pp = np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64)
-    pc = np.clip(pp, LOG_LOSS_CLIP, 1.0 - LOG_LOSS_CLIP)
+    pc = clip_probability(pp)
     return -(yy * np.log(pc) + (1.0 - yy) * np.log1p(-pc))
 
 

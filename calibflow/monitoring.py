@@ -67,7 +67,6 @@ ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
 WATCHED = ("calibration_ratio", "ece")
 STATE_SCHEMA = 2
-_EPS = 1e-15
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -291,8 +290,7 @@ def segment_masks(frame: pd.DataFrame, segments: tuple[str, ...]) -> list[tuple[
 # ---------------------------------------------------------------------------------------------------
 def per_row_loss(y: NDArray[np.float64], p: NDArray[np.float64], metric: str) -> NDArray[np.float64]:
     if metric == "log_loss":
-        pc = np.clip(p, _EPS, 1 - _EPS)
-        return -(y * np.log(pc) + (1 - y) * np.log1p(-pc))
+        return M.row_log_loss(y, p)
     return (p - y) ** 2
 
 

@@ -22,11 +22,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from calibflow.metrics import row_log_loss
+
 #: The level a null segment value gets (its own level: rows with no country are a segment too).
 NULL_LEVEL = "(null)"
 #: The label of the pooled row of a column's values past the ``top`` largest.
 OTHER_LEVEL = "(other values)"
-_EPS = 1e-15
 
 
 def as_levels(values: ArrayLike) -> NDArray[np.object_]:
@@ -225,8 +226,7 @@ def chance_flags(rows: list[dict[str, Any]], level: float) -> float:
 
 
 def _nll(y: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:
-    pc = np.clip(p, _EPS, 1 - _EPS)
-    return -(y * np.log(pc) + (1 - y) * np.log1p(-pc))
+    return row_log_loss(y, p)
 
 
 def paired_log_loss(

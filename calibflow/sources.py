@@ -27,9 +27,9 @@ from typing import Any, Literal
 import duckdb
 import numpy as np
 import pyarrow as pa
-from scipy.special import expit, logit
 
 from calibflow.calibrators.base import SCORE_KINDS
+from calibflow.metrics import expit, logit
 
 SPLIT_KINDS = ("random", "time")
 #: Keys a source declaration may have.
@@ -531,12 +531,13 @@ def fingerprint(
 def to_margin(score: np.ndarray, score_kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(margin, probability) of a user's score: a probability's logit, or a logit/score as is.
 
-    A probability of exactly 0 or 1 is clipped to [1e-15, 1 - 1e-15] first (its logit is infinite). A
-    ``score`` (any real) is shown as ``sigmoid(score)`` before calibration, the only probability it implies.
+    A probability of exactly 0 or 1 is clipped to [LOG_LOSS_CLIP, 1 - LOG_LOSS_CLIP] first (its logit is
+    infinite; ``metrics.logit``). A ``score`` (any real) is shown as ``sigmoid(score)`` before calibration,
+    the only probability it implies.
     """
     s = np.asarray(score, dtype=np.float64)
     if score_kind == "probability":
-        return logit(np.clip(s, 1e-15, 1.0 - 1e-15)), s
+        return logit(s), s
     if score_kind in ("logit", "score"):
         return s, expit(s)
     raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
@@ -552,15 +553,18 @@ def calibrator_input(score: np.ndarray, score_kind: str, input_kind: str) -> np.
     return np.asarray(score, dtype=np.float64) if score_kind != "probability" else margin
 
 
-def record_score_kind(cal: Any, score_kind: str) -> Any:
+def record_score_kind(cal: Any, score_kind: str, column: str | None = None) -> Any:
     """Record the scale of the user's score column in ``cal`` (saved by ``to_json``); returns ``cal``.
 
     Every writer of a deployable calibrator (select, fit, the monitor) calls this, and every reader goes
     through ``calibrate_scores``: a probability calibrator is then never fed logits, or the reverse.
+    ``column``: the score column's name, so that ``calibflow apply`` needs no ``--score``.
     """
     if score_kind not in SCORE_KINDS:
         raise ValueError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {score_kind!r}")
     cal.score_kind_ = score_kind
+    if column is not None:
+        cal.score_column_ = str(column)
     return cal
 
 

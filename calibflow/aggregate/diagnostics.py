@@ -39,9 +39,10 @@ from sklearn.isotonic import isotonic_regression
 
 from calibflow._validation import check_n_bins
 from calibflow.aggregate.metrics import _collapse, _replicate_cols
+from calibflow.binning import bin_of, linear_edges
 from calibflow.diagnostics import brownian_range_cdf, smooth_ece
+from calibflow.metrics import clip_probability
 
-_EPS = 1e-15
 #: Above this many group draws, consistency bands use the normal approximation (see reliability_bins).
 BAND_DRAW_LIMIT = 4_000_000
 
@@ -143,32 +144,12 @@ def log_loss_miscalibration_from_table(table: pd.DataFrame, g: pd.DataFrame | No
     nb = np.add.reduceat(n, first)
     pos = np.add.reduceat(n * y, first)
     # PAV's solution is the same for every Bregman score (log loss included): fit the rates, weight n.
-    r = np.clip(isotonic_regression(pos / nb, sample_weight=nb), _EPS, 1 - _EPS)
+    r = clip_probability(isotonic_regression(pos / nb, sample_weight=nb))
     recal = -(pos @ np.log(r) + (nb - pos) @ np.log1p(-r)) / nb.sum()
     return float(g["sum_ll"].sum() / n.sum() - recal)
 
 
 # ---- reliability bins: equal-mass edges from cumulative weights -------------------------------------------
-def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """numpy's own linear interpolation in ``np.quantile`` (so an edge on a data value is bit-identical)."""
-    out = a + (b - a) * t
-    return np.where(t >= 0.5, b - (b - a) * (1 - t), out)
-
-
-def quantile_edges(p: np.ndarray, w: np.ndarray, n_bins: int) -> np.ndarray:
-    """``np.quantile(rows, linspace(0, 1, n_bins + 1)[1:-1])`` (linear method) of the rows that ``n`` integer
-    weights ``w`` stand for at values ``p``, without expanding them: order statistic ``k`` is the value
-    whose cumulative weight first exceeds ``k``."""
-    order = np.argsort(p, kind="stable")
-    ps, cum = p[order], np.cumsum(w[order])
-    q, total = np.linspace(0, 1, n_bins + 1)[1:-1], cum[-1]
-    h = (total - 1) * q  # numpy's virtual index of the linear method, term for term
-    k = np.floor(h)
-    at = np.minimum(np.searchsorted(cum, np.stack([k, np.minimum(k + 1, total - 1)]), side="right"),
-                    ps.size - 1)
-    return _lerp(ps[at[0]], ps[at[1]], h - k)
-
-
 def reliability_bins(
     table: pd.DataFrame,
     n_bins: int,
@@ -193,7 +174,7 @@ def reliability_bins(
     g = groups(table) if g is None else g
     n, y, p = g["n"].to_numpy(), g["label"].to_numpy(), g["p"].to_numpy()
     if strategy == "quantile":
-        idx = np.searchsorted(quantile_edges(p, n, n_bins), p, side="right")
+        idx = bin_of(linear_edges(p, n_bins, counts=n), p)
     elif strategy == "uniform":
         idx = np.minimum((p * n_bins).astype(np.intp), n_bins - 1)
     else:

@@ -151,7 +151,7 @@ def fit_files(  # noqa: PLR0913
         # The fits read the fine table only: the calibration pass builds no segment tables.
         ctab = tables_for(calib, score, label, engine, client=client, weight=weight, **opts)
         # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
-        fits = {m: record_score_kind(fit_from_table(ctab.fine, m, kind), score_kind) for m in methods}
+        fits = {m: record_score_kind(fit_from_table(ctab.fine, m, kind), score_kind, score) for m in methods}
         record: dict[str, Any] = {
             "path": "aggregate",
             "engine": engine,

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibflow.metrics import clip_probability, expit
+
 
 def _by_value(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each group's dense value index (values in sorted order) and the values themselves."""
@@ -159,11 +161,11 @@ def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.nda
     keep = n > 0
     n, z = n[keep], fine["sum_z"].to_numpy(np.float64)[keep] / n[keep]
     y = fine["label"].to_numpy()[keep]
-    p = np.asarray(cal.predict(_expit(z) if kind == "probability" else z), np.float64)
+    p = np.asarray(cal.predict(expit(z) if kind == "probability" else z), np.float64)
     bucket = np.clip(np.floor((np.clip(z, -grid.z_max, grid.z_max) + grid.z_max) / grid.width), 0,
                      grid.n_buckets - 1).astype(np.int64)
     key = np.searchsorted(starts[1:], bucket, side="right") * 2 + y
-    pc = np.clip(p, 1e-15, 1 - 1e-15)
+    pc = clip_probability(p)
     ll = np.where(y == 1, -np.log(pc), -np.log1p(-pc))
     frame = pd.DataFrame({"key": key, "n": n, "nz": n * z, "np": n * p, "nl": n * ll, "p": p})
     g = frame.groupby("key").agg(n=("n", "sum"), nz=("nz", "sum"), np_=("np", "sum"), nl=("nl", "sum"),
@@ -175,10 +177,6 @@ def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.nda
         sxy = pd.Series(n * dz * (v - g[ref].reindex(key).to_numpy())).groupby(key).sum()
         g[col] = np.where(sxx > 0, sxy / sxx.where(sxx > 0, 1.0), 0.0)
     return g
-
-
-def _expit(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
 
 
 def calibrated_segment_table(
@@ -202,8 +200,8 @@ def calibrated_segment_table(
     ll = at["l0"].to_numpy() + at["slope_l"].to_numpy() * (z - at["z0"].to_numpy())
     missing = ~np.isfinite(p)  # a (cell, label) absent from the fine table: only if the tables differ
     if missing.any():
-        p[missing] = np.asarray(cal.predict(_expit(z[missing]) if kind == "probability" else z[missing]))
-        pc = np.clip(p[missing], 1e-15, 1 - 1e-15)
+        p[missing] = np.asarray(cal.predict(expit(z[missing]) if kind == "probability" else z[missing]))
+        pc = clip_probability(p[missing])
         ll[missing] = np.where(seg["label"].to_numpy()[missing] == 1, -np.log(pc), -np.log1p(-pc))
     t = seg.copy()
     t["bucket"] = np.unique(p, return_inverse=True)[1].astype(np.int32)

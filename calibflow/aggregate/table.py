@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.aggregate import kernel
+from calibflow.metrics import LOG_LOSS_CLIP
 from calibflow.sources import files, quote_ident, require_columns
 
 _KINDS = ("probability", "logit", "score")
@@ -62,10 +63,15 @@ class BucketGrid:
 DEFAULT_GRID = BucketGrid()
 
 
+def clip_sql(q: str) -> str:
+    """SQL for ``metrics.clip_probability`` of the expression ``q`` (the one log-loss clip)."""
+    return f"greatest(least({q}, 1 - {LOG_LOSS_CLIP!r}), {LOG_LOSS_CLIP!r})"
+
+
 def _z_q_ll(kind: str) -> tuple[str, str, str]:
     """SQL for the logit ``z``, the probability ``q`` and the log loss ``ll`` of the double score ``s``
     with label ``y`` (as the calibrators convert and ``calibflow.metrics.log_loss`` clips: 1e-15)."""
-    qc = "greatest(least(q, 1 - 1e-15), 1e-15)"
+    qc = clip_sql("q")
     exact = f"CASE WHEN y = 1 THEN -ln({qc}) ELSE -ln(1 - {qc}) END"
     if kind == "probability":
         # Inside [1e-12, 1 - 1e-12] neither clip acts, so the log loss reuses the logit's two logs.
@@ -166,7 +172,7 @@ def _kernel_sql(
         cols = f"{s} AS s, ln({pc}) AS a, ln(1 - {pc}) AS b"
     else:
         q = f"(1 / (1 + exp(-{s})))"
-        qc = f"greatest(least({q}, 1 - 1e-15), 1e-15)"
+        qc = clip_sql(q)
         cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
     cols = f"CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}"
     if weight:

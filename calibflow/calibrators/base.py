@@ -156,6 +156,9 @@ class BaseCalibrator(BaseEstimator):
         kind = getattr(self, "score_kind_", None)
         if kind is not None:
             payload["score_kind"] = kind
+        column = getattr(self, "score_column_", None)
+        if column is not None:  # the user's score column: `calibflow apply` reads it when --score is left out
+            payload["score_column"] = column
         return json.dumps(payload, default=_to_jsonable)
 
     # ---- helpers for subclasses -------------------------------------------------------------
@@ -399,7 +402,7 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"calibrator payload must be a JSON object, got {type(payload).__name__}")
-    extra = set(payload) - {"schema", "method", "params", "state", "score_kind"}
+    extra = set(payload) - {"schema", "method", "params", "state", "score_kind", "score_column"}
     if extra:
         raise PayloadError(f"calibrator payload has unknown key(s) {sorted(map(str, extra))[:5]}")
     schema = payload.get("schema")
@@ -440,6 +443,11 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         if kind not in SCORE_KINDS:
             raise PayloadError(f"score_kind must be one of {'|'.join(SCORE_KINDS)}, got {str(kind)[:40]!r}")
         obj.score_kind_ = kind
+    if "score_column" in payload:
+        column = payload["score_column"]
+        if not isinstance(column, str) or not column or len(column) > 1000:
+            raise PayloadError("score_column must be a non-empty column name")
+        obj.score_column_ = column
     _probe(obj)
     return obj
 

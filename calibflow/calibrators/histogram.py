@@ -6,7 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from calibflow._validation import check_n_bins
-from calibflow.calibrators._binning import bin_stats, equal_mass_edges, fill_empty
+from calibflow.binning import equal_mass_edges
+from calibflow.calibrators._binning import bin_stats, fill_empty
 from calibflow.calibrators.base import BaseCalibrator, register
 from calibflow.metrics import STRATEGIES
 

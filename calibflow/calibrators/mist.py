@@ -49,9 +49,9 @@ class MistCalibrator(BaseCalibrator):
             raise ValueError(f"n_levels must be a positive integer, got {self.n_levels!r}")
         s, yy, w = self._validate_fit(scores, y, sample_weight)
         u = self._check_u(uncertainty, s.size)
-        from calibflow.decision import _quantile_edges
+        from calibflow.binning import order_edges
 
-        self.u_edges_ = _quantile_edges(u, int(self.n_levels))
+        self.u_edges_ = order_edges(u, int(self.n_levels))
         lv = np.searchsorted(self.u_edges_, u, side="right")
         glob = None  # the all-data isotonic map, fitted only if some level needs the fallback
         self.xs_, self.ys_ = [], []

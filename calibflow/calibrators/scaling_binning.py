@@ -7,7 +7,8 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from calibflow._validation import check_n_bins
-from calibflow.calibrators._binning import bin_stats, equal_mass_edges
+from calibflow.binning import equal_mass_edges
+from calibflow.calibrators._binning import bin_stats
 from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, register

@@ -19,9 +19,10 @@ from ._fetch import (
     sha256_file,
 )
 from ._loaders import BinaryTask, Coat, binary_task, load, load_coat, load_obd
-from ._registry import DatasetInfo, FileSpec, PypiSource
+from ._registry import RAW_SPECS, DatasetInfo, FileSpec, PypiSource, RawSpec
 
 __all__ = [
+    "RAW_SPECS",
     "DEFAULT_DATA_DIR",
     "ENV_DATA_DIR",
     "ENV_MIRROR",
@@ -31,6 +32,7 @@ __all__ = [
     "DatasetUnavailableError",
     "FileSpec",
     "PypiSource",
+    "RawSpec",
     "available",
     "binary_task",
     "fetch",

@@ -255,3 +255,155 @@ REGISTRY: dict[str, DatasetInfo] = {
         ),
     ),
 }
+
+
+# ---------------------------------------------------------------------------- what each raw table holds
+
+
+@dataclass
+class RawSpec:
+    """What the raw table of a dataset must look like (numbers from PROVENANCE.md)."""
+
+    rows: int
+    columns: list[str]
+    label: str
+    positive: list[Any]
+    positive_rate: tuple[float, float]
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sets: dict[str, list[Any]] = field(default_factory=dict)
+    not_null: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)
+
+
+_BANK_COLS = [
+    "age",
+    "job",
+    "marital",
+    "education",
+    "default",
+    "balance",
+    "housing",
+    "loan",
+    "contact",
+    "day",
+    "month",
+    "duration",
+    "campaign",
+    "pdays",
+    "previous",
+    "poutcome",
+    "y",
+]
+_ADULT_COLS = [
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+    "split",
+]
+_HILL_COLS = [
+    "recency",
+    "history_segment",
+    "history",
+    "mens",
+    "womens",
+    "zip_code",
+    "newbie",
+    "channel",
+    "segment",
+    "visit",
+    "conversion",
+    "spend",
+]
+
+RAW_SPECS: dict[str, RawSpec] = {
+    "bank_marketing": RawSpec(
+        rows=45211,
+        columns=_BANK_COLS,
+        label="y",
+        positive=["yes"],
+        positive_rate=(0.10, 0.14),
+        ranges={"age": (18, 95), "day": (1, 31), "duration": (0, 5000), "pdays": (-1, 871)},
+        sets={
+            "y": ["yes", "no"],
+            "housing": ["yes", "no"],
+            "loan": ["yes", "no"],
+            "month": ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+        },
+        not_null=_BANK_COLS,
+        types={"age": "int64", "balance": "int64", "duration": "int64"},
+    ),
+    "adult": RawSpec(
+        rows=48842,
+        columns=_ADULT_COLS,
+        label="income",
+        positive=[">50K"],
+        positive_rate=(0.21, 0.27),
+        ranges={
+            "age": (17, 90),
+            "hours-per-week": (1, 99),
+            "education-num": (1, 16),
+            "capital-gain": (0, 1e5),
+        },
+        sets={"income": ["<=50K", ">50K"], "sex": ["Female", "Male"], "split": ["train", "test"]},
+        not_null=["age", "education", "income", "sex", "hours-per-week"],
+        types={"age": "int64"},
+    ),
+    "hillstrom": RawSpec(
+        rows=64000,
+        columns=_HILL_COLS,
+        label="visit",
+        positive=[1],
+        positive_rate=(0.13, 0.17),
+        ranges={"recency": (1, 12), "history": (0, 5000), "spend": (0, 1000)},
+        sets={
+            "visit": [0, 1],
+            "conversion": [0, 1],
+            "mens": [0, 1],
+            "womens": [0, 1],
+            "newbie": [0, 1],
+            "segment": ["Mens E-Mail", "Womens E-Mail", "No E-Mail"],
+            "channel": ["Phone", "Web", "Multichannel"],
+        },
+        not_null=_HILL_COLS,
+        types={"visit": "int64", "conversion": "int64", "history": "float64"},
+    ),
+    "madelon": RawSpec(
+        rows=2600,
+        columns=["f0", "f499", "label", "split"],
+        label="label",
+        positive=[1],
+        positive_rate=(0.45, 0.55),
+        sets={"label": [-1, 1], "split": ["train", "valid"]},
+        not_null=["label"],
+    ),
+    "communities_crime": RawSpec(
+        rows=1994,
+        columns=["state", "population", "ViolentCrimesPerPop"],
+        label="ViolentCrimesPerPop",
+        positive=[],
+        positive_rate=(0.45, 0.55),
+        ranges={"ViolentCrimesPerPop": (0, 1), "population": (0, 1)},
+        not_null=["ViolentCrimesPerPop"],
+    ),
+    "splice": RawSpec(
+        rows=3190,
+        columns=["Class", "Donor", "Sequence"],
+        label="Class",
+        positive=["EI", "IE"],
+        positive_rate=(0.44, 0.52),
+        sets={"Class": ["EI", "IE", "N"]},
+        not_null=["Class", "Sequence"],
+    ),
+}

@@ -69,52 +69,37 @@ def _main(
 
 def _friendly(fn: Callable[[], Any]) -> Any:
     """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
+    from calibflow.errors import guarded
     from calibflow.flows.checkout_lock import CheckoutBusy
     from calibflow.flows.dvc_stages import StageFailed
     from calibflow.flows.server import PortTaken
     from calibflow.pipeline.params_schema import ParamsError
 
-    try:
-        return fn()
-    except (UserError, ParamsError, CheckoutBusy, PortTaken) as exc:
-        if _debug():
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except StageFailed as exc:
-        if _debug():
-            raise
-        stage_failed(exc)
-    except RunFailed as exc:
-        typer.echo(f"error: {exc}", err=True)
-        _say_log()
-        raise typer.Exit(1) from None
+    told = (UserError, ParamsError, CheckoutBusy, PortTaken)
+    return guarded(fn, {told: 2, StageFailed: stage_failed, RunFailed: _run_failed})
 
 
 class RunFailed(Exception):
     """A run stopped on something other than a stage (a bug, DVC itself): one line, the rest in the log."""
 
 
-def _say_log() -> None:
+def _run_failed(exc: BaseException) -> tuple[list[str], int]:
     from calibflow.flows import runlog
 
-    log = runlog.current()
-    if log is not None:
-        typer.echo(f"run log: {log} (--debug prints it here)", err=True)
+    return [f"error: {exc}", *runlog.note_lines()], 1
 
 
-def stage_failed(exc: Any) -> None:
+def stage_failed(exc: Any) -> tuple[list[str], int]:
     """At most three lines: the stage's own error line (and the one after it), then where the log is.
 
     Exits with the stage command's own status (DVC's "exited with N"), not DVC's.
     """
+    from calibflow.flows import runlog
+
     first, *more = exc.summary
     name = f"stage {exc.stage!r}" if exc.stage else "the run"
-    typer.echo(f"error: {name} failed (exit {exc.code}): {first}", err=True)
-    for line in more[:1]:
-        typer.echo(f"  {line}", err=True)
-    _say_log()
-    raise typer.Exit(exc.code if 0 < exc.code < 256 else 1)
+    lines = [f"error: {name} failed (exit {exc.code}): {first}", *(f"  {line}" for line in more[:1])]
+    return [*lines, *runlog.note_lines()], exc.code if 0 < exc.code < 256 else 1
 
 
 def check_targets(root: Path, targets: list[str]) -> None:

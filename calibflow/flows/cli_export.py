@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from calibflow.flows.cli_sources import _guarded
+from calibflow.errors import guarded, input_errors
 
 #: The extension each format is written with; another format's extension is refused.
 EXTENSIONS = {"table": ".json", "sql": ".sql", "onnx": ".onnx"}
@@ -52,7 +52,7 @@ def export_command(
             write_text(output, data)
         return table
 
-    table = _guarded(run, debug)
+    table = guarded(run, input_errors(), debug)
     typer.echo(
         f"wrote {fmt} of {table.method} -> {output}: {table.x.size} knots, input {table.input_text}, "
         f"max error against predict {table.max_error:.1e}",

@@ -6,27 +6,16 @@ Registered in calibflow/flows/cli.py with ``app.add_typer(monitor_app, name="mon
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import typer
 import yaml
 
-from calibflow.flows import project_root
+from calibflow.errors import fail
+from calibflow.flows import project_root, runlog
 
 monitor_app = typer.Typer(no_args_is_help=True, help="Calibration over time: champion, challengers, alerts.")
-
-
-def _fail(exc: Exception) -> None:
-    if os.environ.get("CALIBFLOW_DEBUG"):
-        raise exc
-    typer.echo(f"error: {exc}", err=True)
-    from calibflow.flows import runlog
-
-    if runlog.current() is not None:  # Prefect's tracebacks went there, not to the terminal
-        typer.echo(f"run log: {runlog.current()} (--debug prints it here)", err=True)
-    raise typer.Exit(1)
 
 
 def _run_now(
@@ -38,7 +27,6 @@ def _run_now(
     start: str | None = None,
 ) -> None:
     """One flow run; prints each source's lines; exit 1 when a source failed or refused a file."""
-    from calibflow.flows import runlog
     from calibflow.flows.monitor import monitor
 
     runlog.open_run_log(project_root(), "monitor")
@@ -53,7 +41,7 @@ def _run_now(
             start=start,
         )
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        _fail(exc)
+        fail(exc, notes=runlog.note_lines())
     from calibflow.pipeline.monitor import report_lines
 
     for res in out["sources"]:
@@ -106,7 +94,7 @@ def serve(
     try:
         srv.start(port)
     except srv.PortTaken as exc:  # another checkout's server, or anything else, on the port
-        _fail(exc)
+        fail(exc, notes=runlog.note_lines())
     typer.echo(f"serving calibflow-monitor/{name} on {cron!r} at {srv.api_url(port)} (Ctrl-C to stop)")
     do_serve(cron=cron, name=name, parameters=json.loads(parameters), port=port)
 
@@ -136,7 +124,7 @@ def rollback(
         if (project_root() / ".git").exists() and registry.registered(project_root(), source):
             registry.rollback(project_root(), source, to_version)
     except ValueError as exc:
-        _fail(exc)
+        fail(exc, notes=runlog.note_lines())
     write_json(_pin_path(source), {"version": to_version})
     typer.echo(
         f"{source}: v{to_version} pinned (served by the next run; no promotion until "

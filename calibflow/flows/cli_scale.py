@@ -16,14 +16,14 @@ from typing import Any
 
 import typer
 
-from calibflow.flows.cli_sources import _guarded
+from calibflow.errors import guarded, input_errors
 
 DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
 
 
 def _check_out(out: Path, methods: list[str]) -> None:
     """One line for an ``--out`` that is a file; a killed earlier fit's temporary files are removed."""
-    from calibflow.pipeline._common import remove_stale_temps
+    from calibflow.io import remove_stale_temps
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")
@@ -78,7 +78,7 @@ def fit(
         return fit_files(calib, test, score, label, out, names, score_kind, tuple(segment or ()), weight,
                          replicates, seed, engine=engine, dask_address=dask_address)
 
-    record = _guarded(run, debug)
+    record = guarded(run, input_errors(), debug)
     typer.echo(_summary(record))
     typer.echo(f"wrote {len(names)} calibrators and fit.json -> {out}", err=sys.stderr.isatty())
 

@@ -220,7 +220,7 @@ def stop_running(grace: float = 5.0) -> None:
 
 def clean_stale_temps(root: Path, outs: list[str]) -> list[Path]:
     """Remove what a killed earlier run left beside the declared outputs (see remove_stale_temps)."""
-    from calibflow.pipeline._common import remove_stale_temps
+    from calibflow.io import remove_stale_temps
 
     return [p for o in outs for p in remove_stale_temps(root / o)]
 

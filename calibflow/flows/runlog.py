@@ -56,6 +56,12 @@ def current() -> Path | None:
     return Path(value) if value else None
 
 
+def note_lines() -> list[str]:
+    """The line an error message ends with when a run log holds the rest (Prefect's tracebacks go there)."""
+    log = current()
+    return [] if log is None else [f"run log: {log} (--debug prints it here)"]
+
+
 def write(text: str) -> None:
     """Append ``text`` to the run log (no-op without one): what is not a logging record (a traceback)."""
     path = current()

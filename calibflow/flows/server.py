@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import calibflow.flows  # noqa: F401
-from calibflow.pipeline._common import pid_alive
+from calibflow.io import pid_alive
 
 DEFAULT_PORT = 4200
 PIDFILE = "calibflow-temp-server.pid"

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from calibflow.io import remove_stale_temps
 from calibflow.segments import SEGMENTED_METHODS
 
 log = logging.getLogger("calibflow.pipeline")
@@ -203,42 +204,6 @@ def seed(params: dict[str, Any]) -> int:
     return int(params["seed"])
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one we may not signal still counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temps(target: str | os.PathLike[str]) -> list[Path]:
-    """Remove leftovers of a killed writer of ``target``: ``.<name>.*.tmp`` / ``.<name>.*.old`` beside it.
-
-    A SIGKILL between ``mkdtemp`` and the swap leaves such a folder (or a ``calibflow.io`` temporary
-    file) inside an output folder that DVC hashes and git may commit. Entries named with a live pid
-    (``.<name>.<pid>.*``, a writer still running) are kept; anything else of that pattern is stale.
-    """
-    dst = Path(target)
-    removed: list[Path] = []
-    if not dst.parent.is_dir():
-        return removed
-    for entry in dst.parent.glob(f".{dst.name}.*"):
-        if entry.suffix not in (".tmp", ".old"):
-            continue
-        middle = entry.name[len(dst.name) + 2 :].split(".", 1)[0]
-        if middle.isdigit() and int(middle) != os.getpid() and pid_alive(int(middle)):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-        removed.append(entry)
-    return removed
-
-
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``target``; swap it in only if the block succeeds.
@@ -286,12 +251,6 @@ def cli(fn: Callable[[], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
     from calibflow.datasets import DatasetUnavailableError
+    from calibflow.errors import exit_code
 
-    try:
-        fn()
-    except (StageError, ValueError, FileNotFoundError, DatasetUnavailableError) as exc:
-        if os.environ.get("CALIBFLOW_DEBUG"):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_code(fn, {(StageError, ValueError, FileNotFoundError, DatasetUnavailableError): 1})

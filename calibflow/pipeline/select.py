@@ -528,13 +528,19 @@ def _card(
     return card
 
 
-def with_score_kind(text: str, kind: str) -> str:
-    """The calibrator's JSON with the scale of the user's score recorded in it (what `calibflow apply` reads;
-    the card alone could be separated from the file)."""
+def with_score_kind(text: str, kind: str, column: str | None = None) -> str:
+    """The calibrator's JSON with the scale of the user's score (and its column) recorded in it (what
+    `calibflow apply` reads; the card alone could be separated from the file)."""
     from calibflow.calibrators import from_json
     from calibflow.sources import record_score_kind
 
-    return record_score_kind(from_json(text), kind).to_json()
+    return record_score_kind(from_json(text), kind, column).to_json()
+
+
+def _score_column(specs: dict[str, Any], name: str) -> str | None:
+    """A score source's score column; none for a features source (its input is the trained model's margin)."""
+    spec = specs.get(name)
+    return spec.score if spec is not None and spec.kind == "score" else None
 
 
 def models_dir(root: str | os.PathLike[str]) -> Path:
@@ -547,7 +553,10 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
     rule = str((params.get("select") or {}).get("rule", RULE_AUTO))
     specs = _sources.specs(params, root)
     chosen = [(name, *select_one(lay, params, name, name in specs, rule)) for name in _sources.names(params)]
-    chosen = [(name, with_score_kind(text, card["input"]["score_kind"]), card) for name, text, card in chosen]
+    chosen = [
+        (name, with_score_kind(text, card["input"]["score_kind"], _score_column(specs, name)), card)
+        for name, text, card in chosen
+    ]
     for name, text, card in chosen:  # all computed first: one failure writes nothing
         with atomic_dir(models_dir(root) / name) as tmp:
             write_text(tmp / "calibrator.json", text if text.endswith("\n") else text + "\n")

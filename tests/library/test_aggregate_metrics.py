@@ -20,6 +20,7 @@ from calibflow.aggregate import aggregate_duckdb
 from calibflow.aggregate import diagnostics as AD
 from calibflow.aggregate.metrics import calibrated_table
 from calibflow.aggregate.table import BucketGrid
+from calibflow.binning import linear_edges
 from calibflow.calibrators import make
 
 N = 20_000
@@ -121,7 +122,7 @@ def test_quantile_edges_are_numpys(data, n_bins):
     rng = np.random.default_rng(0)
     perm = rng.permutation(vals.size)  # any input order
     want = np.quantile(sr, np.linspace(0, 1, n_bins + 1)[1:-1])
-    np.testing.assert_array_equal(AD.quantile_edges(vals[perm], cnt[perm].astype(float), n_bins), want)
+    np.testing.assert_array_equal(linear_edges(vals[perm], n_bins, counts=cnt[perm].astype(float)), want)
 
 
 @pytest.mark.parametrize(("which", "strategy"), [("distinct", "quantile"), ("ties", "quantile"),

@@ -10,7 +10,7 @@ from scipy.special import expit
 
 from calibflow import calibrators as C
 from calibflow import metrics as M
-from calibflow.calibrators._binning import equal_mass_edges
+from calibflow.binning import equal_mass_edges
 
 
 def _explicit_model(p, y, n_bins, n_prime=2.0):

@@ -82,8 +82,8 @@ def test_fit_errors_are_one_line_and_write_nothing(logs, tmp_path, args, message
 def test_apply_streams_in_batches_of_the_chunk_size(logs, tmp_path):
     """Memory of `calibflow apply` is bounded by its chunk: each batch is read, mapped and written on its
     own, so the output's row groups are never larger than ``batch_rows`` (checked structurally, not timed)."""
+    from calibflow.apply import apply_file
     from calibflow.calibrators import make
-    from calibflow.flows.cli_sources import apply_file
 
     rows = pq.read_table(logs / "test.parquet")
     s = rows["p"].to_numpy().astype(np.float64)

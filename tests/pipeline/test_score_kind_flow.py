@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from calibflow import metrics
 from calibflow.calibrators import from_json
+from calibflow.sources import calibrate_scores
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -99,6 +100,43 @@ def test_an_old_file_without_a_kind_needs_score_kind(fitted, tmp_path):
     assert t["calibrated"].to_numpy().sum() / t["y"].to_numpy().sum() == pytest.approx(1.0, abs=0.03)
 
 
+def _apply(cal: Path, inp: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _cli("apply", "--calibrator", str(cal), "--input", str(inp), "--output", str(out), *extra)
+
+
+def test_fit_then_apply_without_score_gives_the_same_file(fitted, tmp_path):
+    """`calibflow fit` records the score column in each calibrator file; `apply` without --score reads it."""
+    kind, d = fitted
+    cal = d / "cal" / "isotonic.json"
+    assert json.loads(cal.read_text())["score_column"] == "s"
+    r = _apply(cal, d / "new.parquet", tmp_path / "with.parquet", "--score", "s")
+    assert r.returncode == 0, r.stderr
+    r = _apply(cal, d / "new.parquet", tmp_path / "without.parquet")
+    assert r.returncode == 0, r.stderr
+    with_score = pq.read_table(tmp_path / "with.parquet")
+    without = pq.read_table(tmp_path / "without.parquet")
+    assert without.column_names == ["s", "y", "calibrated"] and without.equals(with_score)
+
+
+def test_an_explicit_score_wins_and_none_anywhere_is_one_line(fitted, tmp_path):
+    kind, d = fitted
+    t = pq.read_table(d / "new.parquet").rename_columns(["s2", "y"])
+    pq.write_table(t, tmp_path / "renamed.parquet")
+    cal = d / "cal" / "platt.json"
+    r = _apply(cal, tmp_path / "renamed.parquet", tmp_path / "out.parquet")
+    assert r.returncode == 1 and "column 's' not found" in r.stderr and "'s2'" in r.stderr, r.stderr
+    r = _apply(cal, tmp_path / "renamed.parquet", tmp_path / "out.parquet", "--score", "s2")
+    assert r.returncode == 0, r.stderr
+    want = calibrate_scores(from_json(cal.read_text()), t["s2"].to_numpy())
+    np.testing.assert_allclose(pq.read_table(tmp_path / "out.parquet")["calibrated"], want, rtol=1e-12)
+    payload = json.loads(cal.read_text())
+    del payload["score_column"]  # a file written before calibrators named their column, and no card
+    (tmp_path / "old.json").write_text(json.dumps(payload))
+    r = _apply(tmp_path / "old.json", d / "new.parquet", tmp_path / "old.parquet")
+    assert r.returncode == 1 and "pass --score" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "old.parquet").exists()
+
+
 def test_init_then_stages_then_apply_reads_the_kind_from_the_calibrator(tmp_path):
     """`calibflow init` on a probability column (kind guessed from the values), the pipeline's stages
     in dvc.yaml's order, then `calibflow apply` with no --score-kind and no card beside the calibrator."""
@@ -134,3 +172,9 @@ def test_init_then_stages_then_apply_reads_the_kind_from_the_calibrator(tmp_path
     right = cal.predict(np.log(q / (1 - q))) if cal.input == "logit" else cal.predict(q)
     np.testing.assert_allclose(p, right, rtol=1e-12)
     assert metrics.log_loss(y, p) < metrics.log_loss(y, q)
+    # without --score: the calibrator file names its column (the card is gone), and the file is the same
+    out2 = tmp_path / "scored_no_score.parquet"
+    res = CliRunner().invoke(app, ["apply", "--calibrator", str(cal_path), "--input", str(path),
+                                   "--output", str(out2)])
+    assert res.exit_code == 0, res.output
+    assert pq.read_table(out2).equals(pq.read_table(out))
