@@ -1,6 +1,6 @@
 """Time from ``calibflow init`` to ``models/<name>/calibrator.json`` in a user project.
 
-An 80k-row Parquet score source (tests/source_data.scores_frame: 30 days, a segment, a miscalibrated
+An 80k-row Parquet score source (tests/helpers/source_data.scores_frame: 30 days, a segment, a miscalibrated
 probability) in an empty folder: ``git init``, then timed ``calibflow init ... --name ads`` and
 ``calibflow run -q`` until the calibrator exists. Wall time and the CPU time of every child process
 (Prefect server, DVC, stage processes), and the load average, since the machine may be shared.
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-peer", action="store_true")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
-    from source_data import scores_frame
+    from helpers.source_data import scores_frame
 
     with tempfile.TemporaryDirectory(prefix="calibflow-user-project-") as tmp:
         work = Path(tmp)

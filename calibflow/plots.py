@@ -64,3 +64,74 @@ def small_multiples(n: int, ncols: int = 4, size: float = 2.0):
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
     return fig, axes.ravel()[:n]
+
+
+def window_series(
+    labels: list[str],
+    values: list[float | None],
+    ylabel: str,
+    *,
+    interval: list[tuple[float, float] | None] | None = None,
+    band: list[tuple[float | None, float | None] | None] | None = None,
+    reference: float | None = None,
+    alerts: list[bool] | None = None,
+    marks: dict[int, str] | None = None,
+) -> str:
+    """One metric per time window as an SVG (the monitoring page), or "" when no value is finite.
+
+    ``values[i]`` is window ``labels[i]``'s value, None for a skipped window (a grey tick on the axis);
+    ``interval`` draws a light vertical bar per window, ``band`` the alert band's two bounds (dashed red),
+    ``reference`` a grey horizontal line, ``alerts`` a larger red dot on the windows out of band, and
+    ``marks`` a dashed green vertical with its label at a window index (a promotion). Text stays text
+    (``svg.fonttype: none``) so the page can be searched and read at any zoom.
+    """
+    n = len(labels)
+    y = _finite_or_nan(values)
+    if not np.isfinite(y).any():
+        return ""
+    x = np.arange(n)
+    fig, ax = plt.subplots(figsize=(9.0, 2.4))
+    if reference is not None:
+        ax.axhline(reference, color="0.55", lw=0.8)
+    _window_interval(ax, x, interval)
+    if band:
+        for side in (0, 1):
+            b = _finite_or_nan([(r[side] if r else None) for r in band])
+            ax.plot(x, b, color="#d62728", lw=0.9, ls=(0, (3, 3)), label="alert band" if side == 0 else None)
+    ok = np.isfinite(y)
+    ax.plot(x[ok], y[ok], color="#1f77b4", lw=1.4, marker="o", ms=3, label=ylabel)
+    red = ok & np.asarray(alerts or [False] * n, bool)
+    if red.any():
+        ax.plot(x[red], y[red], ls="none", marker="o", ms=7, color="#d62728", label="alert")
+    for i, text in (marks or {}).items():
+        ax.axvline(i, color="#17752c", lw=1.1, ls=(0, (5, 3)))
+        ax.annotate(text, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3), rotation=90,
+                    textcoords="offset points", color="#17752c", fontsize=7, va="top")
+    skipped = x[[v is None for v in values]] if n else x
+    ax.plot(skipped, np.zeros(skipped.size), ls="none", marker="|", ms=8, color="0.6",
+            transform=ax.get_xaxis_transform(), label="skipped" if skipped.size else None)
+    step = max(1, -(-n // 8))  # at most 8 date labels: they stay legible
+    ax.set_xticks(x[::step], [str(s)[:10] for s in labels[::step]], fontsize=7)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", color="0.93")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    with plt.rc_context({"svg.fonttype": "none"}):
+        return to_svg(fig)
+
+
+def _finite_or_nan(values) -> np.ndarray:
+    """Floats with None, NaN and infinities as NaN (a gap in the line; autoscaling ignores them)."""
+    out = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _window_interval(ax, x: np.ndarray, interval) -> None:
+    if not interval:
+        return
+    lo = _finite_or_nan([(r[0] if r else None) for r in interval])
+    hi = _finite_or_nan([(r[1] if r else None) for r in interval])
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if ok.any():
+        ax.vlines(x[ok], lo[ok], hi[ok], color="#9ecae1", lw=2.5, label="interval")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+#: Fixtures shared across test modules live beside their helpers (tests/helpers/); a test module never
+#: imports another test module.
+pytest_plugins = ["helpers.prefect_harness", "helpers.crash"]
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:

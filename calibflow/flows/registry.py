@@ -21,6 +21,7 @@ from pathlib import Path
 
 STAGE = "prod"
 _NAME = re.compile(r"[^a-z0-9-/]+")
+_ARTIFACT = re.compile(r"[#@]")  # a GTO tag: <artifact>@<version> or <artifact>#<stage>#<n>
 
 
 def artifact_name(source: str) -> str:
@@ -84,7 +85,36 @@ def rollback(repo: str | Path, source: str, version: int) -> None:
 def _assign(repo: str | Path, name: str, version: int, message: str) -> None:
     import gto.api
 
-    # GTO orders assignments by tag time in whole seconds: two in one second make `gto show` and
-    # find_versions_in_stage disagree, so keep consecutive assignments at least a second apart.
-    time.sleep(1.05)
-    gto.api.assign(str(repo), name, STAGE, version=semver(version), message=message or None, force=True)
+    with _ordered_tags(repo) as scm:
+        gto.api.assign(scm, name, STAGE, version=semver(version), message=message or None, force=True)
+
+
+def _ordered_tags(repo: str | Path):
+    """The repository as a ``scmrepo`` Git whose new annotated tags are dated after every existing one.
+
+    GTO orders a stage's assignments by tag time, which git keeps in whole seconds: two assignments
+    within one second would make ``gto show`` and ``find_versions_in_stage`` disagree on the version in
+    office. The tag time is therefore set explicitly to the later of now and the newest tag's time plus
+    one second (a rollback right after a promotion is at most a few seconds ahead), instead of waiting.
+    """
+    from dulwich.porcelain import tag_create
+    from scmrepo.git import Git
+
+    class _OrderedTagsGit(Git):
+        def tag(
+            self, tag: str, target: str | None = None, annotated: bool = False, message: str | None = None
+        ) -> None:
+            artifact = _ARTIFACT.split(tag, maxsplit=1)[0]
+            same = [n for n in self.list_tags() if _ARTIFACT.split(n, maxsplit=1)[0] == artifact]
+            times = [t.tag_time for t in map(self.get_tag, same) if hasattr(t, "tag_time")]
+            when = max([int(time.time()), *(t + 1 for t in times)])
+            tag_create(
+                self.root_dir,
+                tag,
+                message=message,
+                annotated=annotated,
+                objectish=target or "HEAD",
+                tag_time=when if annotated else None,
+            )
+
+    return _OrderedTagsGit(str(repo))

@@ -1,6 +1,6 @@
 """The "calibration over time" page of one source: ``reports/pages/monitoring-<source>.html``.
 
-Self-contained and offline (inline CSS and hand-drawn SVG, no script, no font or CDN). Per segment: the
+Self-contained and offline (inline CSS and SVG, no script, no font or CDN). Per segment: the
 champion's calibration ratio per window with its bootstrap interval and alert band, its ECE with the
 band's ceiling; overall: the selection metric of the champion beside every challenger's on each gated
 window. Promotions are dashed green verticals, alerts red dots, skipped windows grey ticks; a red banner on
@@ -9,14 +9,18 @@ top lists the open incidents (green only when none is open), and a table lists e
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 from typing import Any
 
+from calibflow import plots
 from calibflow.monitoring import ALL, MonitorConfig, MonitorState, incidents
 from calibflow.report._format import fmt_num
 from calibflow.report.chrome import CSS as _CSS
+from calibflow.report.figures import scope_svg
 from calibflow.report.html import _table
+from calibflow.report.svg import sanitize_svg
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 230, 56, 16, 24, 34
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -102,62 +106,28 @@ def _series_svg(
     alerts: set[tuple[str, str]],
     title: str,
 ) -> str:
-    """One metric per window with its interval (ratio), band and alert dots."""
-    band_key = "band_ratio" if metric == "calibration_ratio" else "band_ece"
-    vals = [r[metric] for r in rows if r]
-    extra = [
-        x
-        for r in rows
-        if r
-        for x in (r.get("ratio_low"), r.get("ratio_high"))
-        if metric == "calibration_ratio"
-    ]
-    extra += [b for r in rows if r for b in (r.get(band_key) or []) if b is not None]
-    if metric == "calibration_ratio":
-        extra.append(1.0)
-    finite = [v for v in vals + extra if v is not None and math.isfinite(v)]
-    if not finite:
+    """One metric per window with its interval (ratio), band, alert dots and promotions
+    (``calibflow.plots.window_series``, the plotting module of the rest of the report)."""
+    ratio = metric == "calibration_ratio"
+    band_key = "band_ratio" if ratio else "band_ece"
+    svg = plots.window_series(
+        windows,
+        [r[metric] if r else None for r in rows],
+        title,
+        interval=[(r.get("ratio_low"), r.get("ratio_high")) if r else None for r in rows] if ratio else None,
+        band=[tuple(r[band_key]) if r and r.get(band_key) else None for r in rows],
+        reference=1.0 if ratio else None,
+        alerts=[bool(r) and (r["window"], metric) in alerts for r in rows],
+        marks={windows.index(w): f"promoted v{v}" for w, v in promos.items() if w in windows},
+    )
+    if not svg:
         return ""
-    ax = _Axes(len(windows), min(finite), max(finite))
-    out = _frame(ax, windows, title)
-    if metric == "calibration_ratio":
-        out.append(
-            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{ax.y(1):.1f}" y2="{ax.y(1):.1f}" stroke="#888"/>'
-        )
-    for side in (0, 1):
-        pts = [
-            (ax.x(i), ax.y(r[band_key][side]))
-            for i, r in enumerate(rows)
-            if r and r.get(band_key) and r[band_key][side] is not None
-        ]
-        out.append(_poly(pts, "#d62728", 1.0, "3,3"))
-    pts = []
-    for i, r in enumerate(rows):
-        if not r:
-            continue
-        x, y = ax.x(i), ax.y(r[metric])
-        pts.append((x, y))
-        if (
-            metric == "calibration_ratio"
-            and r.get("ratio_low") is not None
-            and math.isfinite(r["ratio_high"])
-        ):
-            out.append(
-                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{ax.y(r["ratio_low"]):.1f}" '
-                f'y2="{ax.y(r["ratio_high"]):.1f}" stroke="#9ecae1"/>'
-            )
-    out.append(_poly(pts, _COLORS[0]))
-    for i, r in enumerate(rows):
-        if r:
-            red = (r["window"], metric) in alerts
-            tip = f"{r['window']}: {metric} {fmt_num(r[metric])} (v{r['version']})"
-            out.append(
-                f'<circle cx="{ax.x(i):.1f}" cy="{ax.y(r[metric]):.1f}" r="{4 if red else 2.2}" '
-                f'fill="{"#d62728" if red else _COLORS[0]}"><title>{_e(tip)}</title></circle>'
-            )
-    skipped = [i for i, r in enumerate(rows) if r is None]
-    out += _markers(ax, windows, promos, skipped)
-    return _svg(out)
+    # several matplotlib figures share the page: scope their ids (clip paths) per segment and metric
+    seg = next(r["segment"] for r in rows if r)
+    scope = hashlib.sha1(f"{seg}/{metric}".encode()).hexdigest()[:8]
+    svg = scope_svg(sanitize_svg(svg), f"m{scope}-")
+    # SVG 2's plain href (every current browser): the page then names no URL but the SVG namespace
+    return svg.replace(' xmlns:xlink="http://www.w3.org/1999/xlink"', "").replace("xlink:href=", "href=")
 
 
 def _gate_svg(state: MonitorState, windows: list[str], promos: dict[str, int]) -> str:

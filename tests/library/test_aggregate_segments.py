@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from source_data import scores_frame, write
-from test_sources_pipeline import _params
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import source_params
 
 from calibflow import metrics as M
 from calibflow.aggregate import aggregate_duckdb, fit_from_table
@@ -173,7 +173,7 @@ def test_scale_engine_params():
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("dask_project")
     path = write(scores_frame(n=6000, days=30, seed=5), "parquet", root / "userdata")
-    params = _params(str(path.relative_to(root)), with_features=False)
+    params = source_params(str(path.relative_to(root)), with_features=False)
     params["calibrate"]["methods"] = ["platt"]
     fingerprint.run("ads", params, root)
     fetch.run(params, root)

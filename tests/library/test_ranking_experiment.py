@@ -220,3 +220,14 @@ def test_sweep_cells_carry_seed_spread_and_paired_test():
     noisy = R._paired_gain([0.2, 0.1, 0.3], [0.1, 0.2, 0.1])
     assert float(noisy.split("p = ")[1][:-1]) > 0.3
     assert R._paired_gain([0.2], [0.1]) == "+0.1000"
+
+
+def test_run_seed_is_a_function_of_params_and_seed(coat):
+    cfg = R.DEFAULTS | {"base_models": ["bpr_mf"], "num_neg_sweep": [1, 2], "obd": False}
+    cfg["bpr"] = R.DEFAULTS["bpr"] | {"epochs": 3}
+    a, b = (R.run_seed(coat, cfg, 5)["models"]["bpr_mf"] for _ in range(2))
+    # no clock time in the result (it goes to the log): a stored result must not change between reruns
+    assert set(a) == {"ranking", "methods", "fitted", "propensity", "fitted_prop", "scores", "sweep"}
+    for key in ("ranking", "methods", "propensity", "sweep"):
+        np.testing.assert_equal(a[key], b[key])
+    np.testing.assert_array_equal(a["scores"]["test"], b["scores"]["test"])

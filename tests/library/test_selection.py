@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import run_pipeline, source_params
 from scipy.special import expit, logit
-from source_data import scores_frame, write
-from test_sources_pipeline import _params, run_pipeline
 
 from calibflow import calibrators as C
 from calibflow import metrics
@@ -101,7 +101,7 @@ def project(tmp_path_factory):
     frame = scores_frame(n=6000, days=30, seed=5)
     frame["p_fine"] = expit((logit(frame["p_model"]) - 0.7) / 1.8)  # the true probability
     path = write(frame, "parquet", root / "userdata")
-    params = _params(str(path.relative_to(root)), with_features=False)
+    params = source_params(str(path.relative_to(root)), with_features=False)
     params["sources"]["fine"] = dict(params["sources"]["ads"], score="p_fine")
     run_pipeline(params, root, with_report=False)
     return root, params

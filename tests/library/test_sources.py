@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from source_data import scores_frame, write
+from helpers.source_data import scores_frame, write
 
 from calibflow import sources, timesplit
 

@@ -18,7 +18,7 @@ import textwrap
 import time
 
 import pytest
-from test_crash_safety import gone, home, sleeper_project, start_run  # noqa: F401  (home: a fixture)
+from helpers.crash import gone, sleeper_project, start_run
 
 from calibflow.flows.checkout_lock import checkout_lock
 
@@ -30,7 +30,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("victim", ["run", "server"])
-def test_a_second_run_starts_within_seconds_after_sigkill(tmp_path, home, victim):  # noqa: F811
+def test_a_second_run_starts_within_seconds_after_sigkill(tmp_path, home, victim):
     root = sleeper_project(tmp_path / "p")
     first, server, stage = start_run(root, home)
     os.kill(first.pid if victim == "run" else server, signal.SIGKILL)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flow_fixtures import free_port
+from helpers.flow_fixtures import free_port
 from typer.testing import CliRunner
 
 from calibflow import datasets

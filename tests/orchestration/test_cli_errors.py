@@ -142,7 +142,7 @@ def test_busy_checkout_is_one_line_naming_the_holder(tmp_path):
 
 
 def test_trigger_without_a_server_says_what_to_start(tmp_path):
-    from flow_fixtures import free_port
+    from helpers.flow_fixtures import free_port
 
     proc, _ = calibflow(tmp_path, "trigger", "--port", str(free_port()))
     (line,) = one_or_two_lines(proc)

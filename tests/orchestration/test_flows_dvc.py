@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from flow_fixtures import make_toy_repo
+from helpers.flow_fixtures import make_toy_repo
 
 from calibflow.flows import dvc_stages
 

@@ -9,20 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from flow_fixtures import free_port, make_toy_repo
+from helpers.flow_fixtures import free_port, make_toy_repo
 
 import calibflow.flows  # noqa: F401  (environment before prefect)
 from calibflow.flows import pipeline as pl
 
 pytestmark = pytest.mark.xdist_group("prefect")
-
-
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def test_validation_rows_reads_the_report_stage_format():
@@ -171,8 +163,11 @@ def test_schedule_round_trip(tmp_path):
             "            frs = [await c.read_flow_run(i) for i in ids]\n"
             "            if all(f.state and f.state.is_final() for f in frs): break\n"
             "            await asyncio.sleep(1)\n"
-            "        await asyncio.sleep(3)  # logs are shipped in batches\n"
-            "        logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=list(ids))))\n"
+            "        by_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=list(ids)))\n"
+            "        for _ in range(240):  # logs are shipped in batches: wait for the stages' lines\n"
+            "            logs = await c.read_logs(by_run)\n"
+            "            if any(\"Running stage 'a'\" in l.message for l in logs): break\n"
+            "            await asyncio.sleep(0.25)\n"
             "        return [f.state.type.value for f in frs], [l.message for l in logs]\n"
             "states, logs = asyncio.run(final([r.id for r in runs]))\n"
             "print(json.dumps({'crons': crons, 'states': states, 'logs': logs}))\n"

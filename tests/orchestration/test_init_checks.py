@@ -1,6 +1,6 @@
 """``calibflow init`` refuses at once what the run would refuse later, in one line naming what it saw.
 
-Each case writes a real file (generated ground-truth scores, tests/source_data.py, with one defect) and runs
+Each case writes a real file (generated ground-truth scores, helpers.source_data, with one defect) and runs
 the real ``calibflow init`` command; a refusal must leave params.yaml byte-identical. The text-date cases
 then run the pipeline's own validate and prepare stages on the declared source, so the format init detected
 is the one the run reads with (01/09/2026 is the 1st of September in every row, not January 9th).
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from source_data import scores_frame
+from helpers.source_data import scores_frame
 from typer.testing import CliRunner
 
 from calibflow.flows.cli import app

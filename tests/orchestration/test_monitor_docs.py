@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from monitor_data import make_project
+from helpers.monitor_data import make_project
 
 from calibflow.experiments.monitoring import DAY0
 from calibflow.flows.gitops import commit_paths

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc_env, git
 from scipy.special import expit, logit
-from test_pipeline_dvc import FAKE_EXPERIMENT, TINY, _copy_repo, _env, git
 
 from calibflow import calibrators
 
@@ -50,7 +50,7 @@ def deliver(folder: Path, days: range, seed: int = 3) -> None:
 
 
 def calibflow(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**_env(), "CALIBFLOW_ROOT": str(root), "PREFECT_HOME": str(root / ".prefect")}
+    env = {**dvc_env(), "CALIBFLOW_ROOT": str(root), "PREFECT_HOME": str(root / ".prefect")}
     env.update(OPENBLAS_NUM_THREADS="1", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     proc = subprocess.run(
         [sys.executable, "-m", "calibflow.flows.cli", *args],
@@ -70,7 +70,7 @@ def calibflow(root: Path, *args: str, check: bool = True) -> subprocess.Complete
 def test_documented_path_on_a_probability_source_serves_calibrated_probabilities(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
-    _copy_repo(root)
+    copy_repo(root)
     params = yaml.safe_load((root / "params.yaml").read_text())  # the schema wants every key
     for key, value in json.loads(json.dumps(TINY)).items():
         params[key] = {**params[key], **value} if isinstance(value, dict) and key in params else value

@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from monitor_data import make_project
+from helpers.monitor_data import make_project
+from helpers.waiting import Output, has_open, wait_until
 
 from calibflow.flows import registry
-from calibflow.flows.checkout_lock import checkout_lock
+from calibflow.flows.checkout_lock import checkout_lock, lock_path
 
 # Two triggers in one process (one ephemeral server): the second finds nothing new.
 FLOW = (
@@ -44,10 +44,13 @@ def test_overlapping_run_queues_then_commits_to_the_runs_branch(tmp_path):
     state = tmp_path / "monitoring/ads/state.json"
     with checkout_lock(tmp_path):  # another run holds the checkout
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(8)
-        assert proc.poll() is None, proc.communicate()[1][-2000:]  # still waiting: queued, not failed
+        output = Output(proc)
+        # queued: it has opened the lock file we hold (inside the flow its "waiting" line is not on stderr)
+        lock = lock_path(tmp_path)
+        wait_until(lambda: has_open(proc.pid, lock) or proc.poll() is not None, 300, "the run at the lock")
+        assert proc.poll() is None, output.stderr[-2000:]  # still waiting: queued, not failed
         assert not state.exists()
-    out, err = proc.communicate(timeout=300)
+    out, err = output.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     first, second = (json.loads(line) for line in out.strip().splitlines()[-2:])
     [[windows, champion, rev]] = first

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from flow_fixtures import free_port
-from monitor_data import make_project
+from helpers.flow_fixtures import free_port
+from helpers.monitor_data import make_project
 
 pytestmark = [pytest.mark.server, pytest.mark.xdist_group("prefect")]
 

@@ -12,53 +12,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.toy_run import toy_project
 
 PY = sys.executable
 CALIBFLOW = [PY, "-m", "calibflow.flows.cli"]
 REPO = Path(__file__).resolve().parents[2]
-
-TOY_STAGE = textwrap.dedent(
-    """
-    import pathlib, sys, time, yaml
-    name, out = sys.argv[1], pathlib.Path(sys.argv[2])
-    params = yaml.safe_load(open("toy.yaml"))
-    print(f"loading {name}", flush=True)
-    time.sleep(params["sleep"].get(name, 0))
-    if params.get("fail") == name:
-        print(f"error: {name} was told to fail (set fail: none)", file=sys.stderr, flush=True)
-        sys.exit(3)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(name)
-    """
-)
-
-
-def _toy(root: Path, sleep: dict[str, float]) -> Path:
-    root.mkdir()
-    (root / "stage.py").write_text(TOY_STAGE)
-    # `calibflow run` checks params.yaml against the schema first: a real one; the toy's knobs in toy.yaml.
-    (root / "params.yaml").write_text((REPO / "params.yaml").read_text())
-    (root / "toy.yaml").write_text(yaml.safe_dump({"sleep": sleep, "fail": "none"}))
-    stages = {}
-    prev: list[str] = []
-    for name in ("a", "b", "c"):
-        out = f"out/{name}.txt"
-        stages[name] = {
-            "cmd": f"{PY} stage.py {name} {out}",
-            "deps": ["stage.py", "toy.yaml", *prev],
-            "outs": [out],
-        }
-        prev = [out]
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
-    for cmd in (["git", "init", "-q"], [PY, "-m", "dvc", "init", "-q"]):
-        subprocess.run(cmd, cwd=root, check=True, capture_output=True)
-    return root
-
 
 def _run(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "PREFECT_HOME": str(root / ".prefect"), "CALIBFLOW_ROOT": str(root), **env}
@@ -76,7 +38,7 @@ def _log(stderr: str) -> Path:
 
 
 def test_progress_heartbeat_and_a_failing_stage(tmp_path):
-    root = _toy(tmp_path / "toy", {"b": 2.5})
+    root = toy_project(tmp_path / "toy", {"b": 2.5})
     proc = _run(root, "run", CALIBFLOW_HEARTBEAT_S="1")
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr.splitlines()
@@ -104,7 +66,7 @@ def test_progress_heartbeat_and_a_failing_stage(tmp_path):
 
 
 def test_quiet_failure_is_three_lines_at_most(tmp_path):
-    root = _toy(tmp_path / "toy", {})
+    root = toy_project(tmp_path / "toy", {})
     (root / "toy.yaml").write_text(yaml.safe_dump({"sleep": {}, "fail": "a"}))
     proc = _run(root, "run", "-q")
     assert proc.returncode == 3
@@ -119,12 +81,12 @@ def test_quiet_failure_is_three_lines_at_most(tmp_path):
 @pytest.mark.slow
 def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tmp_path):
     """The issue's case: a label of 2 in 7 of 20,000 rows, under `calibflow run -q`."""
-    from source_data import scores_frame, write
-    from test_pipeline_dvc import FAKE_EXPERIMENT, _copy_repo, dvc, git
+    from helpers.dvc_repo import FAKE_EXPERIMENT, copy_repo, dvc, git
+    from helpers.source_data import scores_frame, write
 
     root = tmp_path / "repo"
     root.mkdir()
-    _copy_repo(root)
+    copy_repo(root)
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["datasets"] = {"names": ["bank_marketing"], "targets": {}, "max_rows": 1500}
     p["papers"] = ["fake"]  # the report stage needs one paper page until papers are opt-in

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from flow_fixtures import free_port
+from helpers.flow_fixtures import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CALIBFLOW = [sys.executable, "-m", "calibflow.flows.cli"]
@@ -84,10 +84,10 @@ def test_a_foreign_http_server_is_never_ours(tmp_path, foreign):
 
 def test_run_reports_to_its_own_server_not_the_foreign_one(tmp_path, foreign):
     """Before: /api/health answered 200, so `calibflow run` sent its flow run to the http.server."""
-    from test_run_output import _toy
+    from helpers.toy_run import toy_project
 
     port, _ = foreign
-    toy = _toy(tmp_path / "toy", {})
+    toy = toy_project(tmp_path / "toy", {})
     res = _cli(_env(tmp_path / "prefect-home", toy), "run", "--port", str(port), "-q", cwd=toy)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("calibflow run: 3 stage(s) ran") and "Traceback" not in res.stderr

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from flow_fixtures import free_port
+from helpers.flow_fixtures import free_port
 
 CHROMIUM_FLAGS = [
     "--headless",

@@ -1,7 +1,7 @@
 """``calibflow trigger --wait`` follows the served run: its states and progress lines, then its final state.
 
 A real local Prefect server (own PREFECT_HOME, a free port), the pipeline served on the toy DVC repository
-(tests/flow_fixtures.py) in a subprocess, and the real CLI triggering it: once to completion, once with a
+(helpers.flow_fixtures) in a subprocess, and the real CLI triggering it: once to completion, once with a
 stage told to fail (exit 1, the stage's own line shown).
 """
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from flow_fixtures import free_port, make_toy_repo
+from helpers.flow_fixtures import free_port, make_toy_repo
 
 REPO = Path(__file__).resolve().parents[2]
 

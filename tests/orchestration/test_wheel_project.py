@@ -28,8 +28,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from source_data import scores_frame
-from test_pipeline_dvc import REPO
+from helpers.dvc_repo import REPO
+from helpers.source_data import scores_frame
 
 from calibflow import metrics
 

@@ -1,7 +1,7 @@
 """Issue 17 wired in: a score source above ``scale.row_threshold`` runs calibrate, evaluate and select on the
 aggregate path (DuckDB bucket tables) and agrees with the row path on the same prepared split.
 
-Reduced size: 6000 generated rows (tests/source_data.py) and ``row_threshold: 1000``; the row path is the
+Reduced size: 6000 generated rows (helpers.source_data) and ``row_threshold: 1000``; the row path is the
 same pipeline with the threshold above the row count.
 """
 
@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from source_data import scores_frame, write
-from test_sources_pipeline import _params
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import source_params
 
 from calibflow.io import read_json
 from calibflow.pipeline import calibrate, evaluate, fetch, fingerprint, prepare, select, train
@@ -32,7 +32,7 @@ def _downstream(params: dict, root: Path) -> None:
 def both(tmp_path_factory):
     rows = tmp_path_factory.mktemp("rows")
     path = write(scores_frame(n=6000, days=30, seed=5), "parquet", rows / "userdata")
-    params = _params(str(path.relative_to(rows)), with_features=False)
+    params = source_params(str(path.relative_to(rows)), with_features=False)
     params["calibrate"]["methods"] = METHODS
     params["evaluate"].update(n_bootstrap=40, reliability_bins="quantile")
     fingerprint.run("ads", params, rows)

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from flow_fixtures import make_toy_repo
-from test_flows_prefect import harness  # noqa: F401  (a fixture: one Prefect test server)
+from helpers.flow_fixtures import make_toy_repo
+from helpers.waiting import wait_until
 
 import calibflow.flows  # noqa: F401  (environment before prefect)
 from calibflow.flows import pipeline as pl
@@ -38,7 +38,7 @@ def test_autostage_stages_dvc_lock_and_index_kept_undoes_it(tmp_path):
     assert "dvc.lock" in _staged(toy)
 
 
-def test_a_commit_run_leaves_the_users_index_as_it_was(harness, tmp_path):  # noqa: F811
+def test_a_commit_run_leaves_the_users_index_as_it_was(harness, tmp_path):
     toy = _autostaged_toy(tmp_path / "toy")
     (toy / "notes.txt").write_text("the user's own staged work\n")
     subprocess.run(["git", "add", "notes.txt"], cwd=toy, check=True)
@@ -50,17 +50,18 @@ def test_a_commit_run_leaves_the_users_index_as_it_was(harness, tmp_path):  # no
 
 
 def test_the_report_page_is_byte_identical_on_rerun(tmp_path):
-    from source_data import scores_frame, write
-    from test_sources_pipeline import _params, run_pipeline
+    from helpers.source_data import scores_frame, write
+    from helpers.sources_pipeline import run_pipeline, source_params
 
     from calibflow.pipeline import report
 
     frame = scores_frame(n=1500, days=30, seed=2)
     path = write(frame, "parquet", tmp_path / "userdata")
-    params = _params(str(path.relative_to(tmp_path)), with_features=False)
+    params = source_params(str(path.relative_to(tmp_path)), with_features=False)
     run_pipeline(params, tmp_path, with_report=True)
     first = (tmp_path / "reports/index.html").read_bytes()
-    time.sleep(1.1)  # a clock time in seconds would now differ
+    second = int(time.time())
+    wait_until(lambda: int(time.time()) > second, 5, "the next second")  # a clock time would now differ
     report.run(params, tmp_path)
     assert (tmp_path / "reports/index.html").read_bytes() == first
     assert b"generated" not in first

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import yaml
-from monitor_data import make_project, write_days
+from helpers.monitor_data import make_project, write_days
 
 from calibflow import monitoring as mon
 from calibflow.experiments.monitoring import DAY0

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from monitor_data import make_project, write_days
+from helpers.monitor_data import make_project, write_days
 
 from calibflow import calibrators as C
 from calibflow import monitoring as mon

@@ -11,53 +11,16 @@ good output. The report's rendering in Chromium is tested in ``test_pipeline_tas
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.dvc_repo import dvc, git, make_repo
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = {
-    "seed": 11,
-    "datasets": {"names": ["bank_marketing"], "targets": {}, "max_rows": 1500},
-    "prepare": {
-        "fractions": {"train": 0.5, "calib": 0.25, "test": 0.25},
-        "stratify": True,
-        "balance_tolerance": 0.03,
-    },
-    "model": {"n_estimators": 10, "max_depth": 3, "learning_rate": 0.3, "n_jobs": 1},
-    "replicas": {"n": 0, "scheme": "seeds"},
-    "calibrate": {"methods": ["platt", "isotonic"], "input": "logit", "options": {}},
-    "evaluate": {"n_bins": 10, "n_bootstrap": 20, "ci_level": 0.95, "selection_alpha": 0.1, "hist_bins": 20},
-    "sources": {},
-    "validate": {"min_class_count": 10},
-    "select": {"rule": "auto"},
-    "scale": {"row_threshold": 5_000_000},
-    "papers": ["fake"],
-    "reproduce": {"profile": "quick", "fake": {"quick": {"n": 2}, "full": {"n": 50}}},
-}
-FAKE_EXPERIMENT = '''"""A stand-in paper experiment for the pipeline test."""
-
-import matplotlib.pyplot as plt
-
-from calibflow.plots import to_svg
-from calibflow.results import Figure, Reproduction, Table
-
-
-def run(config, seed):
-    fig, ax = plt.subplots(figsize=(2, 2))
-    ax.plot(range(config["n"]), range(config["n"]))
-    table = Table("Table 1", ["method", "ours", "paper"], [["platt", 0.012, 0.011]])
-    return Reproduction(key="fake", paper="Fake et al. (2026)", profile="quick", tables=[table],
-                        figures=[Figure("identity", to_svg(fig))], metrics={"ece": 0.012, "seed": seed})
-'''
 STAGES = [
     "fetch",
     "validate@raw",
@@ -76,71 +39,6 @@ STAGES = [
 ]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    # Stage commands run `python -m calibflow.pipeline...` from PATH: this interpreter first, no PYTHONPATH.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONPATH", None)
-    for key in ("PREFECT_API_URL", "CALIBFLOW_DEBUG", "CALIBFLOW_RUN_LOG"):  # set by a test run before
-        env.pop(key, None)
-    env.update(DVC_NO_ANALYTICS="1", GX_ANALYTICS_ENABLED="false", PYTHONHASHSEED="0")
-    env.update(
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@x.invalid",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@x.invalid",
-    )
-    return env
-
-
-def dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "dvc", *args], cwd=root, env=_env(), capture_output=True, text=True
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"dvc {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-    return proc
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, env=_env(), capture_output=True, text=True, check=True
-    ).stdout
-
-
-def _copy_repo(dst: Path) -> None:
-    """The repository's tracked and new (not ignored) files, without its DVC cache, outputs or git history."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src = REPO / rel
-        if (
-            not src.is_file()
-            or rel.startswith(("metrics/", "plots/"))
-            or rel in ("dvc.lock", "reports/summary.md")
-        ):
-            continue
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst / rel)
-
-
-def _make_repo(root: Path) -> str:
-    _copy_repo(root)
-    (root / "params.yaml").write_text(yaml.safe_dump(TINY, sort_keys=False))
-    (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "tiny pipeline")
-    first = dvc(root, "repro")
-    return first.stdout + first.stderr
-
-
 def test_dvc_pipeline_end_to_end(tmp_path):
     """One test, steps in order: they share one repository and the later steps change it.
 
@@ -149,7 +47,7 @@ def test_dvc_pipeline_end_to_end(tmp_path):
     """
     root = tmp_path / "repo"
     root.mkdir()
-    log = _make_repo(root)
+    log = make_repo(root)
     _repro_runs_every_stage_and_writes_outputs(root, log)
     _noop_repro_runs_nothing(root)
     _param_change_makes_only_downstream_stale(root)

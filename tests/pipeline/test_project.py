@@ -16,8 +16,8 @@ import re
 
 import pytest
 import yaml
-from source_data import scores_frame, write
-from test_pipeline_dvc import REPO, _make_repo, dvc
+from helpers.dvc_repo import REPO, dvc, make_repo
+from helpers.source_data import scores_frame, write
 from typer.testing import CliRunner
 
 from calibflow.flows import project, stage_deps
@@ -97,7 +97,7 @@ def test_benchmark_opt_in_adds_the_builtin_datasets(tmp_path):
 def test_evaluate_only_change_reruns_only_what_reads_evaluate(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
-    _make_repo(root)
+    make_repo(root)
     # numba writes its cache beside the code while a stage runs: no stage may notice
     cache = root / "calibflow/calibrators/__pycache__"
     cache.mkdir(exist_ok=True)

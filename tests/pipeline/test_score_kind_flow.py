@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from source_data import scores_frame, write
-from test_sources_pipeline import METHODS, _params, run_pipeline
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import METHODS, run_pipeline, source_params
 from typer.testing import CliRunner
 
 from calibflow import metrics
@@ -144,7 +144,7 @@ def test_init_then_stages_then_apply_reads_the_kind_from_the_calibrator(tmp_path
 
     frame = scores_frame(n=3000, days=30, seed=7)
     path = write(frame, "parquet", tmp_path / "userdata")
-    base = _params("unused", with_features=False)
+    base = source_params("unused", with_features=False)
     del base["sources"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     init = ["init", "--data", str(path), "--label", "clicked", "--score", "p_model", "--time", "date",

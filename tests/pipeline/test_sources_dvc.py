@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from source_data import scores_frame, write
-from test_pipeline_dvc import FAKE_EXPERIMENT, TINY, _copy_repo, dvc, git
+from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc, git
+from helpers.source_data import scores_frame, write
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def _params() -> dict:
 def test_dvc_repro_on_a_source(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
-    _copy_repo(root)
+    copy_repo(root)
     (root / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)
     frame = scores_frame(n=1500, days=30, seed=4)

@@ -1,6 +1,6 @@
 """User sources through every stage (run in-process), the chosen calibrator, `calibflow apply`, bad inputs.
 
-Generated tables with known ground truth (tests/source_data.py): a miscalibrated score ``p_model`` of a known
+Generated tables with known ground truth (helpers.source_data): a miscalibrated score ``p_model`` of a known
 true probability, a date and a country segment; and the same rows as a features table. Each as CSV, as
 Parquet and as a folder of daily Parquet files.
 """
@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import METHODS, run_pipeline, source_params
 from scipy.special import expit, logit
-from source_data import scores_frame, write
 from typer.testing import CliRunner
 
 from calibflow import sources as src
@@ -35,60 +36,11 @@ from calibflow.pipeline import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-METHODS = ["platt", "isotonic"]
-
-
-def _params(path: str, with_features: bool = True) -> dict:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["datasets"]["names"] = []
-    params["papers"] = []
-    params["calibrate"]["methods"] = METHODS
-    params["evaluate"].update(n_bootstrap=20, n_bins=10)
-    params["model"].update(n_estimators=10, max_depth=3, n_jobs=1)
-    params["sources"] = {
-        "ads": {
-            "path": path,
-            "label": "clicked",
-            "score": "p_model",
-            "score_kind": "probability",
-            "time": "date",
-            "segments": ["country"],
-            "weight": "weight",
-        }
-    }
-    if with_features:
-        params["sources"]["feat"] = {
-            "path": path,
-            "label": "clicked",
-            "features": ["x1", "x2", "x3", "country"],
-            "split": {"kind": "random", "fractions": {"train": 0.5, "calib": 0.25, "test": 0.25}},
-        }
-    return params
-
-
-def run_pipeline(params: dict, root: Path, with_report: bool = True) -> None:
-    """The stages in dvc.yaml's order, in-process (as `dvc repro` would run them)."""
-    for name in params["sources"]:
-        fingerprint.run(name, params, root)
-    fetch.run(params, root)
-    validate.run("raw", params, root)
-    prepare.run(params, root)
-    validate.run("prepared", params, root)
-    train.run(params, root)
-    for m in METHODS:
-        calibrate.run(m, params, root)
-    validate.run("calibrated", params, root)
-    evaluate.run(params, root)
-    select.run(params, root)
-    if with_report:
-        report.run(params, root)
-
-
 @pytest.mark.parametrize("kind", ["csv", "parquet", "folder"])
 def test_sources_end_to_end(tmp_path, kind):
     frame = scores_frame(n=2400, days=30, seed=3)
     path = write(frame, kind, tmp_path / "userdata")
-    params = _params(str(path.relative_to(tmp_path)))
+    params = source_params(str(path.relative_to(tmp_path)))
     run_pipeline(params, tmp_path, with_report=kind == "parquet")  # the report: once is enough
 
     # the time split: calib = the 14 days before the last 7, test = the last 7 days; past -> future
@@ -171,7 +123,7 @@ def good_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("good")
     frame = scores_frame(n=1500, days=30, seed=5)
     path = write(frame, "parquet", root / "userdata")
-    params = _params(str(path.relative_to(root)), with_features=False)
+    params = source_params(str(path.relative_to(root)), with_features=False)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_pipeline(params, root)
     return root, frame, params
