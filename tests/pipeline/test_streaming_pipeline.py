@@ -1,7 +1,7 @@
 """Issue 25: a score source above ``scale.row_threshold`` goes through every stage without its rows in
 pandas: validate@raw runs GX on DuckDB's one-scan profile, prepare writes the split with DuckDB, train is
 skipped, calibrate/evaluate/select read bucket tables, validate@calibrated checks each calibrator on the test
-table. Reduced size: 20,000 generated rows (tests/source_data.py) with ``row_threshold: 1000``; the row
+table. Reduced size: 20,000 generated rows (helpers/source_data.py) with ``row_threshold: 1000``; the row
 path is the same pipeline with the threshold above the row count.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from source_data import scores_frame, write
-from test_sources_pipeline import METHODS, _params, run_pipeline
+from helpers.source_data import scores_frame, write
+from helpers.sources_pipeline import METHODS, run_pipeline, source_params
 
 from calibflow.io import read_json
 from calibflow.pipeline import prepare, validate
@@ -21,7 +21,7 @@ N = 20_000
 
 
 def _stream_params(path: str, split: dict | None = None) -> dict:
-    params = _params(path, with_features=False)
+    params = source_params(path, with_features=False)
     params["scale"] = {"row_threshold": 1000, "replicates": 20}
     if split is not None:
         params["sources"]["ads"]["split"] = split
