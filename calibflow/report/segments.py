@@ -41,7 +41,7 @@ def _reliability_figure(card: dict[str, Any]) -> str:
 
     cap = (f"Reliability of the {len(panels)} worst segment(s) after calibration (flagged first, then the "
            "largest |Σp/Σy − 1|; equal-mass bins with 95% intervals; dashed: perfect calibration).")
-    return (f'<figure class="segment-reliability">{segment_reliability_svg(panels)}'
+    return (f'<figure class="segment-reliability">{segment_reliability_svg(panels, ncols=2)}'
             f"<figcaption>{e(cap)}</figcaption></figure>")
 
 
