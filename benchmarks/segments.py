@@ -140,11 +140,12 @@ def _mcgrad(fit: dict, test: dict) -> tuple[float, float, np.ndarray]:
 
 
 def _ours_tables(fit: dict, test: dict) -> tuple[float, float, np.ndarray]:
-    """partial_pooling from the streaming pass's tables: the fit rows written to Parquet (not timed), the
-    pass (DuckDB, both cores) and the table fit timed together as the fit."""
+    """partial_pooling as the aggregate path fits it: the fit rows written to Parquet (not timed), then
+    timed together as the fit: the pass (DuckDB, both cores), the table fit, one joint table per column
+    pair (a second DuckDB pass each) and the pairs' tests and offsets."""
     import tempfile
 
-    from calibflow.aggregate.segment_fit import partial_pooling_from_tables
+    from calibflow.aggregate.segment_fit import add_pairs, pair_table, partial_pooling_from_tables
     from calibflow.aggregate.tables import aggregate_files
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,8 +155,13 @@ def _ours_tables(fit: dict, test: dict) -> tuple[float, float, np.ndarray]:
         tabs = aggregate_files(path, "z", "y", kind="logit", segments=list(fit["segs"]))
         t_pass = time.perf_counter() - t0
         cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
+        t_fit = time.perf_counter() - t0 - t_pass
+        pairs = {(a, b): pair_table("read_parquet($p)", {"p": path}, "z", "y", a, b)
+                 for a, b in itertools.combinations(fit["segs"], 2)}
+        add_pairs(cal, pairs)
         t1 = time.perf_counter()
-    print(f"    (tables: pass {t_pass:.2f}s, table fit {t1 - t0 - t_pass:.2f}s)", flush=True)
+    print(f"    (tables: pass {t_pass:.2f}s, table fit {t_fit:.2f}s, pair tables and pairs "
+          f"{t1 - t0 - t_pass - t_fit:.2f}s)", flush=True)
     return t1 - t0, time.perf_counter() - t1, cal.predict(test["z"], segments=test["segs"])
 
 

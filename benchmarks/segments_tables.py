@@ -3,7 +3,8 @@
 ``nice -n 10 python -m benchmarks.segments_tables --rows 1e6`` prints one line per fit on the generated
 table of ``benchmarks.segments`` (seed 0, 2e5 test rows): one segment column (campaign, 200 values: the
 coarse grid's cost alone), then the three columns fitted on rows without and with column pairs and from the
-marginal tables (the marginal-table approximation and the missing intersections, separately). Columns:
+marginal tables, then with the pairs from joint tables (``segment_fit.pair_table``, a second DuckDB pass
+per pair): the marginal-table approximation and the intersections, separately. Columns:
 fit seconds (the table fit includes the pass over a Parquet copy of the fit rows), test log loss,
 worst-segment |sum p / sum y - 1| (``benchmarks.segments._worst``) and, for one column, the largest logit
 difference to the row fit.
@@ -12,6 +13,7 @@ difference to the row fit.
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 import time
 
@@ -21,7 +23,7 @@ from scipy.special import logit
 
 from benchmarks.segments import _worst, generated
 from calibflow import metrics as M
-from calibflow.aggregate.segment_fit import partial_pooling_from_tables
+from calibflow.aggregate.segment_fit import add_pairs, pair_table, partial_pooling_from_tables
 from calibflow.aggregate.tables import aggregate_files
 from calibflow.calibrators import make
 
@@ -34,6 +36,7 @@ def _line(label: str, secs: float, test: dict, p: np.ndarray, extra: str = "") -
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=float, default=1e6)
+    ap.add_argument("--tables-only", action="store_true", help="skip the row fits (at 1e7 they take minutes)")
     args = ap.parse_args(argv)
     fit, test = generated(int(args.rows), 200_000, 0)
     print("| fit | seconds | test log loss | worst segment | max logit diff to the row fit |")
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             segs = {c: fit["segs"][c] for c in cols}
             tsegs = {c: test["segs"][c] for c in cols}
             p_row = None
-            for pairs in (False, True) if len(cols) > 1 else (False,):
+            for pairs in ((False, True) if len(cols) > 1 else (False,)) if not args.tables_only else ():
                 t0 = time.perf_counter()
                 row = make("partial_pooling", input="logit", intersections=pairs)
                 row.fit(fit["z"], fit["y"], segments=segs)
@@ -57,8 +60,17 @@ def main(argv: list[str] | None = None) -> None:
             cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
             secs = time.perf_counter() - t0
             p = cal.predict(test["z"], segments=tsegs)
-            diff = f"{np.abs(logit(p) - logit(p_row)).max():.4f}"
+            diff = f"{np.abs(logit(p) - logit(p_row)).max():.4f}" if p_row is not None else ""
             _line(f"{'+'.join(cols)}, tables", secs, test, p, diff)
+            if len(cols) > 1:
+                t0 = time.perf_counter()
+                pairs = {(a, b): pair_table("read_parquet($p)", {"p": path}, "z", "y", a, b)
+                         for a, b in itertools.combinations(cols, 2)}
+                add_pairs(cal, pairs)
+                p = cal.predict(test["z"], segments=tsegs)
+                added = [t["columns"] for t in cal.pair_tests_ if t["included"]]
+                _line(f"{'+'.join(cols)}, tables + pair tables", secs + time.perf_counter() - t0, test, p,
+                      f"pairs added: {added}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from calibflow.io import write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -94,9 +95,12 @@ def calibrate_aggregate_source(
         lay, name, "calib", scale, weighted=True, input_kind=input_kind, segments=True
     )
     try:
-        text = partial_pooling_from_tables(tabs.fine, tabs.segments, input_kind, **options).to_json()
+        fitted = partial_pooling_from_tables(tabs.fine, tabs.segments, input_kind, **options)
     except (TypeError, ValueError) as exc:
         raise StageError(f"{FROM_TABLES} ({name}): {exc}") from None
+    if fitted.intersections and len(names) > 1:
+        _add_pairs(lay, name, fitted, names)
+    text = fitted.to_json()
     col = "prob" if input_kind == "probability" else "margin"
     seg_cols = [_sources.SEGMENT_PREFIX + c for c in names]
     test = pd.read_parquet(lay.predictions / f"{name}.parquet", filters=[("split", "==", "test")],
@@ -107,6 +111,22 @@ def calibrate_aggregate_source(
     out["margin"] = test["margin"].to_numpy(np.float64)
     out["prob"] = cal.predict(test[col].to_numpy(np.float64), segments=segs)
     return text, out, unseen_counts(cal.segment_names_, cal.vocab_, segs, len(out))
+
+
+def _add_pairs(lay: Layout, name: str, cal: Any, names: list[str]) -> None:
+    """Column pairs on the aggregate path: one joint table per pair of the calib split (DuckDB GROUP BY,
+    ``segment_fit.pair_table``), tested and added as in the row fit (``segment_fit.add_pairs``)."""
+    from itertools import combinations
+
+    from calibflow.aggregate.segment_fit import add_pairs, pair_table
+
+    path = lay.predictions / f"{name}.parquet"
+    weight = "weight" if "weight" in pq.ParquetFile(path).schema_arrow.names else None
+    src = "(SELECT * FROM read_parquet($path) WHERE split = 'calib')"
+    pre = _sources.SEGMENT_PREFIX
+    tables = {(a, b): pair_table(src, {"path": str(path)}, "margin", "y", pre + a, pre + b, weight)
+              for a, b in combinations(names, 2)}
+    add_pairs(cal, tables)
 
 
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
