@@ -123,3 +123,32 @@ def test_validate_catches_an_order_reversal_within_a_segment():
     ok = df.assign(prob=[0.2, 0.3, 0.05, 0.1])  # b entirely below a: across segments, allowed
     frame, _ = validate.segmented_suite(ok, ["s:c"])
     assert frame["prob_drop"].max() == 0.0
+
+
+def test_aggregate_stage_adds_a_supported_pair(tmp_path):
+    """Two segment columns with a country x device bias in the predictions file: the aggregate path's
+    partial_pooling holds the pair (joint table) and predicts every test row from the saved JSON."""
+    from scipy.special import expit
+
+    from calibflow.pipeline._common import Layout
+
+    rng = np.random.default_rng(8)
+    n = 40_000
+    c, d = rng.integers(0, 6, n), rng.integers(0, 2, n)
+    z = rng.normal(-1.2, 1.0, n)
+    inter = np.array([[0.8, -0.8], [-0.6, 0.6], [0, 0], [0.5, -0.5], [0, 0], [-0.7, 0.7]])
+    y = (rng.random(n) < expit(z + inter[c, d])).astype(np.int64)
+    preds = pd.DataFrame({"row": np.arange(n), "split": np.where(np.arange(n) % 2, "calib", "test"), "y": y,
+                          "margin": z, "prob": expit(z), "s:country": np.char.add("c", c.astype(str)),
+                          "s:device": np.char.add("d", d.astype(str))})
+    lay = Layout(tmp_path)
+    lay.predictions.mkdir(parents=True)
+    preds.to_parquet(lay.predictions / "ads.parquet", index=False)
+    params = {"scale": {"row_threshold": 1000}}
+    text, out, unseen = calibrate_segments.calibrate_aggregate_source(lay, params, "ads", "logit", {})
+    cal = from_json(text)
+    assert [t["columns"] for t in cal.pair_tests_ if t["included"]] == [["country", "device"]]
+    assert len(out) == n // 2 and unseen == {"country": 0, "device": 0}
+    test = preds[preds["split"] == "test"]
+    want = expit(test["margin"] + inter[c[test.index], d[test.index]])
+    assert np.abs(out["prob"].to_numpy() - want.to_numpy()).mean() < 0.02  # the truth, to sampling error
