@@ -135,3 +135,30 @@ def _window_interval(ax, x: np.ndarray, interval) -> None:
     ok = np.isfinite(lo) & np.isfinite(hi)
     if ok.any():
         ax.vlines(x[ok], lo[ok], hi[ok], color="#9ecae1", lw=2.5, label="interval")
+
+
+def segment_reliability_svg(panels: list[dict], ncols: int = 4) -> str:
+    """Small multiples: one reliability diagram per segment (``calibflow.segments.segment_reliability``'s
+    records), the bins' Jeffreys intervals as error bars, the title naming the segment and its ratio."""
+    fig, axes = small_multiples(len(panels), ncols=ncols, size=2.2)
+    for ax, seg in zip(axes, panels, strict=True):
+        b = seg["bins"]
+        x = np.array([r["mean_pred"] for r in b])
+        obs = np.array([r["observed"] for r in b])
+        err = np.array([[o - r["low"] for o, r in zip(obs, b, strict=True)],
+                        [r["high"] - o for o, r in zip(obs, b, strict=True)]])
+        hi = float(min(1.0, max(np.r_[x, [r["high"] for r in b], 0.05].max() * 1.1, 0.05)))
+        ax.plot([0, hi], [0, hi], color="0.7", lw=0.8, ls="--")
+        ax.errorbar(x, obs, yerr=np.clip(err, 0, None), fmt="o-", ms=2.5, lw=1, capsize=1.5,
+                    color="C3" if seg.get("flagged") else "C0")
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ratio = seg.get("ratio")
+        title = f"{seg['column']} = {seg['value']}"
+        if ratio is not None:
+            title += f"\nΣp/Σy {ratio:.2f}" + (" (flagged)" if seg.get("flagged") else "")
+        ax.set_title(title, fontsize=7)
+        ax.set_xlabel("mean prediction")
+        ax.set_ylabel("observed rate")
+    fig.tight_layout()
+    return to_svg(fig)

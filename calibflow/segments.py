@@ -220,6 +220,47 @@ def flag_lines(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def worst_segments(rows: list[dict[str, Any]], k: int = 4, min_positives: int = 20) -> list[dict[str, Any]]:
+    """The ``k`` worst of :func:`segment_check`'s rows: flagged first, then by ``|sum p / sum y - 1|``;
+    pooled rows (:data:`OTHER_LEVEL`) and values with under ``min_positives`` positives (their ratio is
+    mostly noise) are left out."""
+    cand = [r for r in rows if r.get("ratio") is not None and r.get("positives", 0) >= min_positives
+            and not str(r.get("value", "")).startswith(OTHER_LEVEL)]
+    cand.sort(key=lambda r: (not r.get("flagged"), -abs(float(r["ratio"]) - 1.0), r["column"], r["value"]))
+    return cand[:k]
+
+
+def segment_reliability(
+    y: ArrayLike,
+    p: ArrayLike,
+    segments: Any,
+    rows: list[dict[str, Any]],
+    n_bins: int = 10,
+    level: float = 0.95,
+) -> list[dict[str, Any]]:
+    """Reliability bins (equal mass, Jeffreys intervals) of each segment in ``rows`` (``column``, ``value``
+    as :func:`segment_check` writes them), on the rows of that value: what the report draws for the worst
+    segments."""
+    from calibflow.intervals import jeffreys_interval
+    from calibflow.metrics import reliability
+
+    yy, pp = np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    names, cols = segment_matrix(segments, yy.size)
+    out = []
+    for r in rows:
+        m = cols[names.index(r["column"])] == r["value"]
+        rel = reliability(yy[m], pp[m], n_bins=min(n_bins, max(int(m.sum()) // 20, 1)), strategy="quantile")
+        ok = rel.count > 0
+        pos = np.round(rel.observed[ok] * rel.count[ok])
+        lo, hi = jeffreys_interval(pos, rel.count[ok], level)
+        cols_ok = (rel.count[ok], rel.mean_pred[ok], rel.observed[ok], lo, hi)
+        keys = ("count", "mean_pred", "observed", "low", "high")
+        bins = [{k: float(v) for k, v in zip(keys, vals, strict=True)} for vals in zip(*cols_ok, strict=True)]
+        out.append({k: r[k] for k in ("column", "value", "n", "positives", "ratio", "ratio_ci", "flagged")}
+                   | {"bins": bins})
+    return out
+
+
 def chance_flags(rows: list[dict[str, Any]], level: float) -> float:
     """How many of ``rows`` a perfectly calibrated model would still flag, on average (``1 - level`` each)."""
     return (1.0 - level) * sum(r.get("ratio_ci") is not None for r in rows)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.metrics import clip_probability, expit
+from calibflow.segments import NULL_LEVEL, OTHER_LEVEL
 
 
 def _by_value(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -131,26 +132,45 @@ def segment_records(
     unc: pd.DataFrame, cal: pd.DataFrame | None, column: str, top: int | None = None, **opts: Any
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
-    ``positives``, ``ratio_uncalibrated``, ``ratio`` and ``ratio_ci`` (of ``cal``, or of ``unc``)."""
+    ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``) and
+    ``flagged`` (the interval excludes 1). Values past the ``top`` largest that are not flagged are pooled
+    into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's."""
     mu = segment_metrics(unc, **opts)
     mc = segment_metrics(cal, **opts) if cal is not None else mu
-    order = np.argsort(-mu["n"].to_numpy(), kind="stable")[: top or None]
-    out = []
-    for i in order:
+    order = np.argsort(-mu["n"].to_numpy(), kind="stable")
+    out, rest = [], []
+    for rank, i in enumerate(order):
         ci = None
         if "calibration_ratio_low" in mc.columns and np.isfinite(mc["calibration_ratio_low"].iloc[i]):
             ci = [float(mc["calibration_ratio_low"].iloc[i]), float(mc["calibration_ratio_high"].iloc[i])]
+        flagged = bool(ci is not None and (ci[0] > 1.0 or ci[1] < 1.0))
+        if top and rank >= top and not flagged:
+            rest.append(i)
+            continue
         pos = float(mu["positives"].iloc[i])
         out.append({
             "column": column,
-            "value": str(mu["value"].iloc[i]),
+            "value": NULL_LEVEL if pd.isna(mu["value"].iloc[i]) else str(mu["value"].iloc[i]),
             "n": int(round(mu["n"].iloc[i])),
             "positives": int(round(pos)),
             "ratio_uncalibrated": float(mu["calibration_ratio"].iloc[i]) if pos else None,
             "ratio": float(mc["calibration_ratio"].iloc[i]) if pos else None,
             "ratio_ci": ci,
+            "flagged": flagged,
         })
+    if rest:
+        out.append(_pooled(mu, mc, rest, column))
     return out
+
+
+def _pooled(mu: pd.DataFrame, mc: pd.DataFrame, idx: list[int], column: str) -> dict[str, Any]:
+    """One row for the values ``idx``: rows and positives summed, ratios from the summed ``sum p``."""
+    n, pos = float(mu["n"].iloc[idx].sum()), float(mu["positives"].iloc[idx].sum())
+    sp_u = float((mu["calibration_ratio"].iloc[idx] * mu["positives"].iloc[idx]).sum())
+    sp_c = float((mc["calibration_ratio"].iloc[idx] * mc["positives"].iloc[idx]).sum())
+    return {"column": column, "value": f"{OTHER_LEVEL} x{len(idx)}", "n": int(round(n)),
+            "positives": int(round(pos)), "ratio_uncalibrated": sp_u / pos if pos else None,
+            "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False}
 
 
 def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.ndarray) -> pd.DataFrame:

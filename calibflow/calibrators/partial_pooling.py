@@ -251,9 +251,10 @@ class PartialPoolingCalibrator(BaseCalibrator):
 class _Fitter:
     """Block coordinate Fisher scoring of the penalised likelihood, tau^2 re-estimated every sweep."""
 
-    def __init__(self, z, y, w, tol: float, max_iter: int) -> None:
+    def __init__(self, z, y, w, tol: float, max_iter: int, centre: float | None = None) -> None:
         self.y, self.w, self.tol, self.max_iter = y, w, tol, max_iter
-        self.c = float(w @ z / w.sum())
+        # ``centre``: fits of the same rows from different tables share one (calibflow.aggregate.segment_fit)
+        self.c = float(w @ z / w.sum()) if centre is None else float(centre)
         self.x = z - self.c
         self.a, self.b = 0.0, 0.0
         # per row: the summed offsets, and x scaled by the levels' slopes, exp(sum of log-slopes) * x (kept

@@ -104,6 +104,18 @@ _MEMO: dict[tuple, pd.DataFrame] = {}
 _MEMO_MAX = 1
 
 
+def probability_table(path: Any, cfg: ScaleConfig, replicates: int = 0) -> pd.DataFrame:
+    """The fine table of a calibrated predictions file (``row``, ``y``, ``prob``: a segmented calibrator's
+    test rows), on its probabilities, with ``replicates`` Poisson columns."""
+    try:
+        tabs = tables_for(str(path), "prob", "y", cfg.engine, cfg.dask_address, kind="probability",
+                          grid=cfg.grid, replicates=replicates, seed=cfg.seed, cells=cfg.cells,
+                          threads=cfg.threads or None)
+    except ValueError as exc:
+        raise StageError(f"{path}: {exc}") from None
+    return tabs.fine
+
+
 def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int = 0,
                 weighted: bool = False, input_kind: str = "logit") -> pd.DataFrame:
     """:func:`split_tables`' fine global table (what fits and the global metrics read); a copy of the

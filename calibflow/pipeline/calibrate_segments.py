@@ -6,8 +6,10 @@ method is fitted on the calib rows with those columns (named as in the source, s
 the columns ``calibflow apply`` must read) and scored on the test rows. Writes
 ``data/calibrated_segments/<method>/<name>.json`` and ``<name>.parquet`` (``row``, ``y``, ``margin``,
 ``prob``), and ``fit.json`` (per method and source: test rows, test rows with a value unseen in fitting per
-column). Datasets and sources without segments are skipped; so are sources on the aggregate path (their
-segmented fits from bucket tables are the scale work's). The folder is swapped in atomically.
+column). Datasets and sources without segments are skipped. A source on the aggregate path (above
+``scale.row_threshold`` rows) gets ``partial_pooling`` fitted from the calib split's pass tables
+(``calibflow.aggregate.segment_fit``: memory bounded by the tables, not the rows); ``multicalibration``
+needs the rows and is skipped there (``fit.json`` says so). The folder is swapped in atomically.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from calibflow.io import write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -34,7 +37,8 @@ from calibflow.pipeline._common import (
     section,
     segmented_methods,
 )
-from calibflow.segments import fit_segmented
+from calibflow.pipeline._streaming import rows_file
+from calibflow.segments import fit_segmented, unseen_counts
 
 log = logging.getLogger("calibflow.pipeline.calibrate_segments")
 
@@ -73,6 +77,59 @@ def calibrate_source(
     return text, out, unseen
 
 
+#: The segmented method the aggregate path can fit from tables (the others need the rows).
+FROM_TABLES = "partial_pooling"
+
+
+def calibrate_aggregate_source(
+    lay: Layout, params: dict[str, Any], name: str, input_kind: str, options: dict[str, Any]
+) -> tuple[str, pd.DataFrame, dict[str, int]] | None:
+    """``partial_pooling`` from the calib split's tables; the test rows (read by split) predicted."""
+    from calibflow.aggregate.segment_fit import partial_pooling_from_tables
+    from calibflow.calibrators import from_json
+
+    names = _aggregate.segment_names(lay, name)
+    if not names:
+        return None
+    scale = _aggregate.scale_config(params)
+    tabs = _aggregate.split_tables(
+        lay, name, "calib", scale, weighted=True, input_kind=input_kind, segments=True
+    )
+    try:
+        fitted = partial_pooling_from_tables(tabs.fine, tabs.segments, input_kind, **options)
+    except (TypeError, ValueError) as exc:
+        raise StageError(f"{FROM_TABLES} ({name}): {exc}") from None
+    if fitted.intersections and len(names) > 1:
+        _add_pairs(lay, name, fitted, names)
+    text = fitted.to_json()
+    col = "prob" if input_kind == "probability" else "margin"
+    seg_cols = [_sources.SEGMENT_PREFIX + c for c in names]
+    test = pd.read_parquet(rows_file(lay, name), filters=[("split", "==", "test")],
+                           columns=["row", "y", "margin", "prob", *seg_cols])
+    segs = {c: test[_sources.SEGMENT_PREFIX + c].to_numpy(dtype=object) for c in names}
+    cal = from_json(text)
+    out = pd.DataFrame({"row": test["row"].to_numpy(), "y": test["y"].to_numpy(np.int64)})
+    out["margin"] = test["margin"].to_numpy(np.float64)
+    out["prob"] = cal.predict(test[col].to_numpy(np.float64), segments=segs)
+    return text, out, unseen_counts(cal.segment_names_, cal.vocab_, segs, len(out))
+
+
+def _add_pairs(lay: Layout, name: str, cal: Any, names: list[str]) -> None:
+    """Column pairs on the aggregate path: one joint table per pair of the calib split (DuckDB GROUP BY,
+    ``segment_fit.pair_table``), tested and added as in the row fit (``segment_fit.add_pairs``)."""
+    from itertools import combinations
+
+    from calibflow.aggregate.segment_fit import add_pairs, pair_table
+
+    path = rows_file(lay, name)
+    weight = "weight" if "weight" in pq.ParquetFile(path).schema_arrow.names else None
+    src = "(SELECT * FROM read_parquet($path) WHERE split = 'calib')"
+    pre = _sources.SEGMENT_PREFIX
+    tables = {(a, b): pair_table(src, {"path": str(path)}, "margin", "y", pre + a, pre + b, weight)
+              for a, b in combinations(names, 2)}
+    add_pairs(cal, tables)
+
+
 def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     lay = Layout(Path(root))
     cfg = section(params, "calibrate")
@@ -84,17 +141,22 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             (tmp / method).mkdir()
             done: dict[str, Any] = {}
             for name in _sources.names(params):
-                if _aggregate.path_for(params, name, lay) == _aggregate.AGGREGATE:
-                    continue
-                path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
+                path = require(rows_file(lay, name), "predictions", "the train stage")
                 t0 = time.perf_counter()
-                res = calibrate_source(method, pd.read_parquet(path), input_kind, options)
+                how = _aggregate.path_for(params, name, lay)
+                if how == _aggregate.AGGREGATE and method != FROM_TABLES:
+                    done[name] = {"path": how, "skipped": f"{method} needs rows; {FROM_TABLES} fits tables"}
+                    continue
+                if how == _aggregate.AGGREGATE:
+                    res = calibrate_aggregate_source(lay, params, name, input_kind, options)
+                else:
+                    res = calibrate_source(method, pd.read_parquet(path), input_kind, options)
                 if res is None:
                     continue
                 text, out, unseen = res
                 write_text(tmp / method / f"{name}.json", text + "\n")
                 out.to_parquet(tmp / method / f"{name}.parquet", index=False)
-                done[name] = {"n_test": len(out), "unseen_test_rows": unseen}
+                done[name] = {"n_test": len(out), "unseen_test_rows": unseen, "path": how}
                 log.info("calibrated %s with %s in %.2f s", name, method, time.perf_counter() - t0)
             info["methods"][method] = done
         write_json(tmp / "fit.json", info)

@@ -12,6 +12,9 @@ Outputs (``metrics/headline.json``, the verdicts ``dvc metrics show`` lists, is 
 ``metrics/evaluation/<dataset>/<method>.json`` (the detail), reliability bins (equal-mass by default,
 ``evaluate.reliability_bins``, each with a Jeffreys interval) ``plots/reliability/<dataset>/<method>.json``
 and class-wise histograms of the predicted probability ``plots/histograms/<dataset>/<method>.json``.
+A source with segments is evaluated under its segmented calibrators too (``calibrate.segmented``, the
+``calibrate_segments`` stage's test predictions), with the same records, so select's choice and the
+report's figures have them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from calibflow.pipeline._common import (
     require,
     section,
     seed,
+    segmented_methods,
 )
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
@@ -158,19 +162,28 @@ def histogram_records(y: np.ndarray, p: np.ndarray, bins: int) -> list[dict[str,
     ]
 
 
-def _predictions(lay: Layout, name: str, method_list: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Test labels and each method's test probabilities, aligned on ``row``."""
+def segmented_files(lay: Layout, params: dict[str, Any], name: str) -> dict[str, Any]:
+    """The segmented calibrators' test predictions of ``name`` that calibrate_segments wrote (a source
+    without segments, or a method it could not fit there, has none): method -> Parquet path."""
+    files = {m: lay.calibrated_segments / m / f"{name}.parquet" for m in segmented_methods(params)}
+    return {m: f for m, f in files.items() if f.is_file() and m not in methods(params)}
+
+
+def _predictions(
+    lay: Layout, name: str, method_list: list[str], segmented: dict[str, Any] | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Test labels and each method's test probabilities (``segmented``: method -> its file), on ``row``."""
     path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
     base = pd.read_parquet(path, columns=["row", "split", "y", "prob"])
     base = base[base["split"] == "test"].sort_values("row").reset_index(drop=True)
     probs = {UNCALIBRATED: base["prob"].to_numpy(np.float64)}
-    for m in method_list:
-        cpath = require(
-            lay.calibrated_method(m) / f"{name}.parquet", "calibrated predictions", f"calibrate@{m}"
-        )
+    files = {m: (lay.calibrated_method(m) / f"{name}.parquet", f"calibrate@{m}") for m in method_list}
+    files.update({m: (f, "calibrate_segments") for m, f in (segmented or {}).items()})
+    for m, (cpath, stage) in files.items():
+        require(cpath, "calibrated predictions", stage)
         c = pd.read_parquet(cpath, columns=["row", "prob"]).sort_values("row").reset_index(drop=True)
         if not np.array_equal(c["row"].to_numpy(), base["row"].to_numpy()):
-            raise StageError(f"{cpath}: test rows differ from {path}; rerun calibrate@{m}")
+            raise StageError(f"{cpath}: test rows differ from {path}; rerun {stage}")
         probs[m] = c["prob"].to_numpy(np.float64)
     return base["y"].to_numpy(np.float64), probs
 
@@ -227,6 +240,10 @@ def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_li
         for m in method_list
     }
     tables = {UNCALIBRATED: test, **_aggregate.calibrated_tables(test, texts, input_kind)}
+    # a segmented calibrator's probabilities need each row's segments: its test predictions file (written
+    # by calibrate_segments) goes through the same pass, on its probabilities
+    for m, f in segmented_files(lay, params, name).items():
+        tables[m] = _aggregate.probability_table(f, scale, scale.replicates)
     return _aggregate.evaluate_tables(tables, section(params, "evaluate"))
 
 
@@ -245,7 +262,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             if _aggregate.path_for(params, name, lay) == _aggregate.AGGREGATE:
                 res = evaluate_aggregate(lay, params, name, method_list)
             else:
-                y, probs = _predictions(lay, name, method_list)
+                y, probs = _predictions(lay, name, method_list, segmented_files(lay, params, name))
                 res = evaluate_dataset(y, probs, cfg, seed(params))
             for m, (rec, rel, hist) in res.items():
                 write_json(mdir / name / f"{m}.json", rec)

@@ -321,7 +321,20 @@ def select_one(
     segs = segment_ratios(test, p_chosen, cfg, seed(params))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
     card = _with_decision(card, decision, rule, level)
-    return text, _with_segments(card, challenge, segs, text, cfg)
+    card = _with_segments(card, challenge, segs, text, cfg)
+    if segs:  # the report draws the worst segments' reliability and checks the rows add up
+        card["segment_reliability"] = _worst_reliability(test, p_chosen, segs, level)
+        card["segment_test_rows"] = int(len(test))
+    return text, card
+
+
+def _worst_reliability(
+    test: pd.DataFrame, p: np.ndarray, segs: list[dict[str, Any]], level: float
+) -> list[dict[str, Any]]:
+    cols = [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]
+    segments = {c[len(_sources.SEGMENT_PREFIX) :]: test[c].to_numpy(dtype=object) for c in cols}
+    worst = seg.worst_segments(segs)
+    return seg.segment_reliability(test["y"].to_numpy(np.float64), p, segments, worst, level=level)
 
 
 
@@ -366,7 +379,8 @@ def _select_aggregate(
     text = _calibrator_text(lay, params, name, method)
     met, segs = compared[method] if method in compared else compare_for(method)
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
-    return text, _with_decision(card, decision, rule, level)
+    card = _with_decision(card, decision, rule, level)
+    return text, _with_segments(card, None, segs, text, section(params, "evaluate"))
 
 
 # ---- the verdict (calibflow.selection) -------------------------------------------------------------

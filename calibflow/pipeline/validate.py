@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from calibflow.datasets import RAW_SPECS
 from calibflow.io import write_json
@@ -40,6 +41,7 @@ from calibflow.pipeline._common import (
     methods,
     require,
     section,
+    segmented_methods,
 )
 
 log = logging.getLogger("calibflow.pipeline.validate")
@@ -149,6 +151,38 @@ def calibrated_suite(df: pd.DataFrame, monotone: bool) -> tuple[pd.DataFrame, li
             gxe.ExpectColumnValuesToBeBetween(column="prob_drop", min_value=0.0, max_value=MONOTONE_TOL)
         )
     return frame, exps
+
+
+def segmented_suite(df: pd.DataFrame, segment_cols: list[str]) -> tuple[pd.DataFrame, list[Any]]:
+    """A segmented calibrator's test predictions (with the rows' segment columns): the output checks of
+    :func:`calibrated_suite`, and the order kept *within* each segment (every combination of the segment
+    columns' values, nulls included): the segmented methods are increasing in the score there, not across."""
+    gxe = _gxe()
+    key = df[segment_cols].astype("string").fillna("\x00null").agg("\x1f".join, axis=1)
+    frame = df.assign(_segment=key).sort_values(["_segment", "margin"], kind="mergesort")
+    frame = frame.reset_index(drop=True)
+    prob = frame["prob"].astype(np.float64).fillna(-np.inf)
+    frame["prob_drop"] = prob.groupby(frame["_segment"]).cummax() - frame["prob"]
+    frame = frame.drop(columns=["_segment", *segment_cols])
+    _, exps = calibrated_suite(frame, monotone=False)
+    exps.append(gxe.ExpectColumnValuesToBeBetween(column="prob_drop", min_value=0.0, max_value=MONOTONE_TOL))
+    return frame, exps
+
+
+def _segmented_frames(params: dict[str, Any], lay: Layout):
+    """(method, source, test predictions joined with their segment columns) for every segmented fit."""
+    for method in segmented_methods(params):
+        if method in methods(params):
+            continue
+        for name in _sources.names(params):
+            path = lay.calibrated_segments / method / f"{name}.parquet"
+            if not path.is_file():  # no segments declared, or a method the aggregate path does not fit
+                continue
+            preds = require(_streaming.rows_file(lay, name), "predictions", "the train stage")
+            names = pq.ParquetFile(preds).schema_arrow.names
+            cols = [c for c in names if c.startswith(_sources.SEGMENT_PREFIX)]
+            segs = pd.read_parquet(preds, columns=["row", *cols], filters=[("split", "==", "test")])
+            yield method, name, pd.read_parquet(path).merge(segs, on="row", how="left", validate="1:1"), cols
 
 
 def metrics_suite(rows: list[dict[str, Any]]) -> tuple[pd.DataFrame, list[Any]]:
@@ -322,6 +356,11 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
             out.append((f"calibrated.{method}.{name}", frame, exps))
             y, p = df["y"].to_numpy(float), df["prob"].to_numpy(float)
             rows.append({"dataset": name, "method": method, **calibrated_metrics(y, p, n_bins)})
+    for method, name, df, cols in _segmented_frames(params, lay):
+        frame, exps = segmented_suite(df, cols)
+        out.append((f"calibrated.{method}.{name}", frame, exps))
+        y, p = df["y"].to_numpy(float), df["prob"].to_numpy(float)
+        rows.append({"dataset": name, "method": method, **calibrated_metrics(y, p, n_bins)})
     frame, exps = metrics_suite(rows)
     out.append(("calibrated.metrics", frame, exps))
     return out

@@ -2,8 +2,9 @@
 
 From a card written by the select stage: the one line on the segmented-vs-global choice
 (``segment_reason``), every segment whose ``sum p / sum y`` interval after calibration excludes 1 (flagged,
-worst first, each on its own line), then the full table: per segment value rows, positives, the ratio before
-and after with intervals (nulls are their own level; each column's rows add up to the test rows).
+worst first, each on its own line), the reliability diagrams of the worst segments, then the full table: per
+segment value rows, positives, the ratio before and after with intervals (nulls are their own level; each
+column's rows add up to the test rows, and the section says so or says by how much they do not).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e
+from calibflow.segments import NULL_LEVEL
 
 
 def _ratio(v: Any, ci: Any) -> str:
@@ -28,6 +30,38 @@ def _row(s: dict[str, Any]) -> str:
         f"<td>{_ratio(s.get('ratio_uncalibrated'), s.get('ratio_uncalibrated_ci'))}</td>"
         f"<td>{_ratio(s.get('ratio'), s.get('ratio_ci'))}{' flagged' if s.get('flagged') else ''}</td></tr>"
     )
+
+
+def _reliability_figure(card: dict[str, Any]) -> str:
+    """The worst segments' reliability diagrams (``segment_reliability`` in the card), or ""."""
+    panels = [p for p in card.get("segment_reliability") or [] if isinstance(p, dict) and p.get("bins")]
+    if not panels:
+        return ""
+    from calibflow.plots import segment_reliability_svg
+
+    cap = (f"Reliability of the {len(panels)} worst segment(s) after calibration (flagged first, then the "
+           "largest |Σp/Σy − 1|; equal-mass bins with 95% intervals; dashed: perfect calibration).")
+    return (f'<figure class="segment-reliability">{segment_reliability_svg(panels, ncols=2)}'
+            f"<figcaption>{e(cap)}</figcaption></figure>")
+
+
+def _row_totals(card: dict[str, Any], segs: list[dict[str, Any]]) -> str:
+    """One line: each column's segment rows against the test rows (nulls and pooled values included)."""
+    total = card.get("segment_test_rows")
+    by_col: dict[str, int] = {}
+    for s in segs:
+        by_col[str(s.get("column"))] = by_col.get(str(s.get("column")), 0) + int(s.get("n") or 0)
+    nulls = {str(s.get("column")): int(s.get("n") or 0) for s in segs if s.get("value") == NULL_LEVEL}
+    cols = ", ".join(f"{c} {fmt_num(n)}" + (f" ({fmt_num(nulls[c])} null)" if c in nulls else "")
+                     for c, n in by_col.items())
+    if not isinstance(total, int):
+        return f'<p class="muted">Rows per column: {e(cols)}.</p>'
+    bad = [c for c, n in by_col.items() if n != total]
+    if bad:
+        return f'<p class="loss">Rows per column: {e(cols)}; the test split has {e(fmt_num(total))}: ' \
+               f'{e(", ".join(bad))} do not add up.</p>'
+    n = e(fmt_num(total))
+    return f'<p class="muted">Rows per column: {e(cols)}: each adds up to the {n} test rows.</p>'
 
 
 def segment_section(card: dict[str, Any]) -> str:
@@ -57,6 +91,8 @@ def segment_section(card: dict[str, Any]) -> str:
             if any(s.get("ratio_ci") for s in segs)
             else ""
         )
+    parts.append(_reliability_figure(card))
+    parts.append(_row_totals(card, segs))
     head = (
         '<tr><th class="l">segment</th><th>n</th><th>positives</th>'
         "<th>Σp/Σy before [CI]</th><th>after [CI]</th></tr>"
