@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from source_data import scores_frame, write
+from helpers.source_data import scores_frame, write
 
 from calibflow.calibrators import from_json
 from calibflow.io import read_json
