@@ -28,22 +28,23 @@ from calibflow.aggregate.segments import segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
 from calibflow.aggregate.tables import Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
-from calibflow.pipeline._common import Layout, StageError
+from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.pipeline._sources import SEGMENT_PREFIX
 
 ROWS, AGGREGATE = "rows", "aggregate"
 
 
-def scale_config(params: dict[str, Any]) -> ScaleConfig:
+def scale_config(params: ParamsLike) -> ScaleConfig:
+    """``params.scale`` parsed by the core (``ScaleConfig`` holds its defaults)."""
     try:
-        return parse_scale(params.get("scale"))
+        return parse_scale(as_params(params).scale)
     except ValueError as exc:
         raise StageError(f"params: {exc}") from None
 
 
-def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
+def path_for(params: ParamsLike, name: str, lay: Layout) -> str:
     """ "aggregate" for a score source whose predictions hold more than ``scale.row_threshold`` rows."""
-    decl = (params.get("sources") or {}).get(name)
+    decl = (as_params(params).sources or {}).get(name)
     if not isinstance(decl, dict) or decl.get("score") is None:
         return ROWS  # built-in datasets and features sources keep the row path
     preds = lay.predictions / f"{name}.parquet"

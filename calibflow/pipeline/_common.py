@@ -15,21 +15,19 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from calibflow.segments import SEGMENTED_METHODS
+from calibflow.pipeline.params_schema import Params, ParamsError, construct
 
 log = logging.getLogger("calibflow.pipeline")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
 SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})
-#: The segmented methods fitted by default for a source with segments (``calibrate.segmented``).
-SEGMENTED_DEFAULT = SEGMENTED_METHODS
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).
@@ -130,6 +128,23 @@ def require(path: str | os.PathLike[str], what: str, hint: str) -> Path:
     return p
 
 
+#: What a stage's ``run`` takes: the typed params, or a plain mapping (tests, flows) made typed once at entry.
+ParamsLike = Params | Mapping[str, Any]
+
+
+def as_params(params: ParamsLike) -> Params:
+    """The typed params: a ``Params`` as it is; a mapping (a test's, a flow's) with the schema's defaults
+    for what it leaves out. Validation is the entry points' (``params_schema.load_and_validate``)."""
+    if isinstance(params, Params):
+        return params
+    if not isinstance(params, Mapping):
+        raise StageError(f"params: expected a mapping at the top level, got {type(params).__name__}")
+    try:
+        return construct(Params, params)
+    except ParamsError as exc:
+        raise StageError(str(exc)) from None
+
+
 #: calibflow's default params (package data): a project's params.yaml is laid over them.
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
 
@@ -168,19 +183,19 @@ def section(params: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-def dataset_names(params: dict[str, Any]) -> list[str]:
-    names = section(params, "datasets").get("names") or []
+def dataset_names(params: ParamsLike) -> list[str]:
+    names = as_params(params).datasets.names or []
     if not names:
         raise StageError("params: datasets.names is empty")
     return [str(n) for n in names]
 
 
-def dataset_target(params: dict[str, Any], name: str) -> str | None:
-    return (section(params, "datasets").get("targets") or {}).get(name)
+def dataset_target(params: ParamsLike, name: str) -> str | None:
+    return (as_params(params).datasets.targets or {}).get(name)
 
 
-def methods(params: dict[str, Any]) -> list[str]:
-    ms = [str(m) for m in (section(params, "calibrate").get("methods") or [])]
+def methods(params: ParamsLike) -> list[str]:
+    ms = [str(m) for m in (as_params(params).calibrate.methods or [])]
     special = sorted(set(ms) & SPECIAL_METHODS)
     if special:
         raise StageError(
@@ -191,16 +206,13 @@ def methods(params: dict[str, Any]) -> list[str]:
     return ms
 
 
-def segmented_methods(params: dict[str, Any]) -> list[str]:
-    """``calibrate.segmented``: the segmented methods fitted for sources with segments (default both)."""
-    ms = section(params, "calibrate").get("segmented", list(SEGMENTED_DEFAULT))
-    return [str(m) for m in ms or []]
+def segmented_methods(params: ParamsLike) -> list[str]:
+    """``calibrate.segmented``: the segmented methods fitted for sources with segments."""
+    return [str(m) for m in as_params(params).calibrate.segmented or []]
 
 
-def seed(params: dict[str, Any]) -> int:
-    if "seed" not in params:
-        raise StageError("params: top-level 'seed' is missing")
-    return int(params["seed"])
+def seed(params: ParamsLike) -> int:
+    return int(as_params(params).seed)
 
 
 def pid_alive(pid: int) -> bool:
