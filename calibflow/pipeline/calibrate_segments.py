@@ -25,13 +25,14 @@ from calibflow.io import write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
     Layout,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     load_params,
     require,
-    section,
     segmented_methods,
 )
 from calibflow.segments import fit_segmented
@@ -73,14 +74,15 @@ def calibrate_source(
     return text, out, unseen
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    params = as_params(params)
     lay = Layout(Path(root))
-    cfg = section(params, "calibrate")
-    input_kind = str(cfg.get("input", "logit"))
+    cfg = params.calibrate
+    input_kind = str(cfg.input)
     info: dict[str, Any] = {"input": input_kind, "methods": {}}
     with atomic_dir(lay.calibrated_segments) as tmp:
         for method in segmented_methods(params):
-            options = dict((cfg.get("options") or {}).get(method) or {})
+            options = dict((cfg.options or {}).get(method) or {})
             (tmp / method).mkdir()
             done: dict[str, Any] = {}
             for name in _sources.names(params):
