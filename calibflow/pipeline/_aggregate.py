@@ -30,6 +30,7 @@ from calibflow.aggregate.tables import Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.pipeline._sources import SEGMENT_PREFIX
+from calibflow.pipeline.params_schema import Evaluate
 
 ROWS, AGGREGATE = "rows", "aggregate"
 
@@ -144,7 +145,7 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
 
 
 def diagnostics_record(
-    t: pd.DataFrame, cfg: dict[str, Any], level: float, g: pd.DataFrame | None = None
+    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None
 ) -> dict[str, Any]:
     """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
     bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
@@ -165,9 +166,8 @@ def diagnostics_record(
         tail = (1.0 - level) / 2.0
         lo, hi = np.quantile(reps, [tail, 1.0 - tail])
         rec["ks_ci"] = {"low": float(lo), "high": float(hi)}
-    alpha = cfg.get("selection_alpha")
-    if alpha:
-        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(alpha), n_bins=10, g=g)
+    if selection_alpha:
+        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(selection_alpha), n_bins=10, g=g)
     return rec
 
 
@@ -216,13 +216,13 @@ def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
 
 
 def evaluate_tables(
-    tables: dict[str, pd.DataFrame], cfg: dict[str, Any]
+    tables: dict[str, pd.DataFrame], cfg: Evaluate
 ) -> dict[str, tuple[dict, list, list]]:
     """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table,
     with the row path's keys (``evaluate.reliability_bins``: quantile or uniform, as on the rows)."""
-    n_bins = int(cfg.get("n_bins", 15))
-    level = float(cfg.get("ci_level", 0.95))
-    strategy = str(cfg.get("reliability_bins", "quantile"))
+    n_bins = int(cfg.n_bins)
+    level = float(cfg.ci_level)
+    strategy = str(cfg.reliability_bins)
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     out = {}
@@ -230,12 +230,12 @@ def evaluate_tables(
         res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
         rec = _metric_record(res, level)
         g = agg_diag.groups(t)
-        diag = diagnostics_record(t, cfg, level, g)
+        diag = diagnostics_record(t, cfg.selection_alpha, level, g)
         ks_ci = diag.pop("ks_ci", None)
         rec.update(diag)
         if ks_ci and "ci" in rec:
             rec["ci"]["ks"] = ks_ci
-        hist = histogram_from_table(t, int(cfg.get("hist_bins", 30)))
+        hist = histogram_from_table(t, int(cfg.hist_bins))
         out[m] = (rec, reliability_from_table(t, n_bins, level, strategy, g), hist)
     return out
 
