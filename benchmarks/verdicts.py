@@ -74,7 +74,7 @@ def _before(params: dict, root: Path, name: str, seeds: int) -> dict[int, list[s
     out: dict[int, list[str]] = {}
     for n_boot in COUNTS:
         words = []
-        cfg = {"n_bins": 15, "ci_level": 0.95, "n_bootstrap": n_boot}
+        cfg = _common.as_params(params).evaluate.model_copy(update={"n_bootstrap": n_boot})
         for s in range(seeds):  # select.compare's log-loss interval is the old rule's paired bootstrap
             ci = select.compare(y, p_unc, probs[best], cfg, params["seed"] + s)["log_loss"]["delta_ci"]
             words.append(_old_word(ci))
