@@ -48,7 +48,8 @@ def _old_word(ci: list[float] | None) -> str:
 
 
 def _project(names: list[str], root: Path) -> dict:
-    params = _common.load_params(REPO / "params.yaml")
+    # the repository's params as the stages see them (schema defaults filled in), as a mapping to edit
+    params = _common.load_params(REPO / "params.yaml").model_dump(by_alias=True)
     params["datasets"]["names"] = names
     params["papers"], params["sources"] = [], {}
     fetch.run(params, root)

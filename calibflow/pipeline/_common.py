@@ -145,26 +145,8 @@ def as_params(params: ParamsLike) -> Params:
         raise StageError(str(exc)) from None
 
 
-#: calibflow's default params (package data): a project's params.yaml is laid over them.
-DEFAULTS = Path(__file__).with_name("defaults.yaml")
-
-
-def with_defaults(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` laid over calibflow's defaults, mapping by mapping (a user project states only changes).
-
-    Lists and values replace the default whole; ``evaluate: {}`` means every default of ``evaluate``.
-    """
-
-    def merge(base: Any, top: Any) -> Any:
-        if isinstance(base, dict) and isinstance(top, dict):
-            return {**base, **{k: merge(base.get(k), v) for k, v in top.items()}}
-        return top
-
-    return merge(yaml.safe_load(DEFAULTS.read_text(encoding="utf-8")), params)
-
-
-def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:
-    """Read ``params.yaml`` over the defaults (the one source of configuration); missing: ``StageError``."""
+def load_params(path: str | os.PathLike[str] = "params.yaml") -> Params:
+    """Read ``params.yaml`` once into the typed params (defaults: the schema's); missing: ``StageError``."""
     p = Path(path)
     if not p.is_file():
         raise StageError(f"params file not found: {p}")
@@ -172,15 +154,7 @@ def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:
         params = yaml.safe_load(fh) or {}
     if not isinstance(params, dict):
         raise StageError(f"{p}: expected a mapping at the top level, got {type(params).__name__}")
-    return with_defaults(params)
-
-
-def section(params: dict[str, Any], name: str) -> dict[str, Any]:
-    """``params[name]`` as a dict; a missing section is an error naming it."""
-    value = params.get(name)
-    if not isinstance(value, dict):
-        raise StageError(f"params: section {name!r} is missing or not a mapping")
-    return value
+    return as_params(params)
 
 
 def dataset_names(params: ParamsLike) -> list[str]:
