@@ -105,7 +105,7 @@ def _source_split(
         return timesplit.assign_splits(t, w), {"kind": "time", **w.as_dict()}
     default = src.SCORE_FRACTIONS if spec.kind == "score" else src.FEATURES_FRACTIONS
     fractions = {k: float(v) for k, v in (cfg.get("fractions") or default).items()}
-    strat = y if cfg.get("stratify", True) else None
+    strat = y if cfg.get("stratify", src.RANDOM_STRATIFY) else None
     parts = split_indices(y.size, fractions, seed=rng_seed, stratify=strat)
     split = np.full(y.size, "", dtype=object)
     for k, idx in parts.items():
