@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from calibflow.pipeline.params_schema import Params, ParamsError, construct
+from calibflow.pipeline.params_schema import Params, ParamsError, construct, with_paper_profiles
 
 log = logging.getLogger("calibflow.pipeline")
 
@@ -146,7 +146,8 @@ def as_params(params: ParamsLike) -> Params:
 
 
 def load_params(path: str | os.PathLike[str] = "params.yaml") -> Params:
-    """Read ``params.yaml`` once into the typed params (defaults: the schema's); missing: ``StageError``."""
+    """Read ``params.yaml`` (and the paper profiles beside it, ``params_schema.PROFILES_FILE``) once into
+    the typed params (defaults: the schema's); missing: ``StageError``."""
     p = Path(path)
     if not p.is_file():
         raise StageError(f"params file not found: {p}")
@@ -154,7 +155,7 @@ def load_params(path: str | os.PathLike[str] = "params.yaml") -> Params:
         params = yaml.safe_load(fh) or {}
     if not isinstance(params, dict):
         raise StageError(f"{p}: expected a mapping at the top level, got {type(params).__name__}")
-    return as_params(params)
+    return as_params(with_paper_profiles(params, p))
 
 
 def dataset_names(params: ParamsLike) -> list[str]:

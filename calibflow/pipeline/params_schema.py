@@ -336,7 +336,9 @@ class Params(_Strict):
     def _papers_configured(self) -> Params:
         missing = [p for p in self.papers if p not in (self.reproduce.model_extra or {})]
         if missing:
-            raise ValueError(f"papers lists {missing} but reproduce has no block for them")
+            raise ValueError(
+                f"papers lists {missing} but reproduce has no block for them (see {PROFILES_FILE})"
+            )
         return self
 
     @model_validator(mode="after")
@@ -457,21 +459,54 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_and_validate(path: str | Path) -> dict[str, Any]:
-    """Read a params YAML file and validate it; every failure is a ``ParamsError`` naming the file.
-
-    Returns the validated params with the schema's defaults filled in, as a plain mapping."""
-    p = Path(path)
-    if not p.is_file():
-        raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
+def _read_yaml(p: Path) -> Any:
+    """A YAML file's contents; a key written twice or broken YAML is a ``ParamsError`` naming the file."""
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except DuplicateKey as exc:
         raise ParamsError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+#: The paper reproductions' profiles (``reproduce.<paper>.<profile>``), in their own file beside
+#: params.yaml: hundreds of lines only the reproduce stages read (DVC tracks them per paper,
+#: ``params-papers.yaml:reproduce.<key>``).
+PROFILES_FILE = "params-papers.yaml"
+
+
+def with_paper_profiles(data: Any, params_path: str | Path) -> Any:
+    """``data`` (params.yaml as read) with the paper blocks of ``params-papers.yaml`` beside it laid under
+    its ``reproduce`` section; a paper's block written in params.yaml itself wins. No such file: ``data``."""
+    path = Path(params_path).with_name(PROFILES_FILE)
+    if not isinstance(data, Mapping) or not path.is_file():
+        return data
+    papers = _read_yaml(path) or {}
+    extra = sorted(set(papers) - {"reproduce"}) if isinstance(papers, Mapping) else ["(not a mapping)"]
+    blocks = papers.get("reproduce") if not extra else None
+    if extra or not isinstance(blocks, Mapping) or "profile" in blocks:
+        raise ParamsError(
+            f"{path}: holds `reproduce:` with one block per paper only (reproduce.profile stays in "
+            f"{Path(params_path).name}); found {extra or sorted(blocks or {})}"
+        )
+    own = data.get("reproduce")
+    own = dict(own) if isinstance(own, Mapping) else {} if own is None else own
+    if not isinstance(own, dict):
+        return data  # the schema names a reproduce section that is not a mapping
+    return {**data, "reproduce": {**own, **{k: v for k, v in blocks.items() if k not in own}}}
+
+
+def load_and_validate(path: str | Path) -> dict[str, Any]:
+    """Read a params YAML file (and the paper profiles beside it) and validate them; every failure is a
+    ``ParamsError`` naming the file.
+
+    Returns the validated params with the schema's defaults filled in, as a plain mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
+    data = with_paper_profiles(_read_yaml(p), p)
     try:
         model = validate_params(data)  # a user project's params.yaml states only what it changes
     except ParamsError as exc:

@@ -42,7 +42,8 @@ def _toy(root: Path, sleep: dict[str, float]) -> Path:
     root.mkdir()
     (root / "stage.py").write_text(TOY_STAGE)
     # `calibflow run` checks params.yaml against the schema first: a real one; the toy's knobs in toy.yaml.
-    (root / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    for name in ("params.yaml", "params-papers.yaml"):  # the papers listed in one, their blocks in the other
+        (root / name).write_text((REPO / name).read_text())
     (root / "toy.yaml").write_text(yaml.safe_dump({"sleep": sleep, "fail": "none"}))
     stages = {}
     prev: list[str] = []
@@ -120,7 +121,7 @@ def test_quiet_failure_is_three_lines_at_most(tmp_path):
 def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tmp_path):
     """The issue's case: a label of 2 in 7 of 20,000 rows, under `calibflow run -q`."""
     from source_data import scores_frame, write
-    from test_pipeline_dvc import FAKE_EXPERIMENT, _copy_repo, dvc, git
+    from test_pipeline_dvc import FAKE_EXPERIMENT, _copy_repo, dvc, git, write_params
 
     root = tmp_path / "repo"
     root.mkdir()
@@ -135,7 +136,7 @@ def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tm
     p["sources"] = {
         "ads": {"path": "userdata/scores.parquet", "label": "clicked", "score": "p_model", "time": "date"}
     }
-    (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    write_params(root, p)
     frame = scores_frame(n=20_000, days=30, seed=4)
     data = write(frame, "parquet", root / "userdata")
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)

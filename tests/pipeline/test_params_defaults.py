@@ -176,3 +176,41 @@ def test_construct_fills_what_a_section_leaves_out(given: dict[str, Any], field:
 def test_a_section_that_is_not_a_mapping_is_one_line():
     with pytest.raises(_common.StageError, match="params: section 'evaluate' is missing or not a mapping"):
         _common.as_params({"evaluate": None})
+
+
+# ---- the papers' profiles in their own file (params-papers.yaml) ------------------------------------
+
+REPO = PIPELINE.parents[1]
+
+
+def test_params_yaml_lists_papers_and_their_blocks_live_in_params_papers():
+    import yaml
+
+    from calibflow.pipeline.params_schema import PROFILES_FILE
+
+    main = yaml.safe_load((REPO / "params.yaml").read_text())
+    blocks = yaml.safe_load((REPO / PROFILES_FILE).read_text())["reproduce"]
+    assert main["reproduce"] == {"profile": "quick"}  # only the choice of profile stays in params.yaml
+    assert main["papers"] and set(main["papers"]) <= set(blocks)
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["reproduce"]
+    assert {PROFILES_FILE: ["reproduce.${item.key}"]} in stage["params"]  # DVC tracks each paper's block
+    loaded = _common.load_params(REPO / "params.yaml")
+    assert sorted(loaded.reproduce.model_extra) == sorted(blocks)
+
+
+def test_paper_profiles_are_laid_under_params_and_params_wins(tmp_path):
+    from calibflow.pipeline.params_schema import PROFILES_FILE, ParamsError, with_paper_profiles
+
+    (tmp_path / PROFILES_FILE).write_text("reproduce:\n  vad: {quick: {n: 1}}\n  calem: {quick: {n: 2}}\n")
+    data = {"papers": ["vad", "calem"], "reproduce": {"profile": "quick", "vad": {"quick": {"n": 9}}}}
+    merged = with_paper_profiles(data, tmp_path / "params.yaml")
+    want = {"profile": "quick", "vad": {"quick": {"n": 9}}, "calem": {"quick": {"n": 2}}}
+    assert merged["reproduce"] == want
+    assert data["reproduce"] == {"profile": "quick", "vad": {"quick": {"n": 9}}}  # the caller's dict kept
+    assert with_paper_profiles(data, tmp_path / "sub" / "params.yaml") == data  # no file beside: as it is
+    (tmp_path / PROFILES_FILE).write_text("reproduce:\n  profile: full\n")
+    with pytest.raises(ParamsError, match=r"params-papers.yaml: holds `reproduce:` with one block per paper"):
+        with_paper_profiles(data, tmp_path / "params.yaml")
+    (tmp_path / PROFILES_FILE).write_text("seed: 3\nreproduce: {}\n")
+    with pytest.raises(ParamsError, match=r"found \['seed'\]"):
+        with_paper_profiles(data, tmp_path / "params.yaml")

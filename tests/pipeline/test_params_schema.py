@@ -9,14 +9,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibflow.pipeline.params_schema import DEFAULT_METHODS, ParamsError, load_and_validate, validate_params
+from calibflow.pipeline.params_schema import (
+    DEFAULT_METHODS,
+    ParamsError,
+    load_and_validate,
+    validate_params,
+    with_paper_profiles,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return yaml.safe_load((ROOT / "params.yaml").read_text())
+    # the shipped params as a project reads them: the papers' blocks from params-papers.yaml laid under
+    return with_paper_profiles(yaml.safe_load((ROOT / "params.yaml").read_text()), ROOT / "params.yaml")
 
 
 def bad(params: dict, path: str, value, delete: bool = False) -> str:
