@@ -65,9 +65,7 @@ def _per_method(folder: Path) -> None:
     end = text.index("\n  evaluate:\n")
     (folder / "dvc.yaml").write_text(text[:start] + PER_METHOD + text[end:])
     # DVC expands the matrix from params.yaml itself, so the (default) method list must be stated there
-    from calibflow.pipeline._common import DEFAULTS
-
-    methods = yaml.safe_load(DEFAULTS.read_text())["calibrate"]["methods"]
+    from calibflow.pipeline.params_schema import DEFAULT_METHODS as methods
     params = (folder / "params.yaml").read_text()
     (folder / "params.yaml").write_text(
         params.replace("calibrate: {}", f"calibrate: {{methods: [{', '.join(methods)}]}}")

@@ -48,7 +48,8 @@ def _old_word(ci: list[float] | None) -> str:
 
 
 def _project(names: list[str], root: Path) -> dict:
-    params = _common.load_params(REPO / "params.yaml")
+    # the repository's params as the stages see them (schema defaults filled in), as a mapping to edit
+    params = _common.load_params(REPO / "params.yaml").model_dump(by_alias=True)
     params["datasets"]["names"] = names
     params["papers"], params["sources"] = [], {}
     fetch.run(params, root)
@@ -74,7 +75,7 @@ def _before(params: dict, root: Path, name: str, seeds: int) -> dict[int, list[s
     out: dict[int, list[str]] = {}
     for n_boot in COUNTS:
         words = []
-        cfg = {"n_bins": 15, "ci_level": 0.95, "n_bootstrap": n_boot}
+        cfg = _common.as_params(params).evaluate.model_copy(update={"n_bootstrap": n_boot})
         for s in range(seeds):  # select.compare's log-loss interval is the old rule's paired bootstrap
             ci = select.compare(y, p_unc, probs[best], cfg, params["seed"] + s)["log_loss"]["delta_ci"]
             words.append(_old_word(ci))

@@ -53,6 +53,8 @@ TIME_KEYS = ("kind", "test_last", "calib_last", "calib_start", "test_start", "te
 #: source has its model already, so its rows go to calibration and test only.
 FEATURES_FRACTIONS = {"train": 0.6, "calib": 0.2, "test": 0.2}
 SCORE_FRACTIONS = {"calib": 0.5, "test": 0.5}
+#: Default of a random split's ``stratify``: keep each split's positive rate the source's.
+RANDOM_STRATIFY = True
 #: Default time split: test on the last 7 days, calibrate on the 14 days before them.
 TIME_DEFAULT = {"test_last": "7d", "calib_last": "14d"}
 #: fingerprint(): above this many bytes in total, or this many files, a source is stamped by size and

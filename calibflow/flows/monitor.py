@@ -277,7 +277,7 @@ def _flows():
         from calibflow.pipeline.monitor import report_lines, sources_to_monitor
 
         root_path = str(Path(root) if root else project_root())
-        sec = load_params(Path(root_path) / "params.yaml").get("monitor") or {}
+        sec = load_params(Path(root_path) / "params.yaml").monitor or {}
         commit = bool(sec.get("commit", False)) if commit is None else commit
         branch = branch or sec.get("branch") or DEFAULT_BRANCH
         reg = bool(sec.get("registry", True)) if registry_on is None else registry_on

@@ -26,7 +26,7 @@ PACKAGE = "calibflow"
 #: A stage whose argument names a module it loads with importlib: stage -> module pattern.
 ARGUMENT_MODULES = {"reproduce": "calibflow.experiments.{key}"}
 #: Package data a module reads at run time: module file -> data files (deps beside the code).
-DATA_FILES = {"calibflow/pipeline/_common.py": ["calibflow/pipeline/defaults.yaml"]}
+DATA_FILES: dict[str, list[str]] = {}  # none today: the params defaults live in params_schema.py
 _CMD = re.compile(r"python -m (calibflow\.[\w.]+)")
 _CODE_DEP = re.compile(r"^(\s*)- (calibflow/\S+)\s*$")
 

@@ -28,23 +28,25 @@ from calibflow.aggregate.segments import segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
 from calibflow.aggregate.tables import Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
-from calibflow.pipeline._common import Layout, StageError
+from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.pipeline._sources import SEGMENT_PREFIX
 from calibflow.pipeline._streaming import rows_file
+from calibflow.pipeline.params_schema import Evaluate
 
 ROWS, AGGREGATE = "rows", "aggregate"
 
 
-def scale_config(params: dict[str, Any]) -> ScaleConfig:
+def scale_config(params: ParamsLike) -> ScaleConfig:
+    """``params.scale`` parsed by the core (``ScaleConfig`` holds its defaults)."""
     try:
-        return parse_scale(params.get("scale"))
+        return parse_scale(as_params(params).scale)
     except ValueError as exc:
         raise StageError(f"params: {exc}") from None
 
 
-def path_for(params: dict[str, Any], name: str, lay: Layout) -> str:
+def path_for(params: ParamsLike, name: str, lay: Layout) -> str:
     """ "aggregate" for a score source whose predictions hold more than ``scale.row_threshold`` rows."""
-    decl = (params.get("sources") or {}).get(name)
+    decl = (as_params(params).sources or {}).get(name)
     if not isinstance(decl, dict) or decl.get("score") is None:
         return ROWS  # built-in datasets and features sources keep the row path
     preds = rows_file(lay, name)
@@ -174,7 +176,7 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
 
 
 def diagnostics_record(
-    t: pd.DataFrame, cfg: dict[str, Any], level: float, g: pd.DataFrame | None = None
+    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None
 ) -> dict[str, Any]:
     """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
     bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
@@ -195,9 +197,8 @@ def diagnostics_record(
         tail = (1.0 - level) / 2.0
         lo, hi = np.quantile(reps, [tail, 1.0 - tail])
         rec["ks_ci"] = {"low": float(lo), "high": float(hi)}
-    alpha = cfg.get("selection_alpha")
-    if alpha:
-        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(alpha), n_bins=10, g=g)
+    if selection_alpha:
+        rec["selection"] = agg_diag.selection_from_table(t, alpha=float(selection_alpha), n_bins=10, g=g)
     return rec
 
 
@@ -246,13 +247,13 @@ def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
 
 
 def evaluate_tables(
-    tables: dict[str, pd.DataFrame], cfg: dict[str, Any]
+    tables: dict[str, pd.DataFrame], cfg: Evaluate
 ) -> dict[str, tuple[dict, list, list]]:
     """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table,
     with the row path's keys (``evaluate.reliability_bins``: quantile or uniform, as on the rows)."""
-    n_bins = int(cfg.get("n_bins", 15))
-    level = float(cfg.get("ci_level", 0.95))
-    strategy = str(cfg.get("reliability_bins", "quantile"))
+    n_bins = int(cfg.n_bins)
+    level = float(cfg.ci_level)
+    strategy = str(cfg.reliability_bins)
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     out = {}
@@ -260,12 +261,12 @@ def evaluate_tables(
         res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
         rec = _metric_record(res, level)
         g = agg_diag.groups(t)
-        diag = diagnostics_record(t, cfg, level, g)
+        diag = diagnostics_record(t, cfg.selection_alpha, level, g)
         ks_ci = diag.pop("ks_ci", None)
         rec.update(diag)
         if ks_ci and "ci" in rec:
             rec["ci"]["ks"] = ks_ci
-        hist = histogram_from_table(t, int(cfg.get("hist_bins", 30)))
+        hist = histogram_from_table(t, int(cfg.hist_bins))
         out[m] = (rec, reliability_from_table(t, n_bins, level, strategy, g), hist)
     return out
 

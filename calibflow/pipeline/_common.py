@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,12 @@ from typing import Any
 import yaml
 
 from calibflow.io import remove_stale_temps
-from calibflow.segments import SEGMENTED_METHODS
+from calibflow.pipeline.params_schema import Params, ParamsError, construct, with_paper_profiles
 
 log = logging.getLogger("calibflow.pipeline")
 
 #: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
 SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})
-#: The segmented methods fitted by default for a source with segments (``calibrate.segmented``).
-SEGMENTED_DEFAULT = SEGMENTED_METHODS
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).
@@ -131,26 +129,26 @@ def require(path: str | os.PathLike[str], what: str, hint: str) -> Path:
     return p
 
 
-#: calibflow's default params (package data): a project's params.yaml is laid over them.
-DEFAULTS = Path(__file__).with_name("defaults.yaml")
+#: What a stage's ``run`` takes: the typed params, or a plain mapping (tests, flows) made typed once at entry.
+ParamsLike = Params | Mapping[str, Any]
 
 
-def with_defaults(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` laid over calibflow's defaults, mapping by mapping (a user project states only changes).
+def as_params(params: ParamsLike) -> Params:
+    """The typed params: a ``Params`` as it is; a mapping (a test's, a flow's) with the schema's defaults
+    for what it leaves out. Validation is the entry points' (``params_schema.load_and_validate``)."""
+    if isinstance(params, Params):
+        return params
+    if not isinstance(params, Mapping):
+        raise StageError(f"params: expected a mapping at the top level, got {type(params).__name__}")
+    try:
+        return construct(Params, params)
+    except ParamsError as exc:
+        raise StageError(str(exc)) from None
 
-    Lists and values replace the default whole; ``evaluate: {}`` means every default of ``evaluate``.
-    """
 
-    def merge(base: Any, top: Any) -> Any:
-        if isinstance(base, dict) and isinstance(top, dict):
-            return {**base, **{k: merge(base.get(k), v) for k, v in top.items()}}
-        return top
-
-    return merge(yaml.safe_load(DEFAULTS.read_text(encoding="utf-8")), params)
-
-
-def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:
-    """Read ``params.yaml`` over the defaults (the one source of configuration); missing: ``StageError``."""
+def load_params(path: str | os.PathLike[str] = "params.yaml") -> Params:
+    """Read ``params.yaml`` (and the paper profiles beside it, ``params_schema.PROFILES_FILE``) once into
+    the typed params (defaults: the schema's); missing: ``StageError``."""
     p = Path(path)
     if not p.is_file():
         raise StageError(f"params file not found: {p}")
@@ -158,30 +156,22 @@ def load_params(path: str | os.PathLike[str] = "params.yaml") -> dict[str, Any]:
         params = yaml.safe_load(fh) or {}
     if not isinstance(params, dict):
         raise StageError(f"{p}: expected a mapping at the top level, got {type(params).__name__}")
-    return with_defaults(params)
+    return as_params(with_paper_profiles(params, p))
 
 
-def section(params: dict[str, Any], name: str) -> dict[str, Any]:
-    """``params[name]`` as a dict; a missing section is an error naming it."""
-    value = params.get(name)
-    if not isinstance(value, dict):
-        raise StageError(f"params: section {name!r} is missing or not a mapping")
-    return value
-
-
-def dataset_names(params: dict[str, Any]) -> list[str]:
-    names = section(params, "datasets").get("names") or []
+def dataset_names(params: ParamsLike) -> list[str]:
+    names = as_params(params).datasets.names or []
     if not names:
         raise StageError("params: datasets.names is empty")
     return [str(n) for n in names]
 
 
-def dataset_target(params: dict[str, Any], name: str) -> str | None:
-    return (section(params, "datasets").get("targets") or {}).get(name)
+def dataset_target(params: ParamsLike, name: str) -> str | None:
+    return (as_params(params).datasets.targets or {}).get(name)
 
 
-def methods(params: dict[str, Any]) -> list[str]:
-    ms = [str(m) for m in (section(params, "calibrate").get("methods") or [])]
+def methods(params: ParamsLike) -> list[str]:
+    ms = [str(m) for m in (as_params(params).calibrate.methods or [])]
     special = sorted(set(ms) & SPECIAL_METHODS)
     if special:
         raise StageError(
@@ -192,16 +182,13 @@ def methods(params: dict[str, Any]) -> list[str]:
     return ms
 
 
-def segmented_methods(params: dict[str, Any]) -> list[str]:
-    """``calibrate.segmented``: the segmented methods fitted for sources with segments (default both)."""
-    ms = section(params, "calibrate").get("segmented", list(SEGMENTED_DEFAULT))
-    return [str(m) for m in ms or []]
+def segmented_methods(params: ParamsLike) -> list[str]:
+    """``calibrate.segmented``: the segmented methods fitted for sources with segments."""
+    return [str(m) for m in as_params(params).calibrate.segmented or []]
 
 
-def seed(params: dict[str, Any]) -> int:
-    if "seed" not in params:
-        raise StageError("params: top-level 'seed' is missing")
-    return int(params["seed"])
+def seed(params: ParamsLike) -> int:
+    return int(as_params(params).seed)
 
 
 @contextlib.contextmanager

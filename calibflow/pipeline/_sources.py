@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow import sources as src
-from calibflow.pipeline._common import StageError, section
+from calibflow.pipeline._common import ParamsLike, StageError, as_params
 from calibflow.sources import SourceSpec
 
 #: Where the fingerprint stage writes ``<name>/fingerprint.json`` (downstream stages depend on the folder).
@@ -27,31 +27,30 @@ SOURCES_DIR = "data/sources"
 SEGMENT_PREFIX = "s:"
 #: Per-row columns carried from the prepared frame into the predictions (besides ``s:*``).
 CARRIED = ("weight", "time", "treatment")
-#: Default of ``validate.min_class_count``: positives and negatives each split of a source needs.
-MIN_CLASS_COUNT = 10
-
-
-def specs(params: dict[str, Any], root: str | Path = ".") -> dict[str, SourceSpec]:
+def specs(params: ParamsLike, root: str | Path = ".") -> dict[str, SourceSpec]:
     """The declared sources, paths resolved against ``root``; a bad declaration is one readable line."""
-    out = src.parse_sources(params.get("sources"))
-    taken = set(section(params, "datasets").get("names") or [])
+    p = as_params(params)
+    out = src.parse_sources(p.sources)
+    taken = set(p.datasets.names or [])
     clash = sorted(set(out) & taken)
     if clash:
         raise StageError(f"sources: {clash} also named in datasets.names; give the source another name")
     return {n: s.at(root) for n, s in out.items()}
 
 
-def names(params: dict[str, Any]) -> list[str]:
+def names(params: ParamsLike) -> list[str]:
     """Datasets then sources: every unit a stage loops over."""
-    ds = [str(n) for n in (section(params, "datasets").get("names") or [])]
-    sc = list(src.parse_sources(params.get("sources")))
+    p = as_params(params)
+    ds = [str(n) for n in (p.datasets.names or [])]
+    sc = list(src.parse_sources(p.sources))
     if not ds and not sc:
         raise StageError("params: datasets.names is empty and no sources are declared")
     return ds + sc
 
 
-def min_class_count(params: dict[str, Any]) -> int:
-    return int((params.get("validate") or {}).get("min_class_count", MIN_CLASS_COUNT))
+def min_class_count(params: ParamsLike) -> int:
+    """``validate.min_class_count``: positives and negatives each split of a source needs."""
+    return int(as_params(params).validate_.min_class_count)
 
 
 def carried_columns(frame: pd.DataFrame) -> list[str]:
@@ -87,21 +86,21 @@ def fingerprint_path(root: str | os.PathLike[str], name: str) -> Path:
     return Path(root) / SOURCES_DIR / name / "fingerprint.json"
 
 
-def stamp(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def stamp(params: ParamsLike, name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """The fingerprint record of source ``name`` (declared path + per-file stamps)."""
     declared = specs(params, root)
     if name not in declared:
         known = ", ".join(declared) or "none"
         raise StageError(f"no source named {name!r} in params.yaml (declared: {known})")
-    decl_path = (params.get("sources") or {})[name]["path"]
+    decl_path = as_params(params).sources[name]["path"]
     return {"name": name, "path": decl_path, **src.fingerprint(declared[name])}
 
 
-def read_fingerprint(params: dict[str, Any], name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def read_fingerprint(params: ParamsLike, name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """The recorded fingerprint of ``name`` when it matches the declaration, else a fresh one."""
     p = fingerprint_path(root, name)
     if p.is_file():
         rec = json.loads(p.read_text())
-        if rec.get("path") == (params.get("sources") or {}).get(name, {}).get("path"):
+        if rec.get("path") == (as_params(params).sources or {}).get(name, {}).get("path"):
             return rec
     return stamp(params, name, root)

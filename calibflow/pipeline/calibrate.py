@@ -25,14 +25,16 @@ from calibflow.pipeline import _aggregate, _sources, _streaming
 from calibflow.pipeline._common import (
     SPECIAL_METHODS,
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     load_params,
     methods,
     require,
-    section,
 )
 
 log = logging.getLogger("calibflow.pipeline.calibrate")
@@ -75,7 +77,7 @@ def calibrate_one(
 
 
 def calibrate_aggregate(
-    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: dict[str, Any]
+    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
 ) -> tuple[str, pd.DataFrame]:
     """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
     from calibflow.aggregate import fit_from_table
@@ -96,7 +98,7 @@ def calibrate_aggregate(
 
 
 def calibrate_streaming(
-    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: dict[str, Any]
+    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
 ) -> tuple[str, int]:
     """A streamed source: fit on the calib split's bucket table; the JSON must reload to the same map
     (checked on the table's group scores). No per-row test file: evaluate, select and validate@calibrated
@@ -118,7 +120,7 @@ def calibrate_streaming(
     return text, int(counts.get("test", 0))
 
 
-def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(method: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Calibrate every dataset with ``method``; ``data/calibrated/<method>`` is swapped in at the end."""
     if method in SPECIAL_METHODS:
         raise StageError(
@@ -126,10 +128,10 @@ def run(method: str, params: dict[str, Any], root: str | os.PathLike[str] = ".")
         )
     if method not in available():
         raise StageError(f"unknown calibrator {method!r}; available: {', '.join(available())}")
+    params = as_params(params)
     lay = Layout(Path(root))
-    cfg = section(params, "calibrate")
-    input_kind = str(cfg.get("input", "logit"))
-    options = dict((cfg.get("options") or {}).get(method) or {})
+    input_kind = str(params.calibrate.input)
+    options = dict((params.calibrate.options or {}).get(method) or {})
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
         for name in _sources.names(params):
@@ -173,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     return cli(lambda: run(args.method, load_params(args.params), args.root))
 
 
-def run_all(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run_all(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Every method of ``calibrate.methods``, one ``data/calibrated/<method>`` each, in one process.
 
     A user project's single ``calibrate`` stage: one interpreter start instead of one per method, which is
     most of the time on a source of 1e5 rows. Each method's folder is still swapped in atomically."""
+    params = as_params(params)
     return {m: run(m, params, root) for m in methods(params)}
 
 

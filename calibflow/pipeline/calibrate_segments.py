@@ -28,13 +28,15 @@ from calibflow.io import write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     load_params,
     require,
-    section,
     segmented_methods,
 )
 from calibflow.pipeline._streaming import rows_file
@@ -82,7 +84,7 @@ FROM_TABLES = "partial_pooling"
 
 
 def calibrate_aggregate_source(
-    lay: Layout, params: dict[str, Any], name: str, input_kind: str, options: dict[str, Any]
+    lay: Layout, params: Params, name: str, input_kind: str, options: dict[str, Any]
 ) -> tuple[str, pd.DataFrame, dict[str, int]] | None:
     """``partial_pooling`` from the calib split's tables; the test rows (read by split) predicted."""
     from calibflow.aggregate.segment_fit import partial_pooling_from_tables
@@ -130,14 +132,15 @@ def _add_pairs(lay: Layout, name: str, cal: Any, names: list[str]) -> None:
     add_pairs(cal, tables)
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    params = as_params(params)
     lay = Layout(Path(root))
-    cfg = section(params, "calibrate")
-    input_kind = str(cfg.get("input", "logit"))
+    cfg = params.calibrate
+    input_kind = str(cfg.input)
     info: dict[str, Any] = {"input": input_kind, "methods": {}}
     with atomic_dir(lay.calibrated_segments) as tmp:
         for method in segmented_methods(params):
-            options = dict((cfg.get("options") or {}).get(method) or {})
+            options = dict((cfg.options or {}).get(method) or {})
             (tmp / method).mkdir()
             done: dict[str, Any] = {}
             for name in _sources.names(params):

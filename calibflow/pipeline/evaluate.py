@@ -34,17 +34,19 @@ from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
     UNCALIBRATED,
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     load_params,
     methods,
     require,
-    section,
-    seed,
     segmented_methods,
 )
+from calibflow.pipeline.params_schema import Evaluate
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
 METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
@@ -162,7 +164,7 @@ def histogram_records(y: np.ndarray, p: np.ndarray, bins: int) -> list[dict[str,
     ]
 
 
-def segmented_files(lay: Layout, params: dict[str, Any], name: str) -> dict[str, Any]:
+def segmented_files(lay: Layout, params: Params, name: str) -> dict[str, Any]:
     """The segmented calibrators' test predictions of ``name`` that calibrate_segments wrote (a source
     without segments, or a method it could not fit there, has none): method -> Parquet path."""
     files = {m: lay.calibrated_segments / m / f"{name}.parquet" for m in segmented_methods(params)}
@@ -188,15 +190,15 @@ def _predictions(
     return base["y"].to_numpy(np.float64), probs
 
 
-def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str, Any], rng_seed: int):
+def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: Evaluate, rng_seed: int):
     """Metrics, reliability and histogram records of every method on one dataset."""
-    n_bins = int(cfg.get("n_bins", 15))
-    strategy = str(cfg.get("reliability_bins", "quantile"))
+    n_bins = int(cfg.n_bins)
+    strategy = str(cfg.reliability_bins)
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
-    counts = bootstrap_counts(int(cfg.get("n_bootstrap", 200)), y, rng_seed)
-    alpha = cfg.get("selection_alpha")
-    level = float(cfg.get("ci_level", 0.95))
+    counts = bootstrap_counts(int(cfg.n_bootstrap), y, rng_seed)
+    alpha = cfg.selection_alpha
+    level = float(cfg.ci_level)
     out = {}
     for m, p in probs.items():
         rec: dict[str, Any] = {"n_test": int(y.size), "positive_rate": float(y.mean())}
@@ -210,7 +212,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: dict[str,
         out[m] = (
             rec,
             reliability_records(y, p, n_bins, strategy, level),
-            histogram_records(y, p, int(cfg.get("hist_bins", 30))),
+            histogram_records(y, p, int(cfg.hist_bins)),
         )
     return out
 
@@ -226,14 +228,14 @@ def _diagnostics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     }
 
 
-def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_list: list[str]):
+def evaluate_aggregate(lay: Layout, params: Params, name: str, method_list: list[str]):
     """The aggregate path: every method from the test split's bucket table, Poisson intervals.
 
     Same keys as the row path's records (``calibflow.aggregate.diagnostics`` for KS, smooth ECE, Kuiper,
     the log-loss miscalibration term and the selection metrics), plus their bucket-resolution bounds.
     """
     scale = _aggregate.scale_config(params)
-    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    input_kind = str(params.calibrate.input)
     test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
     texts = {
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
@@ -244,13 +246,14 @@ def evaluate_aggregate(lay: Layout, params: dict[str, Any], name: str, method_li
     # by calibrate_segments) goes through the same pass, on its probabilities
     for m, f in segmented_files(lay, params, name).items():
         tables[m] = _aggregate.probability_table(f, scale, scale.replicates)
-    return _aggregate.evaluate_tables(tables, section(params, "evaluate"))
+    return _aggregate.evaluate_tables(tables, params.evaluate)
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Evaluate every dataset x method; the three output folders are swapped in at the end."""
+    params = as_params(params)
     lay = Layout(Path(root))
-    cfg = section(params, "evaluate")
+    cfg = params.evaluate
     method_list = methods(params)
     result: dict[str, Any] = {}
     with (
@@ -263,7 +266,7 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
                 res = evaluate_aggregate(lay, params, name, method_list)
             else:
                 y, probs = _predictions(lay, name, method_list, segmented_files(lay, params, name))
-                res = evaluate_dataset(y, probs, cfg, seed(params))
+                res = evaluate_dataset(y, probs, cfg, int(params.seed))
             for m, (rec, rel, hist) in res.items():
                 write_json(mdir / name / f"{m}.json", rec)
                 write_json(rdir / name / f"{m}.json", rel)

@@ -17,17 +17,18 @@ from typing import Any
 from calibflow import datasets
 from calibflow.io import write_json
 from calibflow.pipeline import _sources
-from calibflow.pipeline._common import Layout, base_parser, cli, load_params, section
+from calibflow.pipeline._common import Layout, ParamsLike, as_params, base_parser, cli, load_params
 
 log = logging.getLogger("calibflow.pipeline.fetch")
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """Fetch the datasets in ``params['datasets']['names']``, stamp the sources; save the manifest."""
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """Fetch the datasets in ``params.datasets.names``, stamp the sources; save the manifest."""
+    params = as_params(params)
     lay = Layout(Path(root))
     manifest: dict[str, Any] = {}
     _sources.names(params)  # at least one dataset or source
-    for name in section(params, "datasets").get("names") or []:
+    for name in params.datasets.names or []:
         folder = Path(datasets.fetch(name, data_dir=lay.raw))
         # fetch verified each registry file against its pinned sha256: record that, not a second hash.
         files = sorted(datasets.info(name).files, key=lambda fs: Path(fs.path))

@@ -16,13 +16,13 @@ from typing import Any
 
 from calibflow.io import write_json
 from calibflow.pipeline import _sources
-from calibflow.pipeline._common import base_parser, cli, load_params
+from calibflow.pipeline._common import ParamsLike, as_params, base_parser, cli, load_params
 
 log = logging.getLogger("calibflow.pipeline.fingerprint")
 
 
-def run(name: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    rec = _sources.stamp(params, name, root)
+def run(name: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    rec = _sources.stamp(as_params(params), name, root)
     out = _sources.fingerprint_path(root, name)
     old = json.loads(out.read_text()) if out.is_file() else None
     if old != rec:

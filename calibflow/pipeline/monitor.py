@@ -41,7 +41,15 @@ from calibflow import monitoring as mon
 from calibflow import monitoring_scale as MS
 from calibflow import sources as S
 from calibflow.io import read_json, write_json, write_text
-from calibflow.pipeline._common import StageError, base_parser, cli, load_params, require
+from calibflow.pipeline._common import (
+    ParamsLike,
+    StageError,
+    as_params,
+    base_parser,
+    cli,
+    load_params,
+    require,
+)
 from calibflow.pipeline.params_schema import MONITOR_RUN_KEYS as RUN_KEYS
 
 log = logging.getLogger("calibflow.pipeline.monitor")
@@ -98,16 +106,16 @@ class Paths:
         return [self.state, self.history, self.metrics, self.champion, self.card, self.pin, *versions]
 
 
-def config(params: dict[str, Any], seed: int | None = None) -> mon.MonitorConfig:
-    sec = {k: v for k, v in (params.get("monitor") or {}).items() if k not in RUN_KEYS}
+def config(params: ParamsLike, seed: int | None = None) -> mon.MonitorConfig:
+    sec = {k: v for k, v in (as_params(params).monitor or {}).items() if k not in RUN_KEYS}
     if seed is not None and "seed" not in sec:
         sec["seed"] = int(seed)
     return mon.MonitorConfig.from_params(sec)
 
 
-def source_spec(params: dict[str, Any], name: str, root: Path) -> S.SourceSpec:
+def source_spec(params: ParamsLike, name: str, root: Path) -> S.SourceSpec:
     """The declared score source with a time column, its path resolved against the project."""
-    decls = params.get("sources") or {}
+    decls = as_params(params).sources or {}
     if name not in decls:
         raise StageError(f"monitor: source {name!r} is not declared under `sources:` in params.yaml")
     spec = S.parse_source(name, decls[name]).at(root)
@@ -250,7 +258,7 @@ def _take_stock(
 
 def run(
     root: str | Path,
-    params: dict[str, Any],
+    params: ParamsLike,
     source: str,
     now: pd.Timestamp | None = None,
     max_windows: int | None = None,
@@ -261,7 +269,8 @@ def run(
     start: str | None = None,
 ) -> dict[str, Any]:
     """Process every pending window of ``source`` (at most ``max_windows``); return what happened."""
-    cfg = config(params, params.get("seed"))
+    params = as_params(params)
+    cfg = config(params, params.seed)
     paths = Paths(Path(root), source)
     spec = source_spec(params, source, paths.root)
     now = pd.Timestamp.now(tz="UTC").tz_convert(None) if now is None else pd.Timestamp(now)
@@ -364,10 +373,10 @@ def _scores_from_tables(
     return MS.score_frame(frame, champ, state.score_kind, cfg, tuple(segments), MS.window_seed(cfg, w))
 
 
-def sources_to_monitor(params: dict[str, Any], only: str | None) -> list[str]:
+def sources_to_monitor(params: ParamsLike, only: str | None) -> list[str]:
     if only:
         return [only]
-    names = [str(s) for s in ((params.get("monitor") or {}).get("sources") or [])]
+    names = [str(s) for s in ((as_params(params).monitor or {}).get("sources") or [])]
     if not names:
         raise StageError("monitor: no source to monitor; list them in monitor.sources or pass --source")
     return names

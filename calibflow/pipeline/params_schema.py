@@ -22,12 +22,13 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 NAME = re.compile(r"^[a-z0-9_]+$")
+M = TypeVar("M", bound=BaseModel)
 #: The monitor section's keys about the run itself (which sources, where to commit), not the statistics.
 MONITOR_RUN_KEYS = ("sources", "commit", "branch", "registry")
 
@@ -122,9 +123,9 @@ class Datasets(_Strict):
 
 
 class Fractions(_Strict):
-    train: float = Field(ge=0, le=1)
-    calib: float = Field(gt=0, le=1)
-    test: float = Field(gt=0, le=1)
+    train: float = Field(0.6, ge=0, le=1)
+    calib: float = Field(0.2, gt=0, le=1)
+    test: float = Field(0.2, gt=0, le=1)
 
     @model_validator(mode="after")
     def _sum(self) -> Fractions:
@@ -134,20 +135,23 @@ class Fractions(_Strict):
 
 
 class Prepare(_Strict):
-    fractions: Fractions
+    fractions: Fractions = Field(default_factory=Fractions)
     stratify: bool = True
+    # validation: a split's positive rate may leave the dataset's known range by this
     balance_tolerance: float = Field(0.03, ge=0, le=1)
 
 
 class Model(_Strict):
-    n_estimators: int = Field(gt=0)
-    max_depth: int = Field(gt=0)
-    learning_rate: float = Field(gt=0)
-    subsample: float = Field(gt=0, le=1)
-    colsample_bytree: float = Field(gt=0, le=1)
-    min_child_weight: float = Field(ge=0)
+    """The XGBoost base model per dataset (``calibflow.models.train_classifier``, scikit-learn names)."""
+
+    n_estimators: int = Field(200, gt=0)
+    max_depth: int = Field(6, gt=0)
+    learning_rate: float = Field(0.1, gt=0)
+    subsample: float = Field(0.8, gt=0, le=1)
+    colsample_bytree: float = Field(0.8, gt=0, le=1)
+    min_child_weight: float = Field(1, ge=0)
     tree_method: Literal["hist", "approx", "exact"] = "hist"
-    n_jobs: int = Field(1, gt=0)
+    n_jobs: int = Field(2, gt=0)
 
 
 class Replicas(_Strict):
@@ -155,9 +159,19 @@ class Replicas(_Strict):
     scheme: Literal["seeds", "bootstrap"] = "seeds"
 
 
+#: Every registered method that needs only (score, label); the others (vad, calem, angular, mist, ...)
+#: need inputs the tabular stages lack.
+DEFAULT_METHODS = (
+    "bbq", "beta", "centered_isotonic", "gamma", "gaussian", "histogram", "isotonic", "minmax", "platt",
+    "quadratic", "scaling_binning", "sigmoid", "spline", "temperature", "venn_abers",
+)
+
+
 class Calibrate(_Strict):
-    methods: list[str] = Field(min_length=1)
+    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    # what the calibrators receive: the base model's margin (logit)
     input: Literal["logit", "probability", "score"] = "logit"
+    # per-method constructor arguments, e.g. {histogram: {n_bins: 15}}
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the segmented methods fitted for sources that declare segments (stage calibrate_segments)
     segmented: list[str] = Field(default_factory=lambda: list(_segmented_methods()))
@@ -208,12 +222,15 @@ def _check_options(method: str, opts: dict[str, Any]) -> None:
 
 
 class Evaluate(_Strict):
-    n_bins: int = Field(gt=0, le=10_000)
-    n_bootstrap: int = Field(ge=0, le=100_000)
-    ci_level: float = Field(gt=0, lt=1)
-    selection_alpha: float = Field(gt=0, le=1)
-    hist_bins: int = Field(gt=0, le=10_000)
+    """Test-split metrics with paired percentile-bootstrap intervals."""
+
+    n_bins: int = Field(15, gt=0, le=10_000)  # bins of ECE, MCE (equal-width) and the reliability diagrams
+    # quantile: equal-mass bins, readable at low base rates
     reliability_bins: Literal["quantile", "uniform"] = "quantile"
+    n_bootstrap: int = Field(200, ge=0, le=100_000)
+    ci_level: float = Field(0.95, gt=0, lt=1)
+    selection_alpha: float = Field(0.1, gt=0, le=1)  # selection-set metrics on the top 10% by probability
+    hist_bins: int = Field(30, gt=0, le=10_000)
 
 
 class Reproduce(BaseModel):
@@ -261,22 +278,26 @@ class Select(_Strict):
 
 
 class Params(_Strict):
-    seed: int = Field(ge=0, lt=2**32)
-    datasets: Datasets
-    prepare: Prepare
-    model: Model
-    replicas: Replicas = Replicas()
-    calibrate: Calibrate
-    evaluate: Evaluate
-    papers: list[str] = Field(default_factory=list)
-    reproduce: Reproduce = Reproduce()
-    # Owned by calibflow.sources (branch issue-12): validated by its parse_source, see _check_sources.
+    """All of ``params.yaml``; every default lives here (a project's file states only what it changes)."""
+
+    # Field order is params.yaml's (the report shows the params in this order).
+    seed: int = Field(20261122, ge=0, lt=2**32)
+    datasets: Datasets = Field(default_factory=Datasets)
+    # Owned by calibflow.sources: validated by its parse_source (see _check_sources); free-form here.
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    validate_: Validate = Field(Validate(), alias="validate")
-    select: Select = Select()
-    # Checked by the core's own parsers (calibflow.monitoring.MonitorConfig, calibflow.aggregate.switch).
-    monitor: dict[str, Any] = Field(default_factory=dict)
+    prepare: Prepare = Field(default_factory=Prepare)
+    model: Model = Field(default_factory=Model)
+    replicas: Replicas = Field(default_factory=Replicas)
+    calibrate: Calibrate = Field(default_factory=Calibrate)
+    evaluate: Evaluate = Field(default_factory=Evaluate)
+    validate_: Validate = Field(default_factory=Validate, alias="validate")
+    select: Select = Field(default_factory=Select)
+    # Checked by the core's own parsers, which hold their defaults (calibflow.aggregate.switch.ScaleConfig,
+    # calibflow.monitoring.MonitorConfig): free-form mappings here.
     scale: dict[str, Any] = Field(default_factory=dict)
+    papers: list[str] = Field(default_factory=list)
+    reproduce: Reproduce = Field(default_factory=Reproduce)
+    monitor: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("monitor")
     @classmethod
@@ -315,7 +336,9 @@ class Params(_Strict):
     def _papers_configured(self) -> Params:
         missing = [p for p in self.papers if p not in (self.reproduce.model_extra or {})]
         if missing:
-            raise ValueError(f"papers lists {missing} but reproduce has no block for them")
+            raise ValueError(
+                f"papers lists {missing} but reproduce has no block for them (see {PROFILES_FILE})"
+            )
         return self
 
     @model_validator(mode="after")
@@ -345,6 +368,34 @@ def _check_sources(sources: Mapping[str, Any]) -> None:
         except ImportError:  # calibflow.sources not merged yet: shape only (name -> mapping)
             continue
         parse_source(name, decl)
+
+
+# ---- typed params without a second validation ----------------------------------------------------
+
+
+def construct(model: type[M], data: Mapping[str, Any]) -> M:
+    """``data`` as ``model`` with the schema's defaults for what it leaves out, without validating it.
+
+    The stages' path (``calibflow.pipeline._common.as_params``): the entry points validated the file
+    already (``load_and_validate``), and a stage keeps reporting its own problems in its own words.
+    Nested sections become their models; a section that is not a mapping is an error naming it.
+    """
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in data:
+            continue
+        value = data[key]
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            if not isinstance(value, Mapping):
+                raise ParamsError(f"params: section {key!r} is missing or not a mapping")
+            value = construct(sub, value)
+        values[name] = value
+    if model.model_config.get("extra") == "allow":
+        known = {f.alias or n for n, f in model.model_fields.items()}
+        values.update({k: v for k, v in data.items() if k not in known})
+    return model.model_construct(**values)
 
 
 # ---- messages ----------------------------------------------------------------------------------
@@ -408,25 +459,56 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_and_validate(path: str | Path) -> dict[str, Any]:
-    """Read a params YAML file and validate it; every failure is a ``ParamsError`` naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
+def _read_yaml(p: Path) -> Any:
+    """A YAML file's contents; a key written twice or broken YAML is a ``ParamsError`` naming the file."""
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except DuplicateKey as exc:
         raise ParamsError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ParamsError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if isinstance(data, Mapping):
-        from calibflow.pipeline._common import with_defaults
 
-        data = with_defaults(dict(data))  # a user project's params.yaml states only what it changes
+
+#: The paper reproductions' profiles (``reproduce.<paper>.<profile>``), in their own file beside
+#: params.yaml: hundreds of lines only the reproduce stages read (DVC tracks them per paper,
+#: ``params-papers.yaml:reproduce.<key>``).
+PROFILES_FILE = "params-papers.yaml"
+
+
+def with_paper_profiles(data: Any, params_path: str | Path) -> Any:
+    """``data`` (params.yaml as read) with the paper blocks of ``params-papers.yaml`` beside it laid under
+    its ``reproduce`` section; a paper's block written in params.yaml itself wins. No such file: ``data``."""
+    path = Path(params_path).with_name(PROFILES_FILE)
+    if not isinstance(data, Mapping) or not path.is_file():
+        return data
+    papers = _read_yaml(path) or {}
+    extra = sorted(set(papers) - {"reproduce"}) if isinstance(papers, Mapping) else ["(not a mapping)"]
+    blocks = papers.get("reproduce") if not extra else None
+    if extra or not isinstance(blocks, Mapping) or "profile" in blocks:
+        raise ParamsError(
+            f"{path}: holds `reproduce:` with one block per paper only (reproduce.profile stays in "
+            f"{Path(params_path).name}); found {extra or sorted(blocks or {})}"
+        )
+    own = data.get("reproduce")
+    own = dict(own) if isinstance(own, Mapping) else {} if own is None else own
+    if not isinstance(own, dict):
+        return data  # the schema names a reproduce section that is not a mapping
+    return {**data, "reproduce": {**own, **{k: v for k, v in blocks.items() if k not in own}}}
+
+
+def load_and_validate(path: str | Path) -> dict[str, Any]:
+    """Read a params YAML file (and the paper profiles beside it) and validate them; every failure is a
+    ``ParamsError`` naming the file.
+
+    Returns the validated params with the schema's defaults filled in, as a plain mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
+    data = with_paper_profiles(_read_yaml(p), p)
     try:
-        validate_params(data)
+        model = validate_params(data)  # a user project's params.yaml states only what it changes
     except ParamsError as exc:
         raise ParamsError("\n".join(f"{p}: {line}" for line in str(exc).splitlines())) from None
-    return data
+    return model.model_dump(by_alias=True)

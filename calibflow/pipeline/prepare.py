@@ -29,14 +29,14 @@ from calibflow.pipeline._common import (
     FEATURE_PREFIX,
     SPLITS,
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
-    dataset_target,
     load_params,
-    section,
-    seed,
 )
 from calibflow.segments import as_levels
 from calibflow.sources import SourceSpec
@@ -45,12 +45,9 @@ from calibflow.splits import digest, split_indices
 log = logging.getLogger("calibflow.pipeline.prepare")
 
 
-def _fractions(params: dict[str, Any]) -> dict[str, float]:
-    """``prepare.fractions``, naming exactly ``SPLITS`` (their values are checked by ``split_indices``)."""
-    fr = {k: float(v) for k, v in (section(params, "prepare").get("fractions") or {}).items()}
-    if set(fr) != set(SPLITS):
-        raise StageError(f"params: prepare.fractions must name exactly {SPLITS}, got {sorted(fr)}")
-    return fr
+def _fractions(params: Params) -> dict[str, float]:
+    """``prepare.fractions`` by split name (their values are checked by ``split_indices``)."""
+    return {k: float(getattr(params.prepare.fractions, k)) for k in SPLITS}
 
 
 def subsample(y: np.ndarray, max_rows: int, rng_seed: int) -> np.ndarray:
@@ -64,17 +61,15 @@ def subsample(y: np.ndarray, max_rows: int, rng_seed: int) -> np.ndarray:
 
 
 def prepare_one(
-    name: str, params: dict[str, Any], data_dir: Path, fractions: dict[str, float]
+    name: str, params: Params, data_dir: Path, fractions: dict[str, float]
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The prepared frame of one dataset (split by ``fractions``) and its split record."""
-    ds = section(params, "datasets")
-    prep = section(params, "prepare")
-    target = dataset_target(params, name)
+    target = (params.datasets.targets or {}).get(name)
     task = datasets.binary_task(name, target=target, data_dir=data_dir)
-    rows = subsample(task.y, int(ds.get("max_rows") or 0), seed(params))
+    rows = subsample(task.y, int(params.datasets.max_rows or 0), int(params.seed))
     y = task.y[rows].astype(np.int64)
-    strat = y if prep.get("stratify", True) else None
-    parts = split_indices(rows.size, fractions, seed=seed(params), stratify=strat)
+    strat = y if params.prepare.stratify else None
+    parts = split_indices(rows.size, fractions, seed=int(params.seed), stratify=strat)
     split = np.empty(rows.size, dtype=object)
     for k, idx in parts.items():
         split[idx] = k
@@ -110,7 +105,7 @@ def _source_split(
         return timesplit.assign_splits(t, w), {"kind": "time", **w.as_dict()}
     default = src.SCORE_FRACTIONS if spec.kind == "score" else src.FEATURES_FRACTIONS
     fractions = {k: float(v) for k, v in (cfg.get("fractions") or default).items()}
-    strat = y if cfg.get("stratify", True) else None
+    strat = y if cfg.get("stratify", src.RANDOM_STRATIFY) else None
     parts = split_indices(y.size, fractions, seed=rng_seed, stratify=strat)
     split = np.full(y.size, "", dtype=object)
     for k, idx in parts.items():
@@ -171,16 +166,16 @@ def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[
     return frame, record
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Prepare every dataset and source; swap ``data/prepared`` in only when all succeeded."""
+    params = as_params(params)
     lay = Layout(Path(root))
-    prep = section(params, "prepare")
     fractions = _fractions(params)
     record: dict[str, Any] = {
-        "seed": seed(params),
+        "seed": int(params.seed),
         "fractions": fractions,
-        "stratify": bool(prep.get("stratify", True)),
-        "max_rows": int(section(params, "datasets").get("max_rows") or 0),
+        "stratify": bool(params.prepare.stratify),
+        "max_rows": int(params.datasets.max_rows or 0),
         "datasets": {},
     }
     with atomic_dir(lay.prepared) as tmp:
@@ -195,11 +190,11 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
         threshold = _aggregate.scale_config(params).row_threshold
         for name, spec in specs.items():
             if _streaming.streams(spec, threshold):  # DuckDB writes the split: the rows never reach pandas
-                rec = _streaming.prepare_record(spec, seed(params), tmp / f"{name}.parquet")
+                rec = _streaming.prepare_record(spec, int(params.seed), tmp / f"{name}.parquet")
                 record["datasets"][name] = rec
                 log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
                 continue
-            frame, rec = prepare_source(spec, seed(params))
+            frame, rec = prepare_source(spec, int(params.seed))
             frame.to_parquet(tmp / f"{name}.parquet", index=False)
             record["datasets"][name] = rec
             log.info("prepared source %s: %s rows, %s", name, rec["n_rows"], rec["counts"])

@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from calibflow.io import read_json, write_json, write_text
-from calibflow.pipeline._common import PHASES, Layout, StageError, atomic_dir, base_parser, cli, load_params
+from calibflow.pipeline._common import (
+    PHASES,
+    Layout,
+    ParamsLike,
+    StageError,
+    as_params,
+    atomic_dir,
+    base_parser,
+    cli,
+    load_params,
+)
 from calibflow.report import (
     RANKING_BASELINES,
     ReportData,
@@ -120,17 +130,18 @@ def write_plot_images(data: ReportData, folder: Path) -> list[Path]:
     return sorted(folder.glob("*.svg"))
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Path]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Path]:
     """Render both files; returns their paths."""
+    params = as_params(params)
     lay = Layout(Path(root))
     data = load_report_data(
-        params=params,
+        params=params.model_dump(by_alias=True),  # the params in effect, defaults included
         metadata=metadata(Path(root), lay),
         validation_files=[lay.validation / f"{p}.json" for p in PHASES],
         evaluation_dir=lay.evaluation,
         reliability_dir=lay.plots / "reliability",
         histogram_dir=lay.plots / "histograms",
-        reproduction_files={k: lay.reproductions / f"{k}.json" for k in params.get("papers") or []},
+        reproduction_files={k: lay.reproductions / f"{k}.json" for k in params.papers or []},
         splits_file=lay.prepared / "splits.json",
         cards_dir=lay.root / "models",
         pages=page_links(lay.reports / "pages"),

@@ -33,26 +33,33 @@ from typing import Any
 from calibflow.datasets import ENV_DATA_DIR
 from calibflow.experiments import claims as CL
 from calibflow.io import read_json, write_json
-from calibflow.pipeline._common import Layout, StageError, base_parser, cli, load_params, section, seed
+from calibflow.pipeline._common import (
+    Layout,
+    ParamsLike,
+    StageError,
+    as_params,
+    base_parser,
+    cli,
+    load_params,
+)
 from calibflow.pipeline.params_schema import PROFILES
 from calibflow.results import Reproduction
 
 log = logging.getLogger("calibflow.pipeline.reproduce")
 
 
-def experiment_config(
-    params: dict[str, Any], key: str, profile: str | None = None
-) -> tuple[str, dict[str, Any]]:
+def experiment_config(params: ParamsLike, key: str, profile: str | None = None) -> tuple[str, dict[str, Any]]:
     """The active profile's name and its config block, ``reproduce.<key>.<profile>``."""
-    rp = section(params, "reproduce")
-    profile = profile or str(rp.get("profile", "quick"))
-    block = rp.get(key)
+    rp = as_params(params).reproduce
+    blocks = dict(rp.model_extra or {})  # one block per paper beside `profile`
+    profile = profile or str(rp.profile)
+    block = blocks.get(key)
     # A paper may add its own named profile (e.g. reproduce.decision.large) beside quick and full.
     if profile not in PROFILES and not (isinstance(block, dict) and isinstance(block.get(profile), dict)):
         raise StageError(f"reproduce profile must be one of {PROFILES}, got {profile!r}")
     if not isinstance(block, dict):
         raise StageError(
-            f"params: reproduce.{key} is missing; known: {sorted(k for k in rp if k != 'profile')}"
+            f"params: reproduce.{key} is missing; known: {sorted(blocks)}"
         )
     config = block.get(profile)
     if config is None and profile == "standard":  # papers without a standard block run their quick one
@@ -99,15 +106,16 @@ def paper_data_dir(lay: Layout) -> Iterator[Path]:
 
 
 def run(
-    key: str, params: dict[str, Any], root: str | os.PathLike[str] = ".", profile: str | None = None
+    key: str, params: ParamsLike, root: str | os.PathLike[str] = ".", profile: str | None = None
 ) -> Reproduction:
     """Run the experiment, check what it returned, save it; return the ``Reproduction``."""
+    params = as_params(params)
     lay = Layout(Path(root))
     profile, config = experiment_config(params, key, profile)
     mod = _experiment(key)
     t0 = time.perf_counter()
     with paper_data_dir(lay):
-        rep = mod.run(dict(config), seed(params))
+        rep = mod.run(dict(config), int(params.seed))
     elapsed = time.perf_counter() - t0
     if not isinstance(rep, Reproduction):
         raise StageError(f"calibflow.experiments.{key}.run returned {type(rep).__name__}, not a Reproduction")
@@ -140,7 +148,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 def run_seed(
     key: str,
-    params: dict[str, Any],
+    params: ParamsLike,
     master: int,
     root: str | os.PathLike[str] = ".",
     profile: str | None = None,
@@ -173,7 +181,7 @@ def run_seed(
 
 def meta_run(
     key: str,
-    params: dict[str, Any],
+    params: ParamsLike,
     k: int,
     root: str | os.PathLike[str] = ".",
     profile: str | None = None,
@@ -182,7 +190,8 @@ def meta_run(
     """The whole reproduction at K derived master seeds; the claims' k-of-K summary, saved."""
     lay = Layout(Path(root))
     profile, _ = experiment_config(params, key, profile)
-    seeds = CL.master_seeds(seed(params), k)
+    project_seed = int(as_params(params).seed)
+    seeds = CL.master_seeds(project_seed, k)
     runs, failed = [], {}
     for s in seeds:
         try:
@@ -191,7 +200,7 @@ def meta_run(
             log.info("seed %d failed: %s", s, exc)
             runs.append([])
             failed[s] = str(exc)
-    meta = CL.meta_result(key, profile, seed(params), seeds, runs)
+    meta = CL.meta_result(key, profile, project_seed, seeds, runs)
     meta["failed_seeds"] = failed
     target = Path(out) if out else lay.reports / "seeds" / f"{key}-meta-{profile}.json"
     write_json(target, meta)
@@ -200,7 +209,7 @@ def meta_run(
 
 
 def check_seed(
-    key: str, params: dict[str, Any], master: int, meta_path: str | os.PathLike[str], root: str = "."
+    key: str, params: ParamsLike, master: int, meta_path: str | os.PathLike[str], root: str = "."
 ) -> list[dict[str, Any]]:
     """Re-run at a held-out seed and compare with every claim the stored meta-run marks robust."""
     meta = read_json(meta_path)

@@ -38,17 +38,19 @@ from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
     UNCALIBRATED,
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     load_params,
     methods,
     require,
-    section,
-    seed,
     segmented_methods,
 )
+from calibflow.pipeline.params_schema import Evaluate
 from calibflow.report._format import fmt_sig
 from calibflow.report.data import RANKING_BASELINES
 
@@ -97,11 +99,11 @@ def paired_bootstrap(
 
 
 def compare(
-    y: np.ndarray, p_unc: np.ndarray, p_cal: np.ndarray, cfg: dict[str, Any], rng_seed: int
+    y: np.ndarray, p_unc: np.ndarray, p_cal: np.ndarray, cfg: Evaluate, rng_seed: int
 ) -> dict[str, Any]:
     """The card's ``metrics``: each metric uncalibrated vs calibrated, the change and its paired interval."""
-    n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
-    boot = paired_bootstrap(y, p_unc, p_cal, int(cfg.get("n_bootstrap", 200)), rng_seed, n_bins)
+    n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
+    boot = paired_bootstrap(y, p_unc, p_cal, int(cfg.n_bootstrap), rng_seed, n_bins)
     point = {
         "unc": _Rows(y, p_unc, n_bins).stats(np.ones_like(y)),
         "cal": _Rows(y, p_cal, n_bins).stats(np.ones_like(y)),
@@ -123,7 +125,7 @@ def compare(
 
 
 def segment_ratios(
-    test: pd.DataFrame, p_cal: np.ndarray, cfg: dict[str, Any], rng_seed: int
+    test: pd.DataFrame, p_cal: np.ndarray, cfg: Evaluate, rng_seed: int
 ) -> list[dict[str, Any]]:
     """Per declared segment value: rows, positives, ``sum p / sum y`` before/after with intervals, a flag
     where the interval after calibration excludes 1 (``calibflow.segments.segment_check``: nulls are their
@@ -137,16 +139,16 @@ def segment_ratios(
         test["prob"].to_numpy(np.float64),
         p_cal,
         segments,
-        n_boot=int(cfg.get("n_bootstrap", 200)),
+        n_boot=int(cfg.n_bootstrap),
         seed=rng_seed,
-        level=float(cfg.get("ci_level", 0.95)),
+        level=float(cfg.ci_level),
         top=MAX_SEGMENTS,
     )
 
 
 def segmented_challenge(
     lay: Layout,
-    params: dict[str, Any],
+    params: Params,
     name: str,
     test: pd.DataFrame,
     global_method: str,
@@ -173,7 +175,7 @@ def segmented_challenge(
     y = test["y"].to_numpy(np.float64)
     ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
     best = min(ll, key=lambda m: (ll[m], m))
-    level = float(section(params, "evaluate").get("ci_level", 0.95))
+    level = float(params.evaluate.ci_level)
     # the same paired test and practical margin the global choice had to clear
     cmp = selection.paired_log_loss(y, p_global, probs[best], level)
     better = cmp.high < -margin
@@ -203,7 +205,7 @@ def segmented_challenge(
     }
 
 
-def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
+def _data_record(lay: Layout, params: Params, name: str, is_source: bool) -> dict[str, Any]:
     """Fingerprint, time range and split of the data behind ``name`` (from fetch/fingerprint/prepare)."""
 
     if is_source:
@@ -228,9 +230,9 @@ def _data_record(lay: Layout, params: dict[str, Any], name: str, is_source: bool
     return {"fingerprint": fp, "time_range": rec.get("time_range"), "split": split}
 
 
-def _input_record(params: dict[str, Any], name: str, is_source: bool) -> dict[str, Any]:
+def _input_record(params: Params, name: str, is_source: bool) -> dict[str, Any]:
     """What ``calibflow apply`` feeds the calibrator: which score, of which kind, converted to which input."""
-    cal_input = str(section(params, "calibrate").get("input", "logit"))
+    cal_input = str(params.calibrate.input)
     if is_source:
         spec = _sources.specs(params)[name]
         if spec.kind == "score":
@@ -253,11 +255,11 @@ def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
     return preds[preds["split"] == "test"].sort_values("row").reset_index(drop=True)
 
 
-def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[dict[str, float], Any]:
+def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str, float], Any]:
     """Test log loss per candidate and a ``compare`` for a method, from bucket tables."""
     scale = _aggregate.scale_config(params)
-    cfg = section(params, "evaluate")
-    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    cfg = params.evaluate
+    input_kind = str(params.calibrate.input)
     tabs = _aggregate.split_tables(
         lay, name, "test", scale, scale.replicates, input_kind=input_kind, segments=True
     )
@@ -269,7 +271,7 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
     texts[selection.IDENTITY] = _calibrator_text(lay, params, name, selection.IDENTITY)  # "keep"
     tables = _aggregate.calibrated_tables(test, texts, input_kind)
     ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
-    n_bins, level = int(cfg.get("n_bins", 15)), float(cfg.get("ci_level", 0.95))
+    n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
 
     def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         segs = _aggregate.segment_tables_ratios(
@@ -281,10 +283,10 @@ def _aggregate_metrics(lay: Layout, params: dict[str, Any], name: str) -> tuple[
 
 
 def select_one(
-    lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
+    lay: Layout, params: Params, name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
     """The chosen calibrator's JSON text and its card."""
-    cfg = section(params, "evaluate")
+    cfg = params.evaluate
     cands = methods(params)
     how = _aggregate.path_for(params, name, lay)
     if how == _aggregate.AGGREGATE:
@@ -303,7 +305,7 @@ def select_one(
     ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
     p_unc = test["prob"].to_numpy(np.float64)
     probs[selection.IDENTITY] = p_unc
-    level = float(cfg.get("ci_level", 0.95))
+    level = float(cfg.ci_level)
     paired = {m: selection.paired_log_loss(y, p_unc, probs[m], level) for m in _auto_candidates(cands)}
     decision = _decide(lay, params, name, paired, metrics.log_loss(y, p_unc), rule)
     method = decision.method
@@ -316,9 +318,9 @@ def select_one(
     )
     if challenge is not None and challenge["chosen"]:
         method, text, p_chosen = challenge["segmented_method"], challenge["text"], challenge["probs"]
-    met = compare(y, p_unc, p_chosen, cfg, seed(params))
+    met = compare(y, p_unc, p_chosen, cfg, int(params.seed))
     _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, p_chosen, level))
-    segs = segment_ratios(test, p_chosen, cfg, seed(params))
+    segs = segment_ratios(test, p_chosen, cfg, int(params.seed))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
     card = _with_decision(card, decision, rule, level)
     card = _with_segments(card, challenge, segs, text, cfg)
@@ -343,7 +345,7 @@ def _with_segments(
     challenge: dict[str, Any] | None,
     segs: list[dict[str, Any]],
     text: str,
-    cfg: dict[str, Any],
+    cfg: Evaluate,
 ) -> dict[str, Any]:
     """Add the segmented challenge and the per-segment flags to a card (a winning challenger calibrates)."""
     if challenge is not None and challenge["chosen"]:
@@ -358,11 +360,11 @@ def _with_segments(
     if segs:
         card["segment_flags"] = seg.flag_lines(segs)
         # with many segments some intervals exclude 1 by chance alone: say how many to expect
-        card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.get("ci_level", 0.95)))
+        card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.ci_level))
     return card
 
 def _select_aggregate(
-    lay: Layout, params: dict[str, Any], name: str, is_source: bool, rule: str
+    lay: Layout, params: Params, name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
     """Select from bucket tables keyed by the source's segment columns (per-segment ratios with the
     Poisson replicates' intervals in place of the row bootstrap's). The log-loss comparisons come from
@@ -371,7 +373,7 @@ def _select_aggregate(
     ``evaluate.n_bootstrap``."""
     ll, compare_for = _aggregate_metrics(lay, params, name)
     ll_unc = ll.pop(selection.IDENTITY)  # the identity's table is the uncalibrated one
-    level = float(section(params, "evaluate").get("ci_level", 0.95))
+    level = float(params.evaluate.ci_level)
     compared = {m: compare_for(m) for m in _auto_candidates(methods(params))}
     paired = {m: _paired_from_replicates(c[0]["log_loss"], level) for m, c in compared.items()}
     decision = _decide(lay, params, name, paired, ll_unc, rule)
@@ -380,7 +382,7 @@ def _select_aggregate(
     met, segs = compared[method] if method in compared else compare_for(method)
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
     card = _with_decision(card, decision, rule, level)
-    return text, _with_segments(card, None, segs, text, section(params, "evaluate"))
+    return text, _with_segments(card, None, segs, text, params.evaluate)
 
 
 # ---- the verdict (calibflow.selection) -------------------------------------------------------------
@@ -392,13 +394,9 @@ def _auto_candidates(cands: list[str]) -> list[str]:
     return [m for m in cands if get_class(m).monotone and m not in RANKING_BASELINES]
 
 
-def _margin_fraction(params: dict[str, Any]) -> float:
-    return float((params.get("select") or {}).get("margin", selection.DEFAULT_MARGIN_FRACTION))
-
-
 def _decide(
     lay: Layout,
-    params: dict[str, Any],
+    params: Params,
     name: str,
     paired: dict[str, selection.Paired],
     ll_unc: float,
@@ -407,7 +405,7 @@ def _decide(
     """The rule's decision; a rule naming a method (or ``identity``) overrides only the method written."""
     texts = {m: _calibrator_text(lay, params, name, m) for m in paired}
     n_params = {m: selection.parameter_count(json.loads(t)) for m, t in texts.items()}
-    decision = selection.decide(ll_unc, paired, n_params, _margin_fraction(params))
+    decision = selection.decide(ll_unc, paired, n_params, float(params.select.margin))
     if rule == RULE_AUTO:
         return decision
     if rule != selection.IDENTITY and rule not in methods(params):
@@ -420,10 +418,10 @@ def _decide(
     return decision
 
 
-def _calibrator_text(lay: Layout, params: dict[str, Any], name: str, method: str) -> str:
+def _calibrator_text(lay: Layout, params: Params, name: str, method: str) -> str:
     """A fitted calibrator's JSON; the identity is built here (it fits nothing) on the calibrators' input."""
     if method == selection.IDENTITY:
-        cal_input = str(section(params, "calibrate").get("input", "logit"))
+        cal_input = str(params.calibrate.input)
         probe = [0.25, 0.75] if cal_input == "probability" else [-1.0, 1.0]
         return make(selection.IDENTITY, input=cal_input).fit(probe, [0, 1]).to_json()
     path = lay.calibrated_method(method) / f"{name}.json"
@@ -510,7 +508,7 @@ def _round(v: Any) -> float | None:
 
 def _card(
     lay: Layout,
-    params: dict[str, Any],
+    params: Params,
     name: str,
     is_source: bool,
     rule: str,
@@ -561,10 +559,11 @@ def models_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / "models"
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Select and write the calibrator and card of every dataset and source."""
+    params = as_params(params)
     lay = Layout(Path(root))
-    rule = str((params.get("select") or {}).get("rule", RULE_AUTO))
+    rule = str(params.select.rule)
     specs = _sources.specs(params, root)
     chosen = [(name, *select_one(lay, params, name, name in specs, rule)) for name in _sources.names(params)]
     chosen = [

@@ -30,15 +30,15 @@ from calibflow.io import write_json
 from calibflow.pipeline import _sources, _streaming
 from calibflow.pipeline._common import (
     Layout,
+    ParamsLike,
     StageError,
+    as_params,
     atomic_dir,
     base_parser,
     cli,
     feature_columns,
     load_params,
     require,
-    section,
-    seed,
 )
 from calibflow.pipeline._sources import carried_columns
 
@@ -50,7 +50,8 @@ def train_one(
     model_params: dict[str, Any],
     rng_seed: int,
     model_path: Path,
-    replicas: dict[str, Any] | None = None,
+    n_replicas: int = 0,
+    replica_scheme: str = "seeds",
 ) -> pd.DataFrame:
     """Train on the ``train`` rows of a prepared frame; save the model(s); return predictions for all rows."""
     feats = feature_columns(frame)
@@ -65,12 +66,10 @@ def train_one(
     out = frame[keep].copy()
     out["margin"] = np.asarray(models.predict_margin(model, X), dtype=np.float64)
     out["prob"] = expit(out["margin"].to_numpy())
-    n_rep = int((replicas or {}).get("n", 0))
-    if n_rep > 0:
-        scheme = str(replicas.get("scheme", "seeds"))
+    if n_replicas > 0:
         # Seeded apart from the served model, so replica 1 is never a copy of it.
         reps = models.train_replicas(
-            X[tr], y[tr], dict(model_params), n_rep, scheme=scheme, seed=rng_seed + 1
+            X[tr], y[tr], dict(model_params), n_replicas, scheme=replica_scheme, seed=rng_seed + 1
         )
         for r, rep in enumerate(reps, start=1):
             models.save_model(rep, model_path.with_name(f"{model_path.stem}.replica{r}.json"))
@@ -78,10 +77,11 @@ def train_one(
     return out
 
 
-def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Train every dataset's base model; outputs are swapped in only when all succeeded."""
+    params = as_params(params)
     lay = Layout(Path(root))
-    model_params = section(params, "model")
+    model_params = dict(params.model)  # the fields as written (no re-serialising: 1 stays 1, not 1.0)
     specs = _sources.specs(params, root)
     summary: dict[str, Any] = {}
     with atomic_dir(lay.models) as mdir, atomic_dir(lay.predictions) as pdir:
@@ -98,9 +98,10 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
                 preds = train_one(
                     pd.read_parquet(path),
                     model_params,
-                    seed(params),
+                    int(params.seed),
                     mdir / f"{name}.json",
-                    params.get("replicas"),
+                    int(params.replicas.n or 0),
+                    str(params.replicas.scheme),
                 )
             preds.to_parquet(pdir / f"{name}.parquet", index=False)
             test = preds[preds["split"] == "test"]

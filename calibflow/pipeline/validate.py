@@ -33,14 +33,16 @@ from calibflow.pipeline._common import (
     PHASES,
     SPLITS,
     Layout,
+    Params,
+    ParamsLike,
     StageError,
+    as_params,
     base_parser,
     cli,
     feature_columns,
     load_params,
     methods,
     require,
-    section,
     segmented_methods,
 )
 
@@ -89,12 +91,12 @@ def raw_suite(name: str, df: pd.DataFrame) -> tuple[pd.DataFrame, list[Any]]:
 
 
 def prepared_suites(
-    name: str, df: pd.DataFrame, params: dict[str, Any]
+    name: str, df: pd.DataFrame, params: Params
 ) -> list[tuple[str, pd.DataFrame, list[Any]]]:
     """Suites on one prepared dataset: the whole frame, then each split's size and class balance."""
     gxe = _gxe()
-    prep = section(params, "prepare")
-    fractions = prep["fractions"]
+    prep = params.prepare
+    fractions = prep.fractions
     feats = feature_columns(df)
     frame = df[["row", "split", "y"]].copy()
     frame["features_finite"] = np.isfinite(df[feats].to_numpy(dtype=np.float64)).all(axis=1)
@@ -109,14 +111,14 @@ def prepared_suites(
     ]
     spec = RAW_SPECS.get(name)
     if spec is not None:  # no row lost: all rows, or exactly the configured subsample
-        max_rows = int((params.get("datasets") or {}).get("max_rows") or 0)
+        max_rows = int(params.datasets.max_rows or 0)
         exps.append(gxe.ExpectTableRowCountToEqual(value=min(max_rows, spec.rows) if max_rows else spec.rows))
     rate = spec.positive_rate if spec else (0.0, 1.0)
-    tol = float(prep.get("balance_tolerance", 0.03))
+    tol = float(prep.balance_tolerance)
     out = [(f"prepared.{name}", frame, exps)]
     for split in SPLITS:
         part = frame[frame["split"] == split]
-        want = float(fractions.get(split, 0.0)) * n
+        want = float(getattr(fractions, split)) * n
         slack = max(2.0, 0.01 * n)
         lo_n, hi_n = int(np.floor(want - slack)), int(np.ceil(want + slack))
         lo_r, hi_r = max(0.0, rate[0] - tol), min(1.0, rate[1] + tol)
@@ -169,7 +171,7 @@ def segmented_suite(df: pd.DataFrame, segment_cols: list[str]) -> tuple[pd.DataF
     return frame, exps
 
 
-def _segmented_frames(params: dict[str, Any], lay: Layout):
+def _segmented_frames(params: Params, lay: Layout):
     """(method, source, test predictions joined with their segment columns) for every segmented fit."""
     for method in segmented_methods(params):
         if method in methods(params):
@@ -303,7 +305,7 @@ def summarize(result: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------- phases
 
 
-def _raw_suites(params: dict[str, Any], lay: Layout):
+def _raw_suites(params: Params, lay: Layout):
     from calibflow import datasets
 
     out = []
@@ -313,7 +315,7 @@ def _raw_suites(params: dict[str, Any], lay: Layout):
     return out
 
 
-def _prepared_suites(params: dict[str, Any], lay: Layout):
+def _prepared_suites(params: Params, lay: Layout):
     out = []
     for name in _dataset_list(params):
         path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
@@ -333,7 +335,7 @@ def calibrated_metrics(y: np.ndarray, p: np.ndarray, n_bins: int) -> dict[str, f
     return {k: row[k] for k in keys}
 
 
-def _calibrated_suites(params: dict[str, Any], lay: Layout):
+def _calibrated_suites(params: Params, lay: Layout):
     from calibflow.calibrators import get_class
 
     out, rows = [], []
@@ -367,7 +369,7 @@ def _calibrated_suites(params: dict[str, Any], lay: Layout):
 
 
 def _calibrated_table_suite(
-    params: dict[str, Any], lay: Layout, method: str, name: str, monotone: bool, n_bins: int
+    params: Params, lay: Layout, method: str, name: str, monotone: bool, n_bins: int
 ) -> tuple[pd.DataFrame, list[Any], dict[str, float]]:
     """A streamed source's calibrator checked on the test split's bucket table: one row per (bucket,
     label) with the group's mean margin and its calibrated probability, the row suite's expectations on it
@@ -376,7 +378,7 @@ def _calibrated_table_suite(
     from calibflow.aggregate import metrics_from_table
 
     text = require(lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}")
-    input_kind = str(section(params, "calibrate").get("input", "logit"))
+    input_kind = str(params.calibrate.input)
     test = _aggregate.split_table(lay, name, "test", _aggregate.scale_config(params), input_kind=input_kind)
     t = _aggregate.calibrated_tables(test, {method: text.read_text()}, input_kind)[method]
     df = pd.DataFrame({"margin": t["sum_z"] / t["n"], "prob": t["prob"], "y": t["label"]})
@@ -393,12 +395,12 @@ def _calibrated_table_suite(
 _BUILDERS = {"raw": _raw_suites, "prepared": _prepared_suites, "calibrated": _calibrated_suites}
 
 
-def _dataset_list(params: dict[str, Any]) -> list[str]:
+def _dataset_list(params: Params) -> list[str]:
     _sources.names(params)  # at least one dataset or source
-    return [str(n) for n in section(params, "datasets").get("names") or []]
+    return [str(n) for n in params.datasets.names or []]
 
 
-def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
+def _source_suites(phase: str, params: Params, lay: Layout):
     """Suites generated from each source's declaration, and per suite how to word a failure in one line."""
     from calibflow.pipeline import validate_sources as vs
 
@@ -447,10 +449,11 @@ def _source_suites(phase: str, params: dict[str, Any], lay: Layout):
     return suites, explain
 
 
-def run(phase: str, params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+def run(phase: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Validate one phase and write its JSON; on failure save the failures and raise ``ValidationFailed``."""
     if phase not in PHASES:
         raise StageError(f"unknown validation phase {phase!r}; expected one of {PHASES}")
+    params = as_params(params)
     lay = Layout(Path(root))
     suites = _BUILDERS[phase](params, lay)
     src_suites, explain = _source_suites(phase, params, lay)

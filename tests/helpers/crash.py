@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def sleeper_project(root: Path) -> Path:
     """A git + DVC project with calibflow's own params.yaml and one stage that sleeps."""
     root.mkdir(parents=True)
-    (root / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    for name in ("params.yaml", "params-papers.yaml"):  # the papers listed in one, their blocks in the other
+        (root / name).write_text((ROOT / name).read_text())
     (root / "sleep.py").write_text(SLEEPER)
     (root / "dvc.yaml").write_text(
         f"stages:\n  sleep:\n    cmd: {sys.executable} sleep.py\n    deps: [sleep.py]\n    outs: [out.txt]\n"

@@ -100,9 +100,21 @@ def copy_repo(dst: Path) -> None:
         shutil.copy2(src, dst / rel)
 
 
+def write_params(root: Path, params: dict) -> None:
+    """``params`` as a project states them: params.yaml, and the papers' profile blocks in
+    params-papers.yaml, where the reproduce stages track them (dvc.yaml)."""
+    from calibflow.pipeline.params_schema import PROFILES_FILE
+
+    rep = dict(params.get("reproduce") or {})
+    main = {**params, "reproduce": {k: v for k, v in rep.items() if k == "profile"}}
+    (root / "params.yaml").write_text(yaml.safe_dump(main, sort_keys=False))
+    blocks = {k: v for k, v in rep.items() if k != "profile"}
+    (root / PROFILES_FILE).write_text(yaml.safe_dump({"reproduce": blocks}, sort_keys=False))
+
+
 def make_repo(root: Path) -> str:
     copy_repo(root)
-    (root / "params.yaml").write_text(yaml.safe_dump(TINY, sort_keys=False))
+    write_params(root, TINY)
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)
     git(root, "init", "-q")
     git(root, "add", "-A")

@@ -32,7 +32,8 @@ def toy_project(root: Path, sleep: dict[str, float]) -> Path:
     root.mkdir()
     (root / "stage.py").write_text(TOY_STAGE)
     # `calibflow run` checks params.yaml against the schema first: a real one; the toy's knobs in toy.yaml.
-    (root / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    for name in ("params.yaml", "params-papers.yaml"):  # the papers listed in one, their blocks in the other
+        (root / name).write_text((REPO / name).read_text())
     (root / "toy.yaml").write_text(yaml.safe_dump({"sleep": sleep, "fail": "none"}))
     stages = {}
     prev: list[str] = []

@@ -96,7 +96,9 @@ def test_decision_uses_uncertainty_only_above_both_the_score_and_the_random_cont
 @pytest.fixture
 def small_calem_params(tmp_path: Path) -> Path:
     """params.yaml with a CalEM 'seeds' profile small enough for a test (one cell, no Hillstrom)."""
-    params = yaml.safe_load(Path("params.yaml").read_text())
+    from calibflow.pipeline.params_schema import with_paper_profiles
+
+    params = with_paper_profiles(yaml.safe_load(Path("params.yaml").read_text()), Path("params.yaml"))
     params["reproduce"]["calem"]["seeds"] = {
         "profile": "seeds",
         "figure": False,

@@ -143,7 +143,7 @@ def test_the_large_profile_is_a_named_profile_of_params():
     params = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
     name, cfg = experiment_config(params, "decision", "large")
     assert name == "large" and cfg["generative"]["n_hold"] >= 1_000_000
-    assert experiment_config(params, "decision", None)[0] == params["reproduce"]["profile"]
+    assert experiment_config(params, "decision", None)[0] == params.reproduce.profile
     with pytest.raises(StageError, match="profile"):
         experiment_config(params, "decision", "lareg")
     with pytest.raises(StageError, match="profile"):

@@ -321,9 +321,9 @@ def test_readme_init_with_two_segment_columns(tmp_path, monkeypatch):
 
 
 def test_params_segmented_names_only_segmented_methods():
-    from calibflow.pipeline.params_schema import ParamsError, validate_params
+    from calibflow.pipeline.params_schema import ParamsError, validate_params, with_paper_profiles
 
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = with_paper_profiles(yaml.safe_load((REPO / "params.yaml").read_text()), REPO / "params.yaml")
     assert validate_params(params) is not None
     params["calibrate"]["segmented"] = ["platt"]
     with pytest.raises(ParamsError, match="'platt' is not a segmented method"):

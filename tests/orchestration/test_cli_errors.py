@@ -39,7 +39,9 @@ def calibflow(tmp_path: Path, *args: str, debug: bool = False) -> tuple[subproce
 
 
 def params_file(tmp_path: Path, edit) -> str:
-    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    from calibflow.pipeline.params_schema import with_paper_profiles
+
+    p = with_paper_profiles(yaml.safe_load((ROOT / "params.yaml").read_text()), ROOT / "params.yaml")
     edit(p)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(p))

@@ -31,7 +31,9 @@ def _project(root: Path, source: str) -> Path:
         body["deps"] = [d for d in body.get("deps", []) if not str(d).startswith("calibflow/")]
     (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
     (root / "data.csv").write_text("p,y\n0.2,0\n0.7,1\n")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    from calibflow.pipeline.params_schema import with_paper_profiles
+
+    params = with_paper_profiles(yaml.safe_load((REPO / "params.yaml").read_text()), REPO / "params.yaml")
     decl = {"path": "data.csv", "label": "y", "score": "p", "score_kind": "probability"}
     params["sources"] = {source: decl}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

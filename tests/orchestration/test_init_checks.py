@@ -19,7 +19,7 @@ from helpers.source_data import scores_frame
 from typer.testing import CliRunner
 
 from calibflow.flows.cli import app
-from calibflow.pipeline.params_schema import load_and_validate
+from calibflow.pipeline.params_schema import load_and_validate, with_paper_profiles
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS_BEFORE = "seed: 0\n# a comment that must survive\n"
@@ -144,7 +144,7 @@ def test_names_the_schema_refuses_are_refused_or_normalised_and_said(tmp_path, f
 
 def test_a_written_source_passes_the_params_schema(tmp_path, frame):
     frame.to_parquet(data := tmp_path / "Ads-2026.parquet", index=False)
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = with_paper_profiles(yaml.safe_load((REPO / "params.yaml").read_text()), REPO / "params.yaml")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     code, out, _ = init(tmp_path, data, "--time", "date", "--segments", "country")
     assert code == 0, out

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc_env, git
+from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc_env, git, write_params
 from scipy.special import expit, logit
 
 from calibflow import calibrators
@@ -74,7 +74,7 @@ def test_documented_path_on_a_probability_source_serves_calibrated_probabilities
     params = yaml.safe_load((root / "params.yaml").read_text())  # the schema wants every key
     for key, value in json.loads(json.dumps(TINY)).items():
         params[key] = {**params[key], **value} if isinstance(value, dict) and key in params else value
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_params(root, params)
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)
     daily = root / "userdata" / "daily"
     deliver(daily, range(HISTORY))

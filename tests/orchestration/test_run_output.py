@@ -81,7 +81,7 @@ def test_quiet_failure_is_three_lines_at_most(tmp_path):
 @pytest.mark.slow
 def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tmp_path):
     """The issue's case: a label of 2 in 7 of 20,000 rows, under `calibflow run -q`."""
-    from helpers.dvc_repo import FAKE_EXPERIMENT, copy_repo, dvc, git
+    from helpers.dvc_repo import FAKE_EXPERIMENT, copy_repo, dvc, git, write_params
     from helpers.source_data import scores_frame, write
 
     root = tmp_path / "repo"
@@ -97,7 +97,7 @@ def test_a_bad_label_fails_run_in_three_lines_and_keeps_the_last_good_outputs(tm
     p["sources"] = {
         "ads": {"path": "userdata/scores.parquet", "label": "clicked", "score": "p_model", "time": "date"}
     }
-    (root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    write_params(root, p)
     frame = scores_frame(n=20_000, days=30, seed=4)
     data = write(frame, "parquet", root / "userdata")
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)

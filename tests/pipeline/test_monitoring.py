@@ -200,7 +200,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert tm.main(["--root", str(tmp_path), "--params", str(tmp_path / "p.yaml")]) == 1
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "params file not found" in err
-    params = tm.load_params(tmp_path / "params.yaml")
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())  # the file as written, edited below
     params["monitor"]["band_k"] = -1
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert tm.main(["--root", str(tmp_path), "--params", str(tmp_path / "params.yaml")]) == 1

@@ -9,14 +9,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibflow.pipeline.params_schema import ParamsError, load_and_validate, validate_params
+from calibflow.pipeline.params_schema import (
+    DEFAULT_METHODS,
+    ParamsError,
+    load_and_validate,
+    validate_params,
+    with_paper_profiles,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return yaml.safe_load((ROOT / "params.yaml").read_text())
+    # the shipped params as a project reads them: the papers' blocks from params-papers.yaml laid under
+    return with_paper_profiles(yaml.safe_load((ROOT / "params.yaml").read_text()), ROOT / "params.yaml")
 
 
 def bad(params: dict, path: str, value, delete: bool = False) -> str:
@@ -77,8 +84,12 @@ def test_shell_metacharacters_are_not_names(params, name):
     assert "is not a method name" in msg
 
 
-def test_missing_section(params):
-    assert "params: calibrate: missing" in bad(params, "calibrate", None, delete=True)
+def test_missing_section_takes_the_schema_defaults_a_null_one_is_named(params):
+    # A project states only what it changes: a section left out is the schema's defaults, not an error.
+    p = copy.deepcopy(params)
+    del p["calibrate"]
+    assert validate_params(p).calibrate.methods == list(DEFAULT_METHODS)
+    assert "params: calibrate: Input should be a valid dictionary" in bad(params, "calibrate", None)
 
 
 def test_sources_names_are_checked(params):

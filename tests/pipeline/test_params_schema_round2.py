@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibflow.pipeline.params_schema import ParamsError, load_and_validate, validate_params
+from calibflow.pipeline.params_schema import (
+    ParamsError,
+    load_and_validate,
+    validate_params,
+    with_paper_profiles,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = yaml.safe_load((REPO / "params.yaml").read_text())
+BASE = with_paper_profiles(yaml.safe_load((REPO / "params.yaml").read_text()), REPO / "params.yaml")
 SOURCE = {"path": "data.csv", "label": "y", "score": "p", "score_kind": "probability", "time": "t"}
 
 

@@ -423,7 +423,9 @@ def test_hostile_names_and_figures_never_become_markup(tmp_path):
 def test_unknown_reliability_binning_names_the_key():
     from calibflow.pipeline._common import StageError
     from calibflow.pipeline.evaluate import evaluate_dataset
+    from calibflow.pipeline.params_schema import Evaluate, construct
 
     y, p = _low_base_rate(n=300)
+    cfg = construct(Evaluate, {"reliability_bins": "equal", "n_bootstrap": 0})  # as a stage sees it
     with pytest.raises(StageError, match="evaluate.reliability_bins is 'equal'; use quantile or uniform"):
-        evaluate_dataset(y, {"uncalibrated": p}, {"reliability_bins": "equal", "n_bootstrap": 0}, 1)
+        evaluate_dataset(y, {"uncalibrated": p}, cfg, 1)

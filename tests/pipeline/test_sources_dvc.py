@@ -15,8 +15,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc, git
+from helpers.dvc_repo import FAKE_EXPERIMENT, TINY, copy_repo, dvc, git, write_params
 from helpers.source_data import scores_frame, write
 
 pytestmark = pytest.mark.slow
@@ -44,7 +43,7 @@ def test_dvc_repro_on_a_source(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
     copy_repo(root)
-    (root / "params.yaml").write_text(yaml.safe_dump(_params(), sort_keys=False))
+    write_params(root, _params())
     (root / "calibflow/experiments/fake.py").write_text(FAKE_EXPERIMENT)
     frame = scores_frame(n=1500, days=30, seed=4)
     folder = write(frame, "folder", root / "userdata")
