@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -270,20 +271,41 @@ def stop_temporary(proc: subprocess.Popen) -> None:
             path.unlink()
 
 
-def watch_api(
-    url: str, on_gone: Callable[[str], None], every: float = 1.0, misses: int = 3
-) -> threading.Event:
-    """Call ``on_gone(message)`` once when ``url``'s /health fails ``misses`` times in a row.
+def _probe(url: str, timeout: float) -> str:
+    """``ok``, ``slow`` (no answer within ``timeout``: a busy machine) or ``down`` (refused, or an error)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as resp:  # noqa: S310 (loopback)
+            return "ok" if resp.status == 200 else "down"
+    except urllib.error.URLError as exc:
+        return "slow" if isinstance(exc.reason, TimeoutError) else "down"
+    except TimeoutError:  # socket.timeout is TimeoutError
+        return "slow"
+    except OSError:
+        return "down"
 
-    Runs in a daemon thread; set the returned event to stop watching.
+
+def watch_api(
+    url: str, on_gone: Callable[[str], None], every: float = 1.0, misses: int = 3, slow_for: float = 120.0
+) -> threading.Event:
+    """Call ``on_gone(message)`` once when ``url``'s /health is refused ``misses`` times in a row, or has not
+    answered for ``slow_for`` seconds.
+
+    A server that is gone refuses at once; a server on a saturated machine may take seconds to answer and
+    must not stop a healthy run (it did, at load 40 on 2 cores). Runs in a daemon thread; set the
+    returned event to stop watching.
     """
     stop = threading.Event()
 
     def loop() -> None:
-        failed = 0
+        failed, quiet_since = 0, None
         while not stop.wait(every):
-            failed = 0 if healthy(url=url, timeout=every) else failed + 1
-            if failed >= misses:
+            state = _probe(url, timeout=max(every, 2.0))
+            failed = failed + 1 if state == "down" else 0
+            if state != "slow":
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            if failed >= misses or (quiet_since is not None and time.monotonic() - quiet_since >= slow_for):
                 on_gone(f"the Prefect API at {url} stopped answering; the run was stopped (no outputs lost)")
                 return
 
