@@ -210,9 +210,10 @@ def check_seed(
         raise StageError(f"seed {master} is not held out: the meta-run used it; pick another --seed")
     rep = run_seed(key, params, master, root, meta["profile"])
     rows = CL.check_against(meta["claims"], rep.claims)
+    # Every held-out claim is kept, so the check can be redone if the meta-run is re-judged.
     write_json(
         Layout(Path(root)).reports / "seeds" / f"{key}-check-{master}.json",
-        {"meta": str(meta_path), "seed": master, "claims": rows},
+        {"meta": str(meta_path), "seed": master, "claims": rows, "held_out": rep.claims},
     )
     bad = [r for r in rows if not r["agrees"]]
     # The answer of the command, so stdout (not the stage log): one line per disagreement, then the count.
