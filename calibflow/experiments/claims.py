@@ -469,6 +469,13 @@ def agreement_line(meta: dict[str, Any], checks: Sequence[tuple[int, dict[str, A
     line += f"robust-null claims: {counts}."
     if bad:
         line += " Disagreements: " + ", ".join(bad) + "."
+    weak = [r["id"] for r in meta["claims"] if r["verdict"] == UNDERPOWERED]
+    if weak:  # not promised, but what a reviewer would see: how often they held anyway
+        seen = []
+        for seed, check in checks:
+            held = {c["id"]: Claim.from_dict(c).significant for c in held_out_claims(check)}
+            seen.append(f"{seed}: {sum(held.get(i, False) for i in weak)} of {len(weak)}")
+        line += f" Claims {UNDERPOWERED} (not promised) significant at the held-out seeds: {'; '.join(seen)}."
     return line
 
 
