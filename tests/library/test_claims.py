@@ -303,3 +303,21 @@ def test_page_blocks_are_generated_from_the_stored_jsons_and_replaced_in_place(t
     page.write_text("<!-- generated: table k_full.json Missing -->\n<!-- /generated -->\n")
     with pytest.raises(ValueError, match="no table whose title starts with 'Missing'"):
         pages.main([str(page)])
+
+
+def test_stored_pages_match_their_stored_meta_runs_and_checks():
+    # The committed pages are what their generated blocks render from the committed JSONs today.
+    from calibflow.experiments import pages
+
+    docs = sorted(Path("docs/reproductions").glob("*.md"))
+    assert len(docs) == 5
+    for page in docs:
+        text = page.read_text()
+        assert "<!-- generated: claims" in text, page
+        assert pages.regenerate(text) == text, (
+            f"{page} is stale: python -m calibflow.experiments.pages {page}"
+        )
+    for meta in Path("docs/reproductions").glob("*_seeds.json"):
+        m = json.loads(meta.read_text())
+        assert m["rule"] == CL.RULE and m["verdicts"] == CL.verdict_counts(m["claims"])
+        assert m["verdicts"] == CL.reclassify(json.loads(meta.read_text()))["verdicts"]  # judged by this rule
