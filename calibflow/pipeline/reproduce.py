@@ -10,7 +10,9 @@ Seeds (outside DVC; the stage's own outputs are left alone):
 
 - ``--seed N`` runs at master seed N instead of ``params["seed"]`` and saves
   ``reports/seeds/<key>-<profile>-<config hash>-<N>.json``; with ``--check META`` it also says, for every
-  claim the stored meta-run calls robust, whether this run agrees (a held-out seed's review).
+  claim the stored meta-run calls robust or robust null, whether this run agrees (a held-out seed's review),
+  and keeps every held-out claim in ``reports/seeds/<key>-check-<N>.json`` (stored beside the meta-run as
+  ``<key>_check_<N>.json``, the page counts the agreement from it).
 - ``--seeds K`` is the meta-run: K master seeds derived from the project seed
   (``calibflow.experiments.claims.master_seeds``), one run each (saved as above; a seed already saved is
   reused, so an interrupted meta-run resumes), then for every claim the number of seeds where it is
