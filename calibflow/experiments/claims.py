@@ -11,13 +11,38 @@ and, for every claim, counts the seeds in which it is significant and pools the 
   the claimed sign.
 - ``summarise`` turns K runs' claims into one row per claim: significant in k of K seeds, the pooled effect
   (mean of the K per-seed effects) with a t interval over seeds (each seed is one independent replicate of the
-  whole experiment, so the interval carries the split-to-split and model-to-model spread), and a verdict:
-  ``robust`` (significant in at least K - 1 of K), ``pooled only`` (in at most 1 of K, but the pooled
-  interval lies on the claimed side of 0: an effect too small for one run to show), ``robust null`` (in at
-  most 1 of K otherwise: the page may say "no effect seen") or ``not robust`` (anything between: the page must
-  not state it either way).
+  whole experiment, so the interval carries the split-to-split and model-to-model spread), the predicted
+  probability that a fresh seed shows it, and a verdict (the rule below).
+
+The robustness rule (fixed before any held-out seed was looked at). "Held in K-1 of K" alone does not predict
+a fresh seed: a claim with per-run power 80% holds in 4 of 5 seeds most of the time and still fails one
+reviewer's seed in five. So each seed's test is put on one scale, its signed z-score
+``z = sign * Phi^-1(1 - p/2)`` (sign +1 when the effect has the claimed sign; capped at ``Z_CAP``, since how
+far beyond p ~ 1e-12 a seed lies does not change whether a fresh seed clears p < alpha; a seed missing the
+claim counts as z = 0). A run is significant exactly when its z exceeds ``c = Phi^-1(1 - alpha/2)``. The K
+z-scores are a normal sample (mean m, sd s, with s floored at 1, the sampling sd of any z-score, so that K
+seeds agreeing by chance do not look certain); a fresh seed's z then has the Student-t predictive
+distribution ``m + s * sqrt(1 + 1/K) * t_{K-1}``, and ``P_sig`` is its probability of exceeding c. Requiring
+``P_sig >= PREDICT_LEVEL`` (0.99) is the same as requiring the one-sided 99% lower prediction bound of a
+fresh seed's z to clear c: a lower bound, not the point estimate. Verdicts:
+
+  - ``robust``: significant in at least K-1 of K seeds AND ``P_sig >= 0.99``;
+  - ``not robust at this size``: significant in at least K-1 of K, but ``P_sig < 0.99`` (a fresh seed misses
+    it too often; more replications per seed would fix it, ``replications_for_robust`` says how many);
+  - ``pooled only``: significant in at most 1 of K, but the pooled interval lies on the claimed side of 0;
+  - ``robust null``: significant in at most 1 of K AND ``1 - P_sig >= 0.99`` (a fresh seed shows it with
+    probability below 1%; at alpha = 0.05 a true null is significant in the claimed direction 2.5% of the
+    time, so this needs evidence against the claim, not just its absence);
+  - ``no effect seen``: significant in at most 1 of K otherwise (a statement about these K seeds, not a
+    prediction);
+  - ``not robust``: anything between.
+
+  Only ``robust`` and ``robust null`` are promises about a fresh seed, and only they are checked by
+  ``check_against``.
 - ``replications_for_power`` sizes the replications per cell: the n at which a paired t-test of the given
-  effect and spread reaches the given power (noncentral t).
+  effect and spread reaches the given power (noncentral t); ``replications_for_robust`` the replications per
+  seed at which the rule above would call a claim robust (z grows with sqrt(n); the part of the seeds'
+  spread beyond 1 is taken to be the effect's own seed-to-seed spread and grows with it).
 
 Nothing here knows a paper; the experiments build their claims with ``paired_claim`` / ``summary_claim`` /
 ``joint_claim`` and put them in ``Reproduction.claims``.
@@ -36,6 +61,22 @@ from scipy import stats
 ALPHA = 0.05
 ROBUST, ROBUST_NULL, NOT_ROBUST = "robust", "robust null", "not robust"
 POOLED_ONLY = "pooled only"  # rarely significant per seed, but the pooled interval is on the claimed side
+UNDERPOWERED = "not robust at this size"  # held in >= K-1 of K, but a fresh seed would miss it too often
+NO_EFFECT = "no effect seen"  # held in <= 1 of K; not a prediction that a fresh seed shows none
+VERDICTS = (ROBUST, UNDERPOWERED, POOLED_ONLY, ROBUST_NULL, NO_EFFECT, NOT_ROBUST)
+PREDICT_LEVEL = 0.99  # a robust claim must hold in a fresh seed with at least this predicted probability
+Z_CAP = 7.0  # p ~ 2.6e-12: beyond it a seed's exact z does not change whether a fresh seed clears c
+Z_SD_FLOOR = 1.0  # a z-score's own sampling sd: K seeds agreeing closely by chance must not look certain
+RULE = (
+    "robust: significant in at least K-1 of K seeds AND a predicted probability of at least "
+    f"{PREDICT_LEVEL:g} that a fresh seed is significant (the one-sided 99% lower prediction bound of a "
+    "fresh seed's z-score, "
+    "from the K seeds' z-scores with their sd floored at 1 and a Student-t predictive, clears the "
+    "significance threshold); not robust at this size: in at least K-1 of K but below that probability; "
+    "pooled only: in at most 1, but the pooled interval lies on the claimed side of 0; robust null: in at "
+    f"most 1 and a predicted probability of at least {PREDICT_LEVEL:g} that a fresh seed is NOT significant; "
+    "no effect seen: in at most 1 otherwise; else not robust"
+)
 
 
 @dataclass
@@ -218,13 +259,89 @@ def replications_for_power(
     return lo
 
 
-def verdict(k: int, big_k: int) -> str:
-    """``robust`` (significant in >= K-1 of K), ``robust null`` (<= 1 of K; K >= 3) or ``not robust``."""
+def z_score(p: float, effect: float, direction: int) -> float:
+    """A seed's signed evidence for a claim: ``Phi^-1(1 - p/2)``, negative when the effect has the wrong
+    sign, capped at ``Z_CAP``; 0 for a missing or undefined test. Significant exactly when > ``z_crit``."""
+    if p is None or effect is None or not (np.isfinite(p) and np.isfinite(effect)) or effect == 0:
+        return 0.0
+    z = min(float(stats.norm.isf(max(float(p), 1e-300) / 2)), Z_CAP)
+    return z if effect * direction > 0 else -z
+
+
+def z_crit(alpha: float = ALPHA) -> float:
+    """The z a seed must exceed to be significant at ``alpha`` in the claimed direction."""
+    return float(stats.norm.isf(alpha / 2))
+
+
+def predicted_significance(z: Sequence[float], alpha: float = ALPHA) -> float:
+    """Predicted probability that a fresh seed's test is significant, from K seeds' z-scores.
+
+    Student-t predictive of a fresh draw from a normal sample (sd floored at ``Z_SD_FLOOR``): ``P_sig >=
+    q`` exactly when the one-sided level-q lower prediction bound of the fresh z clears ``z_crit(alpha)``.
+    NaN with fewer than 2 seeds.
+    """
+    v = np.asarray(z, dtype=float)
+    if v.size < 2:
+        return float("nan")
+    sd = max(float(v.std(ddof=1)), Z_SD_FLOOR)
+    scale = sd * math.sqrt(1 + 1 / v.size)
+    return float(stats.t.cdf((v.mean() - z_crit(alpha)) / scale, v.size - 1))
+
+
+def replications_for_robust(
+    z: Sequence[float], n: int, alpha: float = ALPHA, level: float = PREDICT_LEVEL, n_max: int = 100_000
+) -> int | None:
+    """Replications per seed at which ``predicted_significance`` would reach ``level`` (None: never).
+
+    A seed's z grows with sqrt(n); of the seeds' sd, the part beyond the floor (sd^2 - 1) is taken to be
+    the effect's own spread from seed to seed, which grows with sqrt(n) too, so some claims never get there.
+    """
+    v = np.asarray(z, dtype=float)
+    if v.size < 2 or n < 1 or v.mean() <= 0:
+        return None
+    het = max(float(v.var(ddof=1)) - Z_SD_FLOOR**2, 0.0)
+    q = float(stats.t.ppf(level, v.size - 1)) * math.sqrt(1 + 1 / v.size)
+
+    def ok(m: int) -> bool:
+        r = math.sqrt(m / n)
+        return v.mean() * r - q * math.sqrt(Z_SD_FLOOR**2 + het * r * r) >= z_crit(alpha)
+
+    if not ok(n_max):
+        return None
+    lo, hi = 1, n_max
+    while lo < hi:  # the bound grows with n (its limit is reached from below): bisect
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if not ok(mid) else (lo, mid)
+    return lo
+
+
+def verdict(k: int, big_k: int, p_sig: float = 1.0, pooled_on_claimed_side: bool = False) -> str:
+    """The rule of the module docstring from k of K and the predicted probability ``p_sig``."""
     if k >= big_k - 1 and big_k >= 2:
-        return ROBUST
+        return ROBUST if p_sig >= PREDICT_LEVEL else UNDERPOWERED
     if k <= 1 and big_k >= 3:
-        return ROBUST_NULL
+        if pooled_on_claimed_side:
+            return POOLED_ONLY
+        return ROBUST_NULL if 1 - p_sig >= PREDICT_LEVEL else NO_EFFECT
     return NOT_ROBUST
+
+
+def _classify(row: dict[str, Any]) -> dict[str, Any]:
+    """Fill a row's z-scores, predicted probability, replications needed and verdict from its per-seed
+    effects and p-values (so a stored meta-run can be re-judged without re-running its seeds)."""
+    alpha = float(row.get("alpha", ALPHA))
+    z = [z_score(p, e, row["direction"]) for p, e in zip(row["p_values"], row["effects"], strict=True)]
+    p_sig = predicted_significance(z, alpha)
+    lo, hi = row["pooled_interval"]
+    claimed_side = bool(lo > 0 if row["direction"] > 0 else hi < 0) if lo is not None else False
+    row.update(
+        alpha=alpha,
+        z_scores=z,
+        predicted_significance=p_sig,
+        replications_for_robust=replications_for_robust(z, int(row["replications_per_seed"]), alpha),
+        verdict=verdict(int(row["k_significant"]), int(row["K"]), p_sig, claimed_side),
+    )
+    return row
 
 
 def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) -> list[dict[str, Any]]:
@@ -243,37 +360,46 @@ def summarise(runs: Sequence[Iterable[dict[str, Any]]], seeds: Sequence[int]) ->
         effects = [per[s].effect if s in per else float("nan") for s in seeds]
         k = sum(per[s].significant for s in seeds if s in per)
         mean, lo, hi = t_interval(effects)
-        v = verdict(int(k), len(seeds))
-        # not a null: an effect in the claimed direction too small for one seed, seen when pooled
-        if v == ROBUST_NULL and (lo > 0 if first.direction > 0 else hi < 0):
-            v = POOLED_ONLY
         sds = [c.sd for c in per.values() if np.isfinite(c.sd)]
         sd = float(np.sqrt(np.mean(np.square(sds)))) if sds else float("nan")
-        n_rep = int(np.median([c.n for c in per.values()]))
-        rows.append(
-            {
-                "id": cid,
-                "text": first.text,
-                "unit": first.unit,
-                "direction": first.direction,
-                "K": len(seeds),
-                "k_significant": int(k),
-                "verdict": v,
-                "pooled_effect": mean,
-                "pooled_interval": [lo, hi],
-                "pooled_p": _ttest_1samp(np.asarray([e for e in effects if np.isfinite(e)]), "two-sided"),
-                "replications_per_seed": n_rep,
-                "sd_per_replication": sd,
-                # power for the claimed direction only: an effect pooled on the other side has none to detect
-                "replications_for_80pct_power": (
-                    replications_for_power(mean, sd, first.alpha) if mean * first.direction > 0 else None
-                ),
-                "effects": effects,
-                "p_values": [per[s].p if s in per else float("nan") for s in seeds],
-                "missing_in": [s for s in seeds if s not in per],
-            }
-        )
+        row = {
+            "id": cid,
+            "text": first.text,
+            "unit": first.unit,
+            "direction": first.direction,
+            "alpha": first.alpha,
+            "K": len(seeds),
+            "k_significant": int(k),
+            "pooled_effect": mean,
+            "pooled_interval": [lo, hi],
+            "pooled_p": _ttest_1samp(np.asarray([e for e in effects if np.isfinite(e)]), "two-sided"),
+            "replications_per_seed": int(np.median([c.n for c in per.values()])),
+            "sd_per_replication": sd,
+            # power for the claimed direction only: an effect pooled on the other side has none to detect
+            "replications_for_80pct_power": (
+                replications_for_power(mean, sd, first.alpha) if mean * first.direction > 0 else None
+            ),
+            "effects": effects,
+            "p_values": [per[s].p if s in per else float("nan") for s in seeds],
+            "missing_in": [s for s in seeds if s not in per],
+        }
+        rows.append(_classify(row))
     return rows
+
+
+def verdict_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    rows = list(rows)
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+
+
+def reclassify(meta: dict[str, Any]) -> dict[str, Any]:
+    """A stored meta-run re-judged by the current rule (same seeds and per-seed results)."""
+    for row in meta["claims"]:
+        _classify(row)
+    meta["rule"] = RULE
+    meta["predict_level"] = PREDICT_LEVEL
+    meta["verdicts"] = verdict_counts(meta["claims"])
+    return meta
 
 
 def check_against(
@@ -302,6 +428,57 @@ def check_against(
     return out
 
 
+def held_out_claims(check: dict[str, Any]) -> list[dict[str, Any]]:
+    """The held-out run's claims stored in a check JSON (every claim; older checks kept only the rows
+    checked then, rebuilt here as claims so a re-judged meta-run can be checked again)."""
+    if "held_out" in check:
+        return list(check["held_out"])
+    out = []
+    for r in check["claims"]:
+        if r["held_out_significant"] is None:
+            continue  # the held-out run did not reach the claim: absent, as it was then
+        sig = bool(r["held_out_significant"])
+        # effect and p stand in for the stored outcome, which is all that agreement needs
+        out.append(
+            {
+                "id": r["id"],
+                "text": r["id"],
+                "effect": 1.0,
+                "lo": None,
+                "hi": None,
+                "n": 0,
+                "p": 0.0 if sig else 1.0,
+                "direction": 1,
+            }
+        )
+    return out
+
+
+def agreement_line(meta: dict[str, Any], checks: Sequence[tuple[int, dict[str, Any]]]) -> str:
+    """'held-out seeds A and B agree with k of n robust claims' (and which disagree) for a page."""
+    if not checks:
+        return "No held-out seed has been checked against this meta-run."
+    parts, bad = [], []
+    for seed, check in checks:
+        rows = check_against(meta["claims"], held_out_claims(check))
+        parts.append((seed, sum(r["agrees"] for r in rows), len(rows)))
+        bad += [f"`{r['id']}` (seed {seed})" for r in rows if not r["agrees"]]
+    seeds = " and ".join(str(s) for s, _, _ in parts)
+    counts = "; ".join(f"{s}: {k} of {n}" for s, k, n in parts)
+    line = f"Held-out seeds {seeds} (not the project's, used to choose nothing) agree with the robust and "
+    line += f"robust-null claims: {counts}."
+    if bad:
+        line += " Disagreements: " + ", ".join(bad) + "."
+    weak = [r["id"] for r in meta["claims"] if r["verdict"] == UNDERPOWERED]
+    if weak:  # not promised, but what a reviewer would see: how often they held anyway
+        seen = []
+        for seed, check in checks:
+            held = {c["id"]: Claim.from_dict(c).significant for c in held_out_claims(check)}
+            seen.append(f"{seed}: {sum(held.get(i, False) for i in weak)} of {len(weak)}")
+        line += f" Claims {UNDERPOWERED} (not promised) significant at the held-out seeds: {'; '.join(seen)}."
+    return line
+
+
 def _num(v: float | None, digits: int = 3) -> str:
     if v is None or not np.isfinite(v):
         return "n/a"
@@ -311,21 +488,26 @@ def _num(v: float | None, digits: int = 3) -> str:
 def _row_md(r: dict[str, Any]) -> str:
     lo, hi = r["pooled_interval"]
     eff = f"{_num(r['pooled_effect'])} [{_num(lo)}, {_num(hi)}] {r['unit']}".rstrip()
-    n80 = r["replications_for_80pct_power"]
-    n80_txt = "-" if n80 is None else f"{n80} (ran {r['replications_per_seed']})"
-    cells = [r["text"], eff, f"{r['k_significant']} of {r['K']}", r["verdict"], n80_txt]
+    p_sig = r.get("predicted_significance")
+    p_txt = "n/a" if p_sig is None or not np.isfinite(p_sig) else f"{p_sig:.3f}"
+    n_rob = r.get("replications_for_robust")
+    n_txt = "-" if n_rob is None else f"{n_rob} (ran {r['replications_per_seed']})"
+    if r["verdict"] == ROBUST:
+        n_txt = f"(ran {r['replications_per_seed']})"
+    cells = [r["text"], eff, f"{r['k_significant']} of {r['K']}", p_txt, r["verdict"], n_txt]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
 def markdown(meta: dict[str, Any], ids: Sequence[str] | None = None) -> str:
-    """The claims table of a page from a stored meta-run: statement, pooled effect and interval, k of K."""
+    """The claims table of a page from a stored meta-run: statement, pooled effect and interval, k of K,
+    the predicted probability that a fresh seed shows it, the verdict."""
     rows = [r for r in meta["claims"] if ids is None or r["id"] in ids]
     if ids is not None:
         rows.sort(key=lambda r: list(ids).index(r["id"]))
     head = [
-        "| claim | pooled effect over seeds [95% interval] | holds (significant) in k of K seeds | verdict "
-        "| n for 80% power (per seed) |",
-        "|---|---|---|---|---|",
+        "| claim | pooled effect over seeds [95% interval] | holds (significant) in k of K seeds "
+        "| predicted P(a fresh seed holds it) | verdict | replications per seed for robust |",
+        "|---|---|---|---|---|---|",
     ]
     return "\n".join(head + [_row_md(r) for r in rows])
 
@@ -333,36 +515,45 @@ def markdown(meta: dict[str, Any], ids: Sequence[str] | None = None) -> str:
 def group_counts(meta: dict[str, Any], ids_shown: Iterable[str]) -> str:
     """One line per claim group (the id up to its first dot) not shown in the table: verdict counts."""
     shown = set(ids_shown)
-    groups: dict[str, dict[str, int]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in meta["claims"]:
-        if r["id"] in shown:
-            continue
-        g = groups.setdefault(
-            r["id"].split(".")[0], {ROBUST: 0, ROBUST_NULL: 0, NOT_ROBUST: 0, POOLED_ONLY: 0}
+        if r["id"] not in shown:
+            groups.setdefault(r["id"].split(".")[0], []).append(r)
+    lines = []
+    for g, rows in groups.items():
+        c = verdict_counts(rows)
+        lines.append(
+            f"- `{g}.*`: {len(rows)} further claim(s): "
+            + ", ".join(f"{n} {v}" for v, n in c.items() if n or v in (ROBUST, ROBUST_NULL))
         )
-        g[r["verdict"]] += 1
-    return "\n".join(
-        f"- `{g}.*`: {sum(c.values())} further claim(s): {c[ROBUST]} robust, {c[ROBUST_NULL]} robust null, "
-        f"{c[NOT_ROBUST]} not robust" + (f", {c[POOLED_ONLY]} pooled only" if c[POOLED_ONLY] else "")
-        for g, c in groups.items()
-    )
+    return "\n".join(lines)
 
 
-def page_section(meta: dict[str, Any], meta_path: str, show: Sequence[str]) -> str:
-    """The generated block of a page: how the meta-run was made, the table, the other claims' counts."""
+def page_section(
+    meta: dict[str, Any],
+    meta_path: str,
+    show: Sequence[str],
+    checks: Sequence[tuple[int, dict[str, Any]]] = (),
+) -> str:
+    """The generated block of a page: how the meta-run was made, the rule, the held-out seeds' agreement,
+    the table, the other claims' counts."""
     import re
 
     pats = [re.compile(p) for p in show]
     ids = [r["id"] for r in meta["claims"] if any(p.search(r["id"]) for p in pats)]
     failed = meta.get("failed_seeds") or {}
+    c = meta["verdicts"]
     lines = [
         f"Meta-run `{meta_path}`: profile `{meta['profile']}`, K = {meta['K']} master seeds derived from the "
         f"project seed {meta['project_seed']} ({', '.join(str(s) for s in meta['seeds'])}); every seed "
         "redraws the data splits, models and samples. A claim holds in a seed when its test there is "
         f"significant at {meta['alpha']:g} (or the level the page states) in the claimed direction. "
         f"Verdict: {meta['rule']}. Pooled effect: mean of the K per-seed effects, t interval over seeds. "
-        "n for 80% power: replications per seed a paired t-test needs to detect the pooled effect with the "
-        "per-replication spread seen (noncentral t).",
+        "Replications per seed for robust: where the rule would call the claim robust (a seed's z grows with "
+        "the square root of the replications; '-' where it never would, or the effect is on the wrong side).",
+        "",
+        f"**{c.get(ROBUST, 0)} robust claim(s), {c.get(ROBUST_NULL, 0)} robust null(s)** of "
+        f"{len(meta['claims'])}. " + agreement_line(meta, checks),
     ]
     if failed:
         lines.append(f"Seeds that failed (their claims count as not holding): {failed}.")
@@ -378,7 +569,6 @@ def meta_result(
 ) -> dict[str, Any]:
     """The stored meta-run: which seeds, and one ``summarise`` row per claim."""
     rows = summarise(runs, seeds)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in (ROBUST, ROBUST_NULL, NOT_ROBUST, POOLED_ONLY)}
     return {
         "key": key,
         "profile": profile,
@@ -386,8 +576,8 @@ def meta_result(
         "seeds": [int(s) for s in seeds],
         "K": len(seeds),
         "alpha": ALPHA,
-        "rule": "robust: significant in at least K-1 of K seeds; pooled only: in at most 1, but the pooled "
-        "interval lies on the claimed side of 0; robust null: in at most 1 otherwise; else not robust",
-        "verdicts": counts,
+        "predict_level": PREDICT_LEVEL,
+        "rule": RULE,
+        "verdicts": verdict_counts(rows),
         "claims": rows,
     }

@@ -8,7 +8,8 @@ A page keeps its prose by hand; its numbers live in blocks that name their sourc
     <!-- /generated -->
 
     <!-- generated: claims docs/reproductions/decision_seeds.json ^generative\\. -->
-    ... (the k-of-K claims table of that stored meta-run, claims whose id matches the regexes) ...
+    ... (the k-of-K claims table of that stored meta-run, claims whose id matches the regexes, and how the
+    held-out checks stored beside it, ``decision_check_<seed>.json``, agree with its robust claims) ...
     <!-- /generated -->
 
 Paths are relative to the working folder the command runs in (the project root).
@@ -56,8 +57,21 @@ def render(spec: str) -> str:
         head = f"From `{path}` ({data['key']}, profile `{data['profile']}`)."
         return "\n\n".join([head, *(table_markdown(t) for t in found)])
     if kind == "claims":
-        return CL.page_section(data, path, rest or ["."])
+        return CL.page_section(data, path, rest or ["."], held_out_checks(path))
     raise ValueError(f"unknown generated block kind {kind!r} (table or claims)")
+
+
+def held_out_checks(meta_path: str) -> list[tuple[int, dict[str, Any]]]:
+    """The stored held-out checks of a meta-run: ``<key>_check_<seed>.json`` beside ``<key>_seeds.json``
+    whose ``meta`` names it, by seed."""
+    meta = Path(meta_path)
+    stem = meta.name.removesuffix("_seeds.json")
+    found = []
+    for f in meta.parent.glob(f"{stem}_check_*.json"):
+        check = read_json(f)
+        if Path(check.get("meta", "")).name == meta.name:
+            found.append((int(check["seed"]), check))
+    return sorted(found, key=lambda sc: sc[0])
 
 
 def regenerate(page: str) -> str:

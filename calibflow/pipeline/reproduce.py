@@ -10,7 +10,9 @@ Seeds (outside DVC; the stage's own outputs are left alone):
 
 - ``--seed N`` runs at master seed N instead of ``params["seed"]`` and saves
   ``reports/seeds/<key>-<profile>-<config hash>-<N>.json``; with ``--check META`` it also says, for every
-  claim the stored meta-run calls robust, whether this run agrees (a held-out seed's review).
+  claim the stored meta-run calls robust or robust null, whether this run agrees (a held-out seed's review),
+  and keeps every held-out claim in ``reports/seeds/<key>-check-<N>.json`` (stored beside the meta-run as
+  ``<key>_check_<N>.json``, the page counts the agreement from it).
 - ``--seeds K`` is the meta-run: K master seeds derived from the project seed
   (``calibflow.experiments.claims.master_seeds``), one run each (saved as above; a seed already saved is
   reused, so an interrupted meta-run resumes), then for every claim the number of seeds where it is
@@ -219,9 +221,10 @@ def check_seed(
         raise StageError(f"seed {master} is not held out: the meta-run used it; pick another --seed")
     rep = run_seed(key, params, master, root, meta["profile"])
     rows = CL.check_against(meta["claims"], rep.claims)
+    # Every held-out claim is kept, so the check can be redone if the meta-run is re-judged.
     write_json(
         Layout(Path(root)).reports / "seeds" / f"{key}-check-{master}.json",
-        {"meta": str(meta_path), "seed": master, "claims": rows},
+        {"meta": str(meta_path), "seed": master, "claims": rows, "held_out": rep.claims},
     )
     bad = [r for r in rows if not r["agrees"]]
     # The answer of the command, so stdout (not the stage log): one line per disagreement, then the count.
