@@ -194,8 +194,10 @@ def run(params: dict[str, Any], root: str | os.PathLike[str] = ".") -> dict[str,
             )
         threshold = _aggregate.scale_config(params).row_threshold
         for name, spec in specs.items():
-            if _streaming.streams(spec, threshold):  # DuckDB writes the split: the rows never reach pandas
-                rec = _streaming.prepare_record(spec, seed(params), tmp / f"{name}.parquet")
+            if _streaming.streams(spec, threshold):  # one DuckDB pass to tables: no rows reach pandas
+                input_kind = str(section(params, "calibrate").get("input", "logit"))
+                scale = _aggregate.scale_config(params)
+                rec = _streaming.prepare_record(spec, seed(params), tmp, input_kind, scale)
                 record["datasets"][name] = rec
                 log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
                 continue
