@@ -341,9 +341,14 @@ def split_tables(
     parts, rec, weight = split_parts(spec, seed, input_kind, n)
     names = rec.pop("names")
     kind = "probability" if input_kind == "probability" else "logit"
+    found = src.files(spec.path)
+    # the raw score column's distinct count (one column read) decides the distinct-score table: the
+    # margin is a one-to-one map of it up to rounding and the clip, so it has at most as many values
+    raw = Part("read_parquet($f, union_by_name = true)" if src._fmt(found[0]) == "parquet"
+               else "read_csv($f, union_by_name = true)", {"f": found})
     tables, counts = split_tables_for(parts, "_s", "_y", names, len(TABLE_SPLITS), engine, dask_address,
                                       kind=kind, segments=spec.segments, weight=weight, threads=threads,
-                                      **options)
+                                      distinct_of=(raw, spec.score or ""), **options)
     kept = {k: c for k, c in counts.items() if c["rows"] or k in TABLE_SPLITS}
     rows = {k: c["rows"] for k, c in kept.items()}
     pos = {k: c["positives"] for k, c in kept.items()}

@@ -572,6 +572,7 @@ def aggregate_split_tables(  # noqa: PLR0913
     distinct_max: int = 0,
     client: Any = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    distinct_of: tuple[Part, str] | None = None,
 ) -> tuple[dict[str, Tables], dict[str, dict[str, int]]]:
     """:func:`aggregate_tables` of every split in ONE pass: the parts carry each row's split code in
     ``SPLIT_COLUMN`` (an index into ``splits``; -1 for none), the first ``n_tab`` splits get their
@@ -579,6 +580,9 @@ def aggregate_split_tables(  # noqa: PLR0913
     rows and positives (unweighted). Returns ``({split: Tables}, {split: {"rows", "positives"}})``.
 
     A distinct-score fine table (``distinct_max``, DuckDB only) is one GROUP BY keyed by the split too.
+    ``distinct_of``: (FROM item, column) whose distinct count decides it, e.g. the source's raw score
+    column (a one-column read, where the parts' score would cost its logarithms and the split's hash
+    per row again); default: the parts' score on the rows with tables.
     """
     _z_q_ll(kind)
     con = con or register_stores(duckdb.connect(), [p.params for p in parts])
@@ -587,8 +591,10 @@ def aggregate_split_tables(  # noqa: PLR0913
     _check_columns(con, whole.sql, whole.params,
                    [score, label, SPLIT_COLUMN, *segments, *([weight] if weight else [])])
     tabbed = f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})"
+    of, col, prm = (tabbed, score, whole.params) if distinct_of is None else (
+        distinct_of[0].sql, distinct_of[1], distinct_of[0].params)
     distinct = bool(distinct_max) and client is None and (
-        con.execute(distinct_scores_sql(tabbed, score), whole.params).fetchall()[0][0] <= distinct_max
+        con.execute(distinct_scores_sql(of, col), prm).fetchall()[0][0] <= distinct_max
     )
     spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
                                      ece_bins, threads, client, None, splits, n_tab)
