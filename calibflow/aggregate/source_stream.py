@@ -1,21 +1,25 @@
 """A score source above ``scale.row_threshold`` through the pipeline's first stages without pandas.
 
-Three streaming DuckDB queries on the source, each bounded in memory whatever the row count:
+Streaming DuckDB queries on the source, each bounded in memory whatever the row count:
 
 - :func:`raw_profile`: one scan computing the raw checks' counts (labels outside {0, 1}, non-finite
   scores, probabilities outside [0, 1], bad weights, unparseable times, positives) and, only for a check
   that fails, its first offending row numbers. Great Expectations then runs on this one-row table.
-- :func:`write_split`: ``COPY (SELECT ...) TO`` a Parquet file in the predictions layout (``row``,
+- :func:`split_tables`: prepare's ONE pass (``tables.aggregate_split_tables``, the kernel pass of
+  ``calibflow fit`` with the split as the outer key): the calib and test splits' fine and coarse
+  per-segment tables and every split's rows and positives, the split drawn per row from a hash of (row
+  number, seed) or from the time windows (:func:`split_parts`).
+- :func:`write_split`: the same split as a Parquet copy of the rows in the predictions layout (``row``,
   ``split``, ``y``, ``margin``, ``prob``, the carried ``weight``/``time``/``treatment`` and ``s:<segment>``),
-  the split drawn per row from a hash of (row number, seed) or from the time windows.
-- :func:`split_profile`: per split the rows and positives of that file (validate@prepared's checks).
+  and :func:`split_profile`, its per-split counts: the previous prepare, kept as the reference the one-pass
+  tables are tested against (tests/pipeline/test_streaming_pipeline.py).
 
 Row numbers are the row's position in the source, as on the row path: a Parquet file's
 ``file_row_number`` plus the rows of the files before it (their footers), so no window function holds the
 rows. The random split is not the row path's stratified ``split_indices`` draw: each row goes to a split
 by ``hash(hash(row) xor seed)`` (DuckDB's hash; fixed for a DuckDB version), so the fractions hold to
 sampling error
-(about 1e-4 at 1e8 rows) rather than exactly. Same source and seed give the same file.
+(about 1e-4 at 1e8 rows) rather than exactly. Same source and seed give the same split.
 """
 
 from __future__ import annotations
