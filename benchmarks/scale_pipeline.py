@@ -150,10 +150,15 @@ def main(argv: list[str] | None = None) -> None:
             "plain_read_s": [round(x, 2) for x in read],
             "run": {k: v for k, v in run.items() if k not in ("out", "err")},
             "run_over_read": round(run["wall_s"] / min(read), 1),
+            "run_cpu_over_read": round(run["cpu_s"] / min(read), 1),
             "stage_s": stage_seconds(project),
+            # prepare stores tables, not rows: what DVC caches for the prepared stage
+            "prepared_mb": round(sum(f.stat().st_size for f in (project / "data" / "prepared").rglob("*")
+                                     if f.is_file()) / 2**20, 2),
         }
         if not run["ok"]:
-            res["run"]["tail"] = (run["out"] + run["err"]).strip().splitlines()[-15:]
+            text = run["out"] + run["err"].split("\tCommand being timed")[0]  # not /usr/bin/time's block
+            res["run"]["tail"] = text.strip().splitlines()[-15:]
         res.update(_summary(project))
         if a.fit:
             res["fit"] = _fit(cli, work, files, project)

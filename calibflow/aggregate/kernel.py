@@ -134,6 +134,52 @@ def accumulate_tables(  # noqa: PLR0913
 
 
 @numba.njit(nogil=True, cache=True)
+def accumulate_split_tables(  # noqa: PLR0913
+    sp, n_tab, codes, base, cells, y, w, s, q, a, b, logit_kind, z_max, n_buckets, lut, fine, seg, bad
+):
+    """:func:`accumulate_tables` with the split as the outer key: row ``i`` of split code ``sp[i]`` goes
+    into the tables of that split (``fine[(sp * n_buckets + bucket) * 2 + y]``, ``seg[sp * base[-1] +
+    ...]``) when ``sp[i] < n_tab``; every split code >= 0 counts its rows and positives in
+    ``bad[2 + 2 * sp]`` and ``bad[3 + 2 * sp]`` (unweighted: prepare's split counts), code -1 (a row after
+    the test window) is skipped. So prepare makes one pass for all splits instead of one per split.
+    """
+    per_z = n_buckets / (2.0 * z_max)
+    unit = w.size == 0
+    n_cols = codes.shape[0]
+    seg_keys = base[n_cols]
+    for i in range(y.size):
+        si_ = sp[i]
+        if si_ < 0:
+            continue
+        yi = y[i]
+        why, z, ll, bk = _row(yi, s[i], a[i], b[i], logit_kind, z_max, per_z, n_buckets)
+        if why >= 0:
+            bad[why] += 1
+            continue
+        li = int(yi)
+        bad[2 + 2 * si_] += 1
+        bad[3 + 2 * si_] += li
+        if si_ >= n_tab:
+            continue
+        qi = q[i]
+        wi = 1.0 if unit else w[i]
+        k = (si_ * n_buckets + bk) * 2 + li
+        wz, wq, wll, wq2 = wi * z, wi * qi, wi * ll, wi * qi * qi
+        fine[k, 0] += wi
+        fine[k, 1] += wz
+        fine[k, 2] += wq
+        fine[k, 3] += wll
+        fine[k, 4] += wq2
+        for c in range(n_cols):
+            ks = si_ * seg_keys + base[c] + (codes[c, i] * cells[c] + lut[c, bk]) * 2 + li
+            seg[ks, 0] += wi
+            seg[ks, 1] += wz
+            seg[ks, 2] += wq
+            seg[ks, 3] += wll
+            seg[ks, 4] += wq2
+
+
+@numba.njit(nogil=True, cache=True)
 def row_logs(s, logit_kind, q, a, b):  # noqa: PLR0913
     """Each row's probability ``q`` and the two logarithms ``table._row_sql`` computes in SQL: ``ln(pc)``,
     ``ln(1 - pc)`` with ``pc`` clipped to [1e-12, 1 - 1e-12] for probabilities (``q`` is then ``s``

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from calibflow.aggregate.tables import Tables, aggregate_files
+from calibflow.aggregate.tables import Part, Tables, aggregate_files, aggregate_split_tables
 
 ENGINES = ("duckdb", "dask")
 #: Per segment column, this many values (the largest) go to fit.json; all of them to segments.parquet.
@@ -66,6 +66,26 @@ def tables_for(
         return aggregate_files(paths, score, label, client=client, **options)
     with dask_client(dask_address) as c:
         return aggregate_files(paths, score, label, client=c, **options)
+
+
+def split_tables_for(
+    parts: Sequence[Part],
+    score: str,
+    label: str,
+    splits: Sequence[str],
+    n_tab: int,
+    engine: str = "duckdb",
+    dask_address: str | None = None,
+    **options: Any,
+) -> tuple[dict[str, Tables], dict[str, dict[str, int]]]:
+    """:func:`tables_for` of every split in one pass (``tables.aggregate_split_tables``): the pipeline's
+    prepare on a streamed source, on the same engines."""
+    check_engine(engine, dask_address)
+    if engine == "duckdb":
+        return aggregate_split_tables(parts, score, label, splits, n_tab, **options)
+    options.pop("threads", None)
+    with dask_client(dask_address) as c:
+        return aggregate_split_tables(parts, score, label, splits, n_tab, client=c, **options)
 
 
 def _check_source(paths: str, columns: list[str], score: str, label: str, weight: str | None) -> None:

@@ -1,21 +1,25 @@
 """A score source above ``scale.row_threshold`` through the pipeline's first stages without pandas.
 
-Three streaming DuckDB queries on the source, each bounded in memory whatever the row count:
+Streaming DuckDB queries on the source, each bounded in memory whatever the row count:
 
 - :func:`raw_profile`: one scan computing the raw checks' counts (labels outside {0, 1}, non-finite
   scores, probabilities outside [0, 1], bad weights, unparseable times, positives) and, only for a check
   that fails, its first offending row numbers. Great Expectations then runs on this one-row table.
-- :func:`write_split`: ``COPY (SELECT ...) TO`` a Parquet file in the predictions layout (``row``,
+- :func:`split_tables`: prepare's ONE pass (``tables.aggregate_split_tables``, the kernel pass of
+  ``calibflow fit`` with the split as the outer key): the calib and test splits' fine and coarse
+  per-segment tables and every split's rows and positives, the split drawn per row from a hash of (row
+  number, seed) or from the time windows (:func:`split_parts`).
+- :func:`write_split`: the same split as a Parquet copy of the rows in the predictions layout (``row``,
   ``split``, ``y``, ``margin``, ``prob``, the carried ``weight``/``time``/``treatment`` and ``s:<segment>``),
-  the split drawn per row from a hash of (row number, seed) or from the time windows.
-- :func:`split_profile`: per split the rows and positives of that file (validate@prepared's checks).
+  and :func:`split_profile`, its per-split counts: the previous prepare, kept as the reference the one-pass
+  tables are tested against (tests/pipeline/test_streaming_pipeline.py).
 
 Row numbers are the row's position in the source, as on the row path: a Parquet file's
 ``file_row_number`` plus the rows of the files before it (their footers), so no window function holds the
 rows. The random split is not the row path's stratified ``split_indices`` draw: each row goes to a split
 by ``hash(hash(row) xor seed)`` (DuckDB's hash; fixed for a DuckDB version), so the fractions hold to
 sampling error
-(about 1e-4 at 1e8 rows) rather than exactly. Same source and seed give the same file.
+(about 1e-4 at 1e8 rows) rather than exactly. Same source and seed give the same split.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import pyarrow.parquet as pq
 
 from calibflow import sources as src
 from calibflow import timesplit
-from calibflow.sources import SourceSpec, quote_ident
+from calibflow.aggregate.tables import Part, Tables, _row_ranges
+from calibflow.sources import SourceSpec, parquet_rows, quote_ident
 
 #: Offending row numbers quoted per failed check.
 EXAMPLES = 5
@@ -258,3 +263,105 @@ def split_profile(path: str | Path, threads: int | None = None) -> dict[str, Any
         "rows_digest": {s: f"{int(d):016x}" for s, _, _, d in got},
     }
 
+
+
+#: The splits whose tables a split pass keeps (the calibrators fit on calib, everything else reads test).
+TABLE_SPLITS = ("calib", "test")
+
+
+def _parquet_parts(files: list[str], n: int, inner_cols: str, outer_cols: str) -> list[Part]:
+    """``files`` as ``n`` parts of about equal rows, each row with ``_row`` (its position in the source:
+    the rows of the files before it plus ``file_row_number``), then ``inner_cols`` (which may read
+    ``_row``), then ``outer_cols`` (which may read those)."""
+    offsets, total = {}, 0
+    for f in files:
+        offsets[f] = total
+        total += parquet_rows(f)
+    parts = []
+    for run in _row_ranges(files, max(int(n), 1)):
+        pieces, prm = [], {}
+        for j, (f, lo, hi) in enumerate(run):
+            prm[f"f{j}"] = f
+            pieces.append(
+                f"SELECT *, {offsets[f]} + file_row_number AS _row"
+                f" FROM read_parquet($f{j}, file_row_number = true)"
+                f" WHERE file_row_number >= {lo} AND file_row_number < {hi}"
+            )
+        body = " UNION ALL BY NAME ".join(pieces)
+        parts.append(Part(f"(SELECT {outer_cols} FROM (SELECT *, {inner_cols} FROM ({body})))", prm))
+    return parts
+
+
+def split_parts(
+    spec: SourceSpec, seed: int, input_kind: str, n: int
+) -> tuple[list[Part], dict[str, Any], str | None]:
+    """The source as parts for ``tables.aggregate_split_tables``: per row its split code (``_sp``: the
+    index into the split names, -1 after the test window), label ``_y`` (0/1), the score the calibrators
+    receive ``_s`` (``margin``, or ``prob`` for ``input_kind`` "probability", as :func:`write_split`
+    computes them), the weight ``_w`` (the declared weight on calib rows, 1 elsewhere: the fit is weighted,
+    the evaluation is not) and the segment columns. Also the split's record and the weight column (or
+    None). The split is :func:`write_split`'s, expression for expression."""
+    con = src.connect()
+    try:
+        from_item, params = _rows_from(spec, con)
+        types = _types(con, from_item, params)
+        _numeric_type_check(spec, types)
+        split, rec = _split_sql(spec, types, seed, con, from_item, params)
+    finally:
+        con.close()
+    names = list(TABLE_SPLITS) + [k for k in (rec.get("fractions") or {"train": 0}) if k not in TABLE_SPLITS]
+    code = " ".join(f"WHEN _split = {_text(k)} THEN {i}" for i, k in enumerate(names))
+    code = f"CASE {code} ELSE -1 END"
+    _, y01 = _label_sql(spec, types)
+    margin, prob = _score_sql(spec)
+    inner = f"{split} AS _split"
+    outer = [f"{code} AS _sp", f"{y01} AS _y", f"{prob if input_kind == 'probability' else margin} AS _s"]
+    weight = None
+    if spec.weight is not None:
+        weight = "_w"
+        w = f"CAST({quote_ident(spec.weight)} AS DOUBLE)"
+        outer.append(f"CASE WHEN _split = 'calib' THEN {w} ELSE 1.0 END AS _w")
+    outer += [quote_ident(c) for c in spec.segments]
+    found = src.files(spec.path)
+    if src._fmt(found[0]) == "parquet":
+        parts = _parquet_parts(found, n, inner, ", ".join(outer))
+    else:  # CSV: row_number() keeps the rows in one ordered stream, one part
+        parts = [Part(f"(SELECT {', '.join(outer)} FROM (SELECT *, {inner} FROM {from_item}))", params)]
+    return parts, {**rec, "names": names}, weight
+
+
+def split_tables(
+    spec: SourceSpec, seed: int, input_kind: str, engine: str = "duckdb", dask_address: str | None = None,
+    threads: int | None = None, **options: Any,
+) -> tuple[dict[str, Tables], dict[str, Any]]:
+    """Prepare's one pass over a streamed source: the calib and test splits' tables (``options``:
+    ``tables.aggregate_split_tables``'s grid, cells, distinct_max) and the split's record (per split the
+    rows and positives; the row numbers never leave DuckDB). ``calibflow fit``'s code path
+    (``calibflow.aggregate.run.split_tables_for``) on ``engine``."""
+    from calibflow.aggregate.run import split_tables_for
+    from calibflow.aggregate.tables import _workers
+
+    n = _workers(threads) if engine == "duckdb" else max(len(src.files(spec.path)), 4)
+    parts, rec, weight = split_parts(spec, seed, input_kind, n)
+    names = rec.pop("names")
+    kind = "probability" if input_kind == "probability" else "logit"
+    found = src.files(spec.path)
+    # the raw score column's distinct count (one column read) decides the distinct-score table: the
+    # margin is a one-to-one map of it up to rounding and the clip, so it has at most as many values
+    raw = Part("read_parquet($f, union_by_name = true)" if src._fmt(found[0]) == "parquet"
+               else "read_csv($f, union_by_name = true)", {"f": found})
+    tables, counts = split_tables_for(parts, "_s", "_y", names, len(TABLE_SPLITS), engine, dask_address,
+                                      kind=kind, segments=spec.segments, weight=weight, threads=threads,
+                                      distinct_of=(raw, spec.score or ""), **options)
+    kept = {k: c for k, c in counts.items() if c["rows"] or k in TABLE_SPLITS}
+    rows = {k: c["rows"] for k, c in kept.items()}
+    pos = {k: c["positives"] for k, c in kept.items()}
+    record = {
+        "split": rec,
+        "n_rows_source": source_rows(spec),
+        "n_rows": sum(rows.values()),
+        "counts": rows,
+        "positives": pos,
+        "positive_rate": {k: pos[k] / rows[k] if rows[k] else None for k in rows},
+    }
+    return tables, record

@@ -61,6 +61,8 @@ MIN_CELLS = 16
 #: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone fill
 #: SEG_KEYS_MAX: 2^17 x 16 x 2 keys): an id-like column is not a segment.
 SEG_VALUES_MAX = 1 << 17
+#: The column of a split pass's parts holding each row's split code (``aggregate_split_tables``).
+SPLIT_COLUMN = "_sp"
 _UNIT = np.empty(0)
 
 
@@ -209,6 +211,7 @@ def _projection(part: Part, spec: _Spec) -> str:
 
     segs = "".join(f"{seg(i, c)} AS g{i}, " for i, c in enumerate(spec.segments))
     w = f", CAST({quote_ident(spec.weight)} AS DOUBLE) AS w" if spec.weight else ""
+    w += f", CAST({quote_ident(SPLIT_COLUMN)} AS INTEGER) AS sp" if spec.splits else ""
     return (f"SELECT {segs}CAST({quote_ident(spec.label)} AS DOUBLE) AS y,"
             f" CAST({quote_ident(spec.score)} AS DOUBLE) AS s{w} FROM {part.sql}")
 
@@ -230,6 +233,10 @@ class _Spec:
     #: Applied to each batch's scores before the kernel (``kind`` then describes its output): the monitor
     #: sums a champion's calibrated probabilities, computed per row (``calibflow.monitoring_scale``).
     transform: Any = None
+    #: Split names (a split pass, :func:`aggregate_split_tables`): the part's ``_sp`` column holds the
+    #: row's split code (an index into them, -1: no split); the first ``n_tab`` get tables.
+    splits: tuple[str, ...] = ()
+    n_tab: int = 0
 
     @property
     def dense(self) -> list[tuple[int, np.ndarray] | None]:
@@ -261,6 +268,9 @@ class _Spec:
 
     def new_accumulators(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         seg_keys = int(self.base[-1])
+        if self.splits:  # one table per split with tables; rows and positives of every split after bad's two
+            return (np.zeros((self.n_tab * self.grid.n_buckets * 2, 5)), np.zeros((self.n_tab * seg_keys, 5)),
+                    np.zeros(2 + 2 * len(self.splits), np.int64))
         return (np.zeros((self.grid.n_buckets * 2, 5)), np.zeros((seg_keys, 5)), np.zeros(2, np.int64))
 
 
@@ -331,10 +341,13 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
                 scratch = np.empty((3, batch.num_rows))
             q, a, b = scratch[:, : batch.num_rows]
             kernel.row_logs(s, logit_kind, q, a, b)
-            kernel.accumulate_tables(
-                _codes(batch, spec), base, spec.cells, y, w, s, q if logit_kind else s, a, b, logit_kind,
-                spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad,
-            )
+            args = (_codes(batch, spec), base, spec.cells, y, w, s, q if logit_kind else s, a, b, logit_kind,
+                    spec.grid.z_max, spec.grid.n_buckets, spec.lut, fine, seg, bad)
+            if spec.splits:
+                sp = batch.column("sp").to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+                kernel.accumulate_split_tables(sp, spec.n_tab, *args)
+            else:
+                kernel.accumulate_tables(*args)
     return fine, seg, bad
 
 
@@ -373,6 +386,38 @@ def _segment_tables(seg: np.ndarray, keys: np.ndarray, spec: _Spec) -> dict[str,
 
 def _workers(threads: int | None) -> int:
     return max(1, int(threads) if threads else min(os.cpu_count() or 1, 8))
+
+
+def _make_spec(  # noqa: PLR0913
+    con, parts, whole: Part, score, label, kind, segments, weight, grid, cells, ece_bins, threads, client,
+    transform=None, splits: tuple[str, ...] = (), n_tab: int = 0,
+) -> tuple[_Spec, int, list]:
+    """The pass's spec (levels, coarse cells within ``SEG_KEYS_MAX``, lookup tables), its worker count and
+    each column's ``coarse_lut``. A split pass keeps ``n_tab`` tables per worker: the budget counts them."""
+    levels, hashes = levels_and_hashes(con, whole, segments)
+    for c, v in zip(segments, levels, strict=True):
+        if len(v) > SEG_VALUES_MAX:
+            raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
+                             " group it into fewer values, or leave it out of the segments")
+    copies = max(n_tab, 1)
+    workers = min(_workers(threads), len(parts)) if client is None else 1
+    n_cells = cells_for([len(v) for v in levels], cells, workers * copies)
+    per_worker = sum(len(v) * c * 2 * copies for v, c in zip(levels, n_cells, strict=True))
+    # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
+    if workers > 1 and per_worker * workers > SEG_KEYS_MAX:
+        workers = 1
+        n_cells = cells_for([len(v) for v in levels], cells, workers * copies)
+    keys = sum(len(v) * c * 2 * copies for v, c in zip(levels, n_cells, strict=True))
+    if keys > SEG_KEYS_MAX:  # several large columns at MIN_CELLS each: the cap holds, one line says so
+        cap = SEG_KEYS_MAX // (2 * MIN_CELLS)
+        raise ValueError(f"segment columns {', '.join(map(repr, segments))} have {sum(map(len, levels)):,}"
+                         f" values together, over the pass's memory cap ({cap:,}): group them into fewer"
+                         " values, or leave some out of the segments")
+    luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
+    lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
+    spec = _Spec(score, label, kind, segments, weight, grid, levels, lut.astype(np.int32),
+                 np.array([st.size for _, st in luts], np.int64), hashes, transform, tuple(splits), n_tab)
+    return spec, workers, luts
 
 
 def aggregate_tables(  # noqa: PLR0913
@@ -414,29 +459,8 @@ def aggregate_tables(  # noqa: PLR0913
     distinct = bool(distinct_max) and client is None and transform is None and (
         con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
     )
-    levels, hashes = levels_and_hashes(con, whole, segments)
-    for c, v in zip(segments, levels, strict=True):
-        if len(v) > SEG_VALUES_MAX:
-            raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
-                             " group it into fewer values, or leave it out of the segments")
-    workers = min(_workers(threads), len(parts)) if client is None else 1
-    n_cells = cells_for([len(v) for v in levels], cells, workers)
-    if workers > 1 and sum(len(v) * c * 2 * workers for v, c in zip(levels, n_cells, strict=True)) > (
-        SEG_KEYS_MAX
-    ):  # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
-        workers = 1
-        n_cells = cells_for([len(v) for v in levels], cells, workers)
-    keys = sum(len(v) * c * 2 for v, c in zip(levels, n_cells, strict=True))
-    if keys > SEG_KEYS_MAX:  # several large columns at MIN_CELLS each: the cap holds, one line says so
-        cap = SEG_KEYS_MAX // (2 * MIN_CELLS)
-        raise ValueError(f"segment columns {', '.join(map(repr, segments))} have {sum(map(len, levels)):,}"
-                         f" values together, over the pass's memory cap ({cap:,}): group them into fewer"
-                         " values, or leave some out of the segments")
-    luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
-    lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
-    lut = lut.astype(np.int32)
-    spec = _Spec(score, label, kind, segments, weight, grid, levels, lut,
-                 np.array([st.size for _, st in luts], np.int64), hashes, transform)
+    spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
+                                     ece_bins, threads, client, transform)
     if segments or not distinct:
         fine, seg, bad = _run(parts, spec, workers, client, con)
         _check_bad(bad, score, label, kind)
@@ -506,3 +530,124 @@ def table_bytes(t: Tables) -> int:
     frames = [t.fine, *t.segments.values()]
     return int(sum(f.memory_usage(deep=True).sum() for f in frames))
 
+
+
+def _split_segments(seg: np.ndarray, spec: _Spec, k: int) -> dict[str, pd.DataFrame]:
+    """Split ``k``'s segment tables out of a split pass's coarse accumulator (its block of keys)."""
+    size = int(spec.base[-1])
+    block = seg[k * size : (k + 1) * size]
+    keys = np.flatnonzero(block[:, 0] != 0)
+    return _segment_tables(block[keys], keys, spec)
+
+
+def _distinct_split_fine(
+    con, whole: Part, score, label, kind, weight, grid, n_tab: int
+) -> list[pd.DataFrame]:
+    """Per split with tables, the distinct-score fine table (DuckDB's GROUP BY with the split as a key),
+    its ``bucket`` renumbered within the split, as a pass over that split alone numbers it."""
+    rows = Part(f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})",
+                whole.params)
+    t = _sql_pass(con, rows.sql, rows.params, score, label, kind, (SPLIT_COLUMN,), weight, grid, True)
+    out = []
+    for k in range(n_tab):
+        part = t[t["seg_0"] == k].drop(columns="seg_0").reset_index(drop=True)
+        part["bucket"] = (part["bucket"].rank(method="dense") - 1).astype(np.int32)
+        out.append(part)
+    return out
+
+
+def aggregate_split_tables(  # noqa: PLR0913
+    parts: Sequence[Part],
+    score: str,
+    label: str,
+    splits: Sequence[str],
+    n_tab: int,
+    kind: str = "probability",
+    segments: Sequence[str] = (),
+    weight: str | None = None,
+    grid: BucketGrid = DEFAULT_GRID,
+    cells: int = CELLS,
+    ece_bins: int = 15,
+    threads: int | None = None,
+    distinct_max: int = 0,
+    client: Any = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+    distinct_of: tuple[Part, str] | None = None,
+) -> tuple[dict[str, Tables], dict[str, dict[str, int]]]:
+    """:func:`aggregate_tables` of every split in ONE pass: the parts carry each row's split code in
+    ``SPLIT_COLUMN`` (an index into ``splits``; -1 for none), the first ``n_tab`` splits get their
+    tables (no replicates: drawn from the table by its reader, ``add_replicates``), and every split its
+    rows and positives (unweighted). Returns ``({split: Tables}, {split: {"rows", "positives"}})``.
+
+    A distinct-score fine table (``distinct_max``, DuckDB only) is one GROUP BY keyed by the split too.
+    ``distinct_of``: (FROM item, column) whose distinct count decides it, e.g. the source's raw score
+    column (a one-column read, where the parts' score would cost its logarithms and the split's hash
+    per row again); default: the parts' score on the rows with tables.
+    """
+    _z_q_ll(kind)
+    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
+    segments, splits = tuple(segments), tuple(splits)
+    whole = _union(parts)
+    _check_columns(con, whole.sql, whole.params,
+                   [score, label, SPLIT_COLUMN, *segments, *([weight] if weight else [])])
+    tabbed = f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})"
+    of, col, prm = (tabbed, score, whole.params) if distinct_of is None else (
+        distinct_of[0].sql, distinct_of[1], distinct_of[0].params)
+    distinct = bool(distinct_max) and client is None and (
+        con.execute(distinct_scores_sql(of, col), prm).fetchall()[0][0] <= distinct_max
+    )
+    spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
+                                     ece_bins, threads, client, None, splits, n_tab)
+    fine, seg, bad = _run(parts, spec, workers, client, con)
+    _check_bad(bad[:2], score, label, kind)
+    size = grid.n_buckets * 2
+    fines = (_distinct_split_fine(con, whole, score, label, kind, weight, grid, n_tab) if distinct
+             else [_fine_frame(fine[k * size : (k + 1) * size]) for k in range(n_tab)])
+    starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
+    tables = {
+        splits[k]: Tables(fines[k], _split_segments(seg, spec, k) if segments else {}, dict(starts), grid)
+        for k in range(n_tab)
+    }
+    counts = {s: {"rows": int(bad[2 + 2 * k]), "positives": int(bad[3 + 2 * k])}
+              for k, s in enumerate(splits)}
+    return tables, counts
+
+
+#: A stored :class:`Tables` (``save_tables``): ``fine.parquet``, ``segment.<i>.parquet``, ``meta.json``.
+TABLES_META = "meta.json"
+
+
+def save_tables(t: Tables, folder: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
+    """Write ``t`` under ``folder`` (Parquet tables, the cells' starts and ``meta`` in JSON), each file
+    atomically; the caller swaps the folder in (``calibflow.io.atomic_dir`` style) for an all-or-nothing
+    update."""
+    from pathlib import Path
+
+    from calibflow.io import atomic_path, write_json
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "fine.parquet") as tmp:
+        t.fine.to_parquet(tmp, index=False)
+    cols = list(t.segments)
+    for i, c in enumerate(cols):
+        with atomic_path(out / f"segment.{i}.parquet") as tmp:
+            t.segments[c].to_parquet(tmp, index=False)
+    write_json(out / TABLES_META, {
+        "segments": cols, "starts": {c: [int(x) for x in t.starts[c]] for c in cols},
+        "grid": {"z_max": t.grid.z_max, "n_buckets": t.grid.n_buckets}, **(meta or {}),
+    })
+
+
+def load_tables(folder: str | os.PathLike[str]) -> tuple[Tables, dict[str, Any]]:
+    """:func:`save_tables`' tables and its meta record."""
+    from pathlib import Path
+
+    from calibflow.io import read_json
+
+    f = Path(folder)
+    meta = read_json(f / TABLES_META)
+    segs = {c: pd.read_parquet(f / f"segment.{i}.parquet") for i, c in enumerate(meta["segments"])}
+    starts = {c: np.asarray(v, np.int64) for c, v in meta["starts"].items()}
+    grid = BucketGrid(z_max=float(meta["grid"]["z_max"]), n_buckets=int(meta["grid"]["n_buckets"]))
+    return Tables(pd.read_parquet(f / "fine.parquet"), segs, starts, grid), meta

@@ -26,11 +26,13 @@ from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, cali
 from calibflow.aggregate.run import tables_for
 from calibflow.aggregate.segments import segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
-from calibflow.aggregate.tables import Tables
+from calibflow.aggregate.table import add_replicates
+from calibflow.aggregate.tables import TABLES_META, Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
+from calibflow.io import read_json
 from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.pipeline._sources import SEGMENT_PREFIX
-from calibflow.pipeline._streaming import rows_file
+from calibflow.pipeline._streaming import rows_file, stored_tables
 from calibflow.pipeline.params_schema import Evaluate
 
 ROWS, AGGREGATE = "rows", "aggregate"
@@ -78,6 +80,11 @@ def split_tables(
     the prefix.
     """
     path = rows_file(lay, name)
+    if path.parent == lay.prepared:
+        tabs = _stored(lay, name, split, cfg, replicates, input_kind)
+        if not segments:
+            tabs.segments, tabs.starts = {}, {}
+        return tabs
     cols = pq.ParquetFile(path).schema_arrow.names
     weight = "weight" if weighted and "weight" in cols else None
     seg_cols = [c for c in cols if c.startswith(SEGMENT_PREFIX)] if segments else []
@@ -95,6 +102,16 @@ def split_tables(
         raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
     tabs.segments = {c[len(SEGMENT_PREFIX) :]: t for c, t in tabs.segments.items()}
     tabs.starts = {c[len(SEGMENT_PREFIX) :]: t for c, t in tabs.starts.items()}
+    return tabs
+
+
+def _stored(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates: int, input_kind: str) -> Tables:
+    """A streamed source's split: the tables prepare's one pass stored (weighted on calib where a weight
+    is declared, as the row path fits), replicates drawn from the fine table (``scale.seed``)."""
+    tabs = stored_tables(lay, name, split, input_kind)
+    if tabs.fine.empty or tabs.fine["label"].nunique() < 2:
+        raise StageError(f"{name}: the {split!r} split needs both classes for the aggregate path")
+    tabs.fine = add_replicates(tabs.fine, replicates, cfg.seed)
     return tabs
 
 
@@ -123,6 +140,8 @@ def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates
     """:func:`split_tables`' fine global table (what fits and the global metrics read); a copy of the
     process's earlier pass when the same file and options were asked for before."""
     path = rows_file(lay, name)
+    if path.parent == lay.prepared:  # stored tables: a read of a few MB, nothing to remember
+        return _stored(lay, name, split, cfg, replicates, input_kind).fine
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, split, cfg, replicates, weighted, input_kind)
     if key not in _MEMO:
@@ -149,7 +168,10 @@ def segment_tables_ratios(
 
 def segment_names(lay: Layout, name: str) -> list[str]:
     """The declared segment columns of ``name``'s predictions (without the ``s:`` prefix), in file order."""
-    cols = pq.ParquetFile(rows_file(lay, name)).schema_arrow.names
+    path = rows_file(lay, name)
+    if path.parent == lay.prepared:
+        return list(read_json(path / "test" / TABLES_META)["segments"])
+    cols = pq.ParquetFile(path).schema_arrow.names
     return [c[len(SEGMENT_PREFIX) :] for c in cols if c.startswith(SEGMENT_PREFIX)]
 
 

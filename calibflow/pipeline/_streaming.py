@@ -1,16 +1,18 @@
 """The stages' streaming path for a score source above ``scale.row_threshold`` rows (issue 25).
 
-No stage loads the rows: validate@raw runs Great Expectations on the one-scan profile DuckDB computes
-(``calibflow.aggregate.source_stream.raw_profile``); prepare writes the split with one DuckDB ``COPY``,
-already in the predictions layout (``row``, ``split``, ``y``, ``margin``, ``prob``, carried columns); train
-is skipped for the source (a score source has no model) and leaves a marker ``<name>.skipped.json`` in
-``data/predictions`` saying where the rows are; validate@prepared checks the per-split counts; calibrate,
-evaluate and select read the prepared file through bucket tables (``_aggregate``), and validate@calibrated
-checks each calibrator on the test split's table.
-"""
+No stage loads the rows, and only prepare reads them: validate@raw runs Great Expectations on the one-scan
+profile DuckDB computes (``calibflow.aggregate.source_stream.raw_profile``); prepare makes ONE pass over the
+source with the split as part of the key (``source_stream.split_tables``: the same seeded hash split or
+time windows as the row path's streaming split) and stores the calib and test splits' tables under
+``data/prepared/<name>.tables/<split>/`` (the fine global table, the coarse per-segment tables; small
+Parquet files, no copy of the rows); train is skipped for the source (a score source has no model) and
+leaves a marker ``<name>.skipped.json`` in ``data/predictions``; validate@prepared checks the per-split
+counts against the stored tables; calibrate, evaluate, select and validate@calibrated read the stored
+tables (``_aggregate``), drawing the Poisson replicates from them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from typing import Any
 import pandas as pd
 
 from calibflow.aggregate import source_stream
+from calibflow.aggregate.switch import ScaleConfig
+from calibflow.aggregate.tables import TABLES_META, Tables, load_tables, save_tables
 from calibflow.pipeline._common import Layout, StageError
 from calibflow.sources import SourceSpec
 
@@ -36,12 +40,34 @@ def streams(spec: SourceSpec, threshold: int) -> bool:
         raise StageError(str(exc)) from None
 
 
-def prepare_record(spec: SourceSpec, seed: int, out: Path, threads: int | None = None) -> dict[str, Any]:
-    """Write the split file of ``spec`` to ``out`` with DuckDB; prepare's record for splits.json."""
+#: The folder under data/prepared holding a streamed source's tables: ``<name>.tables/<split>/``.
+TABLES = ".tables"
+
+
+def tables_dir(prepared: Path, name: str) -> Path:
+    return prepared / f"{name}{TABLES}"
+
+
+def _digest(t: pd.DataFrame) -> str:
+    """sha256 of a table's content (a changed split or seed changes its sums)."""
+    return hashlib.sha256(pd.util.hash_pandas_object(t, index=False).to_numpy().tobytes()).hexdigest()[:16]
+
+
+def prepare_record(
+    spec: SourceSpec, seed: int, out: Path, input_kind: str, cfg: ScaleConfig
+) -> dict[str, Any]:
+    """ONE pass over ``spec`` (``source_stream.split_tables``): the calib and test splits' tables written
+    under ``out/<name>.tables/`` (small Parquet files; no copy of the rows); prepare's record for
+    splits.json. The tables are on ``calibrate.input``'s column (``input_kind``)."""
     try:
-        got = source_stream.write_split(spec, seed, out, threads)
+        tables, got = source_stream.split_tables(
+            spec, seed, input_kind, cfg.engine, cfg.dask_address, cfg.threads or None, grid=cfg.grid,
+            cells=cfg.cells, distinct_max=cfg.distinct_max,
+        )
     except ValueError as exc:
         raise StageError(f"source {spec.name!r}: {exc}") from None
+    for k, t in tables.items():
+        save_tables(t, tables_dir(out, spec.name) / k, {"split": k, "input": input_kind})
     split = got["split"]
     where = split["kind"]
     if where == "time":
@@ -51,13 +77,28 @@ def prepare_record(spec: SourceSpec, seed: int, out: Path, threads: int | None =
         "kind": "source",
         "source_kind": spec.kind,
         "rows_path": STREAMING,
+        "tables": tables_dir(out, spec.name).name,
+        "input": input_kind,
         "n_features": 0,
         "time_range": None,
-        "rows_sha256": None,  # an order-free digest instead: no sort of 1e8 row numbers
+        "rows_sha256": None,  # the rows are not stored: a digest of each split's table instead
         **{k: got[k] for k in ("n_rows", "n_rows_source", "counts", "positives", "positive_rate")},
-        "rows_digest": got["rows_digest"],
+        "tables_sha256": {k: _digest(t.fine) for k, t in tables.items()},
         "split": split,
     }
+
+
+def stored_tables(lay: Layout, name: str, split: str, input_kind: str) -> Tables:
+    """Prepare's stored tables of one split; a one-line error when they were built for another
+    ``calibrate.input`` (prepare reads it: DVC reruns prepare when it changes)."""
+    folder = tables_dir(lay.prepared, name) / split
+    if not (folder / TABLES_META).is_file():
+        raise StageError(f"{name}: no {split!r} tables under {folder}; run the prepare stage")
+    tabs, meta = load_tables(folder)
+    if meta.get("input") != input_kind:
+        raise StageError(f"{name}: prepare built the tables for calibrate.input {meta.get('input')!r}, not "
+                         f"{input_kind!r}; run the prepare stage again")
+    return tabs
 
 
 def prepared_streaming(lay: Layout, name: str) -> bool:
@@ -86,7 +127,7 @@ def skip_train(pdir: Path, lay: Layout, name: str) -> dict[str, Any]:
     rec = json.loads((lay.prepared / "splits.json").read_text())["datasets"][name]
     note = {
         "skipped": "score source on the streaming path: no base model to train",
-        "rows": f"{lay.prepared.name}/{name}.parquet",
+        "rows": f"{lay.prepared.name}/{tables_dir(lay.prepared, name).name}",
         "prepared": rec,
     }
     marker(pdir, name).write_text(json.dumps(note, indent=2, sort_keys=True) + "\n")
@@ -95,10 +136,10 @@ def skip_train(pdir: Path, lay: Layout, name: str) -> dict[str, Any]:
 
 def rows_file(lay: Layout, name: str) -> Path:
     """The file holding ``name``'s rows in the predictions layout: train's predictions, or (train skipped)
-    the prepared file the marker names."""
+    the folder of prepare's split tables the marker names (its parent is data/prepared)."""
     preds = lay.predictions / f"{name}.parquet"
     if not preds.exists() and marker(lay.predictions, name).exists():
-        return lay.prepared / f"{name}.parquet"
+        return tables_dir(lay.prepared, name)
     return preds
 
 
@@ -116,11 +157,19 @@ def raw_frame(spec: SourceSpec) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 def split_frame(lay: Layout, name: str) -> pd.DataFrame:
-    """validate@prepared's frame: one row per split (rows, positives, negatives) from the prepared file."""
-    prof = source_stream.split_profile(lay.prepared / f"{name}.parquet")
+    """validate@prepared's frame: one row per split (rows, positives, negatives) as prepare's pass counted
+    them, and a check that the stored calib and test tables hold exactly those rows (unweighted: the
+    test table; the calib table's ``n`` is the weighted sum when a weight is declared)."""
+    rec = json.loads((lay.prepared / "splits.json").read_text())["datasets"][name]
+    test = stored_tables(lay, name, "test", rec["input"]).fine
+    n_test = int(round(float(test["n"].sum())))
+    if n_test != int(rec["counts"]["test"]):
+        want = rec["counts"]["test"]
+        raise StageError(f"{name}: the stored test table holds {n_test} rows, the split {want}; run the"
+                         " prepare stage again")
     return pd.DataFrame(
         [
-            {"split": s, "rows": n, "positives": prof["positives"][s], "negatives": n - prof["positives"][s]}
-            for s, n in prof["counts"].items()
+            {"split": s, "rows": n, "positives": rec["positives"][s], "negatives": n - rec["positives"][s]}
+            for s, n in rec["counts"].items()
         ]
     )

@@ -135,7 +135,9 @@ def run(method: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> 
     info: dict[str, Any] = {"method": method, "input": input_kind, "options": options, "datasets": {}}
     with atomic_dir(lay.calibrated_method(method)) as tmp:
         for name in _sources.names(params):
-            path = require(_streaming.rows_file(lay, name), "predictions", "the train stage")
+            path = _streaming.rows_file(lay, name)
+            if path.parent != lay.prepared:  # streamed: prepare's tables folder, checked where it is read
+                require(path, "predictions", "the train stage")
             t0 = time.perf_counter()
             how = _aggregate.path_for(params, name, lay)
             if path.parent == lay.prepared:  # streamed: the calibrator only, no per-row test predictions

@@ -81,12 +81,14 @@ def calibrate_source(
 
 #: The segmented method the aggregate path can fit from tables (the others need the rows).
 FROM_TABLES = "partial_pooling"
+NOT_EVALUATED = "streamed source: fitted from prepare's tables; no test rows to score, so not a candidate"
 
 
 def calibrate_aggregate_source(
     lay: Layout, params: Params, name: str, input_kind: str, options: dict[str, Any]
-) -> tuple[str, pd.DataFrame, dict[str, int]] | None:
-    """``partial_pooling`` from the calib split's tables; the test rows (read by split) predicted."""
+) -> tuple[str, pd.DataFrame | None, dict[str, int]] | None:
+    """``partial_pooling`` from the calib split's tables; the test rows (read by split) predicted (None for a
+    source prepare streamed to tables: no rows to predict)."""
     from calibflow.aggregate.segment_fit import partial_pooling_from_tables
     from calibflow.calibrators import from_json
 
@@ -101,9 +103,14 @@ def calibrate_aggregate_source(
         fitted = partial_pooling_from_tables(tabs.fine, tabs.segments, input_kind, **options)
     except (TypeError, ValueError) as exc:
         raise StageError(f"{FROM_TABLES} ({name}): {exc}") from None
-    if fitted.intersections and len(names) > 1:
+    streamed = rows_file(lay, name).parent == lay.prepared
+    if fitted.intersections and len(names) > 1 and not streamed:  # pairs need a joint pass over the rows
         _add_pairs(lay, name, fitted, names)
     text = fitted.to_json()
+    if streamed:
+        # prepare kept tables, not rows: a per-segment map cannot score the test rows here, so it is saved
+        # but has no test predictions, and evaluate/select (which need them) do not consider it
+        return text, None, {}
     col = "prob" if input_kind == "probability" else "margin"
     seg_cols = [_sources.SEGMENT_PREFIX + c for c in names]
     test = pd.read_parquet(rows_file(lay, name), filters=[("split", "==", "test")],
@@ -144,7 +151,9 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
             (tmp / method).mkdir()
             done: dict[str, Any] = {}
             for name in _sources.names(params):
-                path = require(rows_file(lay, name), "predictions", "the train stage")
+                path = rows_file(lay, name)
+                if not path.is_dir():  # a streamed source's prepare tables are a folder
+                    require(path, "predictions", "the train stage")
                 t0 = time.perf_counter()
                 how = _aggregate.path_for(params, name, lay)
                 if how == _aggregate.AGGREGATE and method != FROM_TABLES:
@@ -158,6 +167,10 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
                     continue
                 text, out, unseen = res
                 write_text(tmp / method / f"{name}.json", text + "\n")
+                if out is None:
+                    done[name] = {"path": how, "n_test": 0, "not_evaluated": NOT_EVALUATED}
+                    log.info("calibrated %s with %s from tables (%s)", name, method, NOT_EVALUATED)
+                    continue
                 out.to_parquet(tmp / method / f"{name}.parquet", index=False)
                 done[name] = {"n_test": len(out), "unseen_test_rows": unseen, "path": how}
                 log.info("calibrated %s with %s in %.2f s", name, method, time.perf_counter() - t0)

@@ -189,8 +189,10 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
             )
         threshold = _aggregate.scale_config(params).row_threshold
         for name, spec in specs.items():
-            if _streaming.streams(spec, threshold):  # DuckDB writes the split: the rows never reach pandas
-                rec = _streaming.prepare_record(spec, int(params.seed), tmp / f"{name}.parquet")
+            if _streaming.streams(spec, threshold):  # one DuckDB pass to tables: no rows reach pandas
+                input_kind = str(params.calibrate.input)
+                scale = _aggregate.scale_config(params)
+                rec = _streaming.prepare_record(spec, int(params.seed), tmp, input_kind, scale)
                 record["datasets"][name] = rec
                 log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
                 continue

@@ -86,12 +86,12 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
     summary: dict[str, Any] = {}
     with atomic_dir(lay.models) as mdir, atomic_dir(lay.predictions) as pdir:
         for name in _sources.names(params):
-            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             t0 = time.perf_counter()
-            if name in specs and _streaming.prepared_streaming(lay, name):
+            if name in specs and _streaming.prepared_streaming(lay, name):  # tables only: no rows file
                 summary[name] = _streaming.skip_train(pdir, lay, name)
                 log.info("train skipped for %s: %s", name, summary[name]["skipped"])
                 continue
+            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             if name in specs and specs[name].kind == "score":  # the user's model: no base model to train
                 preds = _sources.score_predictions(pd.read_parquet(path), specs[name])
             else:

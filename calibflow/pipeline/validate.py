@@ -427,10 +427,9 @@ def _source_suites(phase: str, params: Params, lay: Layout):
         if splits_file.is_file():
             record = json.loads(splits_file.read_text()).get("datasets", {})
         for name, spec in specs.items():
-            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             used = ["calib", "test"] if spec.kind == "score" else list(SPLITS)
             windows = (record.get(name) or {}).get("split")
-            if _streaming.prepared_streaming(lay, name):  # per-split counts from DuckDB, not the rows
+            if _streaming.prepared_streaming(lay, name):  # per-split counts from prepare's pass and tables
                 counts = _streaming.split_frame(lay, name)
                 for sname, part, exps in vs.split_suites_streaming(name, counts, used, k):
                     suites.append((sname, part, exps))
@@ -439,6 +438,7 @@ def _source_suites(phase: str, params: Params, lay: Layout):
                         vs.split_message_streaming(n, sp, pt, k, w)
                     )
                 continue
+            path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
             df = pd.read_parquet(path, columns=["split", "y"])
             for sname, part, exps in vs.split_suites(name, df, used, k):
                 suites.append((sname, part, exps))
