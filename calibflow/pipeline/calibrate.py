@@ -21,6 +21,7 @@ import pandas as pd
 
 from calibflow.calibrators import available, from_json, make
 from calibflow.io import write_json, write_text
+from calibflow.metrics import expit
 from calibflow.pipeline import _aggregate, _sources, _streaming
 from calibflow.pipeline._common import (
     SPECIAL_METHODS,
@@ -76,10 +77,10 @@ def calibrate_one(
     return text, out
 
 
-def calibrate_aggregate(
+def _fit_table(
     method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
-) -> tuple[str, pd.DataFrame]:
-    """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
+) -> tuple[str, tuple[Any, pd.DataFrame]]:
+    """``method`` fitted on the calib split's bucket table: its JSON, the calibrator and the table."""
     from calibflow.aggregate import fit_from_table
 
     scale = _aggregate.scale_config(params)
@@ -88,8 +89,15 @@ def calibrate_aggregate(
         calibrator = fit_from_table(table, method, input_kind, **options)
     except ValueError as exc:
         raise StageError(f"{name}: {exc}") from None
+    return calibrator.to_json(), (calibrator, table)
+
+
+def calibrate_aggregate(
+    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
+) -> tuple[str, pd.DataFrame]:
+    """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
+    text, _ = _fit_table(method, lay, name, input_kind, options, params)
     test = _aggregate.test_rows(lay, name)
-    text = calibrator.to_json()
     prob = from_json(text).predict(test[_score_column(input_kind)].to_numpy(np.float64))
     out = pd.DataFrame({"row": test["row"].to_numpy(), "y": test["y"].to_numpy(np.int64)})
     out["margin"] = test["margin"].to_numpy(np.float64)
@@ -103,17 +111,9 @@ def calibrate_streaming(
     """A streamed source: fit on the calib split's bucket table; the JSON must reload to the same map
     (checked on the table's group scores). No per-row test file: evaluate, select and validate@calibrated
     read the test split's table."""
-    from calibflow.aggregate import fit_from_table
-
-    scale = _aggregate.scale_config(params)
-    table = _aggregate.split_table(lay, name, "calib", scale, weighted=True, input_kind=input_kind)
-    try:
-        calibrator = fit_from_table(table, method, input_kind, **options)
-    except ValueError as exc:
-        raise StageError(f"{name}: {exc}") from None
-    text = calibrator.to_json()
+    text, (calibrator, table) = _fit_table(method, lay, name, input_kind, options, params)
     z = (table["sum_z"] / table["n"]).to_numpy(np.float64)
-    x = 1.0 / (1.0 + np.exp(-z)) if input_kind == "probability" else z
+    x = expit(z) if input_kind == "probability" else z
     if not np.array_equal(calibrator.predict(x), from_json(text).predict(x)):
         raise StageError(f"{method}: the saved JSON does not reproduce its predictions on {name}")
     counts = _streaming.split_counts(lay, name)
