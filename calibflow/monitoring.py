@@ -62,6 +62,7 @@ from scipy import stats
 from calibflow import calibrators as C
 from calibflow import metrics as M
 from calibflow import sources as S
+from calibflow.intervals import paired_mean_interval
 
 ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
@@ -294,21 +295,6 @@ def per_row_loss(y: NDArray[np.float64], p: NDArray[np.float64], metric: str) ->
     return (p - y) ** 2
 
 
-def paired_bootstrap(d: NDArray[np.float64], n_boot: int, level: float, rng: np.random.Generator):
-    """Mean of per-row differences ``d`` and its percentile interval over row resamples."""
-    n = d.size
-    chunk = max(1, min(n_boot, 4_000_000 // max(n, 1)))
-    means: list[float] = []
-    done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        means.extend(d[rng.integers(0, n, size=(b, n))].mean(axis=1).tolist())
-        done += b
-    a = (1 - level) / 2
-    lo, hi = np.quantile(np.asarray(means), [a, 1 - a])
-    return float(d.mean()), float(lo), float(hi)
-
-
 def predict_frame(cal: C.BaseCalibrator, frame: pd.DataFrame, score_kind: str | None) -> NDArray[np.float64]:
     """The calibrator's probabilities for a window's rows; a per-segment champion (select may deploy one)
     also reads the segment columns it was fitted on, which the source must declare."""
@@ -377,7 +363,7 @@ def challenge(
         return rec, None
     best = min(fitted, key=lambda k: rec["challengers"][k]["value"])
     level = 1 - (1 - cfg.ci_level) / len(fitted)  # Bonferroni: the best of m is picked on this window
-    delta, lo, hi = paired_bootstrap(champ_loss - fitted[best][1], cfg.n_bootstrap, level, rng)
+    delta, lo, hi = paired_mean_interval(champ_loss - fitted[best][1], cfg.n_bootstrap, level, rng)
     mono = rec["challengers"][best]["monotone"]
     need = cfg.min_gain * rec["champion"]
     promoted = lo > 0 and mono and delta >= need and pinned is None

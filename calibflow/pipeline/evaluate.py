@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow import diagnostics, metrics
-from calibflow.intervals import jeffreys_interval
+from calibflow.intervals import bootstrap_intervals, jeffreys_interval, resample_counts
 from calibflow.io import write_json
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
@@ -49,80 +49,6 @@ from calibflow.pipeline._common import (
 from calibflow.pipeline.params_schema import Evaluate
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
-METRIC_KEYS = ("ece", "mce", "brier", "log_loss", "ks", "calibration_ratio", "auc")
-
-
-def bootstrap_counts(n_boot: int, y: np.ndarray, rng_seed: int) -> np.ndarray:
-    """``(n_boot, y.size)`` multiplicities of each test row per resample (single-class resamples redrawn)."""
-    n = y.size
-    rng = np.random.default_rng(rng_seed)
-    counts = np.empty((n_boot, n), dtype=np.float64)
-    for b in range(n_boot):
-        while True:
-            c = np.bincount(rng.integers(0, n, size=n), minlength=n)
-            if 0 < c @ y < c.sum():
-                break
-        counts[b] = c
-    return counts
-
-
-def bootstrap_metrics(y: np.ndarray, p: np.ndarray, W: np.ndarray, n_bins: int) -> dict[str, np.ndarray]:
-    """Every metric of ``calibflow.metrics.summary`` for all resamples at once.
-
-    A resample is the test set with row weights ``W[b]`` (its multiplicities), so each metric is the
-    library's weighted definition; computing them as matrix products over ``W`` replaces thousands of
-    calls (tested against ``calibflow.metrics`` with ``sample_weight``). AUC is the weighted
-    Mann-Whitney statistic with ties counted half, as ``roc_auc_score`` computes it.
-    """
-    n = p.size
-    tot = W.sum(axis=1)
-    onehot = np.zeros((n, n_bins))
-    onehot[np.arange(n), metrics.bin_index(p, n_bins)] = 1.0
-    cnt, sp, sy = W @ onehot, W @ (onehot * p[:, None]), W @ (onehot * y[:, None])
-    gap = np.abs(sy - sp)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mce = np.where(cnt > 0, gap / cnt, -np.inf).max(axis=1)
-    nll = metrics.row_log_loss(y, p)
-    order = np.argsort(p, kind="mergesort")
-    Ws = W[:, order]
-    ks = np.abs(np.cumsum(Ws * (y - p)[order], axis=1)).max(axis=1) / tot
-    return {
-        "ece": gap.sum(axis=1) / tot,
-        "mce": mce,
-        "brier": W @ (p - y) ** 2 / tot,
-        "log_loss": W @ nll / tot,
-        "ks": ks,
-        "calibration_ratio": (W @ p) / (W @ y),
-        "auc": _weighted_auc(p[order], y[order], Ws),
-    }
-
-
-def _weighted_auc(ps: np.ndarray, ys: np.ndarray, Ws: np.ndarray) -> np.ndarray:
-    """AUC per row of ``Ws`` for scores ``ps`` sorted ascending: P(s+ > s-) + 0.5 P(s+ = s-)."""
-    start = np.r_[True, ps[1:] != ps[:-1]]
-    gid = np.cumsum(start) - 1
-    bounds = np.r_[np.flatnonzero(start), ps.size]
-    neg, pos = Ws * (1 - ys), Ws * ys
-    cum = np.hstack([np.zeros((Ws.shape[0], 1)), np.cumsum(neg, axis=1)])
-    below = cum[:, bounds[gid]]
-    tie = cum[:, bounds[gid + 1]] - below
-    return (pos * (below + 0.5 * tie)).sum(axis=1) / (pos.sum(axis=1) * neg.sum(axis=1))
-
-
-def intervals(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, level: float, chunk: int = 50):
-    """Percentile bootstrap interval ``{"low", "high"}`` of each metric (chunks bound the memory)."""
-    parts = [bootstrap_metrics(y, p, counts[i : i + chunk], n_bins) for i in range(0, counts.shape[0], chunk)]
-    tail = (1.0 - level) / 2.0
-    out = {}
-    for k in METRIC_KEYS:
-        arr = np.concatenate([d[k] for d in parts])
-        arr = arr[np.isfinite(arr)]
-        if arr.size:
-            lo, hi = np.quantile(arr, [tail, 1.0 - tail])
-            out[k] = {"low": float(lo), "high": float(hi)}
-    return out
-
-
 def reliability_records(
     y: np.ndarray, p: np.ndarray, n_bins: int, strategy: str = "quantile", level: float = 0.95
 ) -> list[dict[str, float]]:
@@ -196,7 +122,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: Evaluate,
     strategy = str(cfg.reliability_bins)
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
-    counts = bootstrap_counts(int(cfg.n_bootstrap), y, rng_seed)
+    counts = resample_counts(int(cfg.n_bootstrap), y, rng_seed)
     alpha = cfg.selection_alpha
     level = float(cfg.ci_level)
     out = {}
@@ -206,7 +132,7 @@ def evaluate_dataset(y: np.ndarray, probs: dict[str, np.ndarray], cfg: Evaluate,
         rec.update(metrics.summary(y, p, n_bins=n_bins))
         rec.update(_diagnostics(y, p))
         if counts.shape[0]:
-            rec["ci"] = {"level": level, **intervals(y, p, counts, n_bins, level)}
+            rec["ci"] = {"level": level, **bootstrap_intervals(y, p, counts, n_bins, level)}
         if alpha:
             rec["selection"] = metrics.selection_metrics(y, p, alpha=float(alpha), n_bins=10)
         out[m] = (

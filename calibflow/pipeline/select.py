@@ -32,7 +32,7 @@ import pandas as pd
 from calibflow import metrics, selection
 from calibflow import segments as seg
 from calibflow.calibrators import get_class, make
-from calibflow.intervals import percentile_interval
+from calibflow.intervals import percentile_interval, resample_counts, resample_metrics, resampled
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
@@ -60,42 +60,8 @@ RULE_AUTO = "auto"
 MAX_SEGMENTS = 20
 
 
-class _Rows:
-    """Per-row pieces of each metric, so a resample's metric is a weighted sum (one pass per resample)."""
-
-    def __init__(self, y: np.ndarray, p: np.ndarray, n_bins: int) -> None:
-        self.y, self.p, self.n_bins = y, p, n_bins
-        self.nll = metrics.row_log_loss(y, p)
-        self.sq = (p - y) ** 2
-        self.bins = metrics.bin_index(p, n_bins)
-        self.resid = y - p
-
-    def stats(self, c: np.ndarray) -> dict[str, float]:
-        tot = c.sum()
-        sy = c @ self.y
-        gap = np.bincount(self.bins, weights=c * self.resid, minlength=self.n_bins)
-        return {
-            "log_loss": float(c @ self.nll / tot),
-            "brier": float(c @ self.sq / tot),
-            "ece": float(np.abs(gap).sum() / tot),
-            "calibration_ratio": float(c @ self.p / sy) if sy > 0 else float("nan"),
-        }
-
-
-def paired_bootstrap(
-    y: np.ndarray, p_unc: np.ndarray, p_cal: np.ndarray, n_boot: int, rng_seed: int, n_bins: int
-) -> dict[str, dict[str, np.ndarray]]:
-    """Metrics of both probability vectors on the same ``n_boot`` resamples of the rows (paired)."""
-    a, b = _Rows(y, p_unc, n_bins), _Rows(y, p_cal, n_bins)
-    rng = np.random.default_rng(rng_seed)
-    n = y.size
-    out: dict[str, dict[str, list[float]]] = {"unc": {}, "cal": {}}
-    for _ in range(n_boot):
-        c = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(np.float64)
-        for key, rows in (("unc", a), ("cal", b)):
-            for m, v in rows.stats(c).items():
-                out[key].setdefault(m, []).append(v)
-    return {k: {m: np.asarray(v) for m, v in d.items()} for k, d in out.items()}
+#: The card's metrics, each compared on the same resamples (a paired bootstrap, ``calibflow.intervals``).
+CARD_METRICS = ("log_loss", "ece", "brier", "calibration_ratio")
 
 
 def compare(
@@ -103,10 +69,11 @@ def compare(
 ) -> dict[str, Any]:
     """The card's ``metrics``: each metric uncalibrated vs calibrated, the change and its paired interval."""
     n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
-    boot = paired_bootstrap(y, p_unc, p_cal, int(cfg.n_bootstrap), rng_seed, n_bins)
+    counts = resample_counts(int(cfg.n_bootstrap), y, rng_seed)
+    boot = {k: resampled(y, p, counts, n_bins, CARD_METRICS) for k, p in (("unc", p_unc), ("cal", p_cal))}
     point = {
-        "unc": _Rows(y, p_unc, n_bins).stats(np.ones_like(y)),
-        "cal": _Rows(y, p_cal, n_bins).stats(np.ones_like(y)),
+        k: {m: float(v[0]) for m, v in resample_metrics(y, p, np.ones_like(y), n_bins, CARD_METRICS).items()}
+        for k, p in (("unc", p_unc), ("cal", p_cal))
     }
     out: dict[str, Any] = {}
     for m in ("log_loss", "ece", "brier"):

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from scipy.special import expit
 
-from calibflow import metrics
+from calibflow import intervals, metrics
 from calibflow.calibrators import from_json
 from calibflow.pipeline import (
     _common,
@@ -161,7 +161,7 @@ def test_evaluate_writes_metrics_with_intervals_for_every_pair(project):
         assert files == sorted([*METHODS, "uncalibrated"])
         for m in files:
             rec = json.loads((root / "metrics/evaluation" / name / f"{m}.json").read_text())
-            for k in evaluate.METRIC_KEYS:
+            for k in intervals.METRIC_KEYS:
                 assert np.isfinite(rec[k])
                 assert rec["ci"][k]["low"] <= rec["ci"][k]["high"]
             assert rec["selection"]["n_selected"] == int(np.ceil(0.1 * rec["n_test"]))
@@ -212,8 +212,8 @@ def test_bootstrap_matches_library_weighted_metrics():
     s = rng.normal(size=800)
     y = (rng.random(800) < expit(s - 1)).astype(float)
     p = np.round(expit(1.4 * s - 0.8), 2)  # rounded: many ties, the hard case for AUC and KS
-    counts = evaluate.bootstrap_counts(4, y, 11)
-    vec = evaluate.bootstrap_metrics(y, p, counts, 10)
+    counts = intervals.resample_counts(4, y, 11)
+    vec = intervals.resample_metrics(y, p, counts, 10)
     for b in range(4):
         ref = metrics.summary(y, p, n_bins=10, sample_weight=counts[b])
         for k, v in ref.items():
