@@ -87,3 +87,26 @@ def test_segmented_methods_config_is_checked():
     with pytest.raises(ValueError, match="need segments"):
         mon.MonitorConfig(methods=("platt", "partial_pooling"))
     assert mon.MonitorConfig.from_params({"segmented_methods": []}).segmented_methods == ()
+
+
+def test_practical_limit_pages_at_the_band_rate_not_a_95_interval():
+    """Stable segments with ~100 positives: the old 95% rule paged on ~0.3% of (segment, window)s,
+    the z-at-band-tail rule on ~0.05%, and a real 0.76 with 700 positives is still out."""
+    cfg = mon.MonitorConfig()
+    rng = np.random.default_rng(0)
+    n, rate, reps = 1000, 0.1, 4000
+    old = new = 0
+    for _ in range(reps):
+        p = np.full(n, rate)
+        y = (rng.random(n) < p).astype(float)
+        lo, hi = mon.bootstrap_ratio_ci(y, p, 100, 0.95, rng)
+        r = float(p.sum() / y.sum())
+        row = {"calibration_ratio": r, "ratio_low": lo, "ratio_high": hi, "ratio_se": mon.ratio_se(y, p, r)}
+        old += mon.practically_off({**row, "ratio_se": None}, cfg)
+        new += mon.practically_off(row, cfg, 3)
+    assert old / reps > 0.0015  # the 95% rule: several times the band's per-segment rate
+    assert new / reps < 0.001
+    p = np.full(7000, 0.076)
+    y = (rng.random(7000) < 0.1).astype(float)  # 700 positives, served at 0.76 of the truth
+    r = float(p.sum() / y.sum())
+    assert mon.practically_off({"calibration_ratio": r, "ratio_se": mon.ratio_se(y, p, r)}, cfg, 3)
