@@ -266,8 +266,30 @@ def run(
             runs.append(run_stream(df, replace(cfg, seed=s), days, warmup, delay))
         out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
         keep = ("alerts", "alerts_by_segment", "incidents", "incident_detail", "promotions")
-        keep += ("promoted_methods",)
+        keep += ("promoted_methods", "served", "segment_sums")  # what merge() needs to re-summarise
         out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
+    return out
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One study from several runs over disjoint seeds (each (scenario, seed) is independent and seeded,
+    so the merge equals one run over all seeds); scenarios summarised again over all their runs."""
+    design = dict(parts[0]["design"])
+    cfg = parts[0]["config"]
+    out: dict[str, Any] = {"config": cfg, "design": design, "scenarios": {}}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        if part["config"] != cfg:
+            raise ValueError("merge: the parts were run with different monitor configurations")
+        for sc, r in part["scenarios"].items():
+            runs.setdefault(sc, []).extend(r["runs"])
+    for sc in [s for s in SCENARIOS if s in runs]:
+        out["scenarios"][sc] = summarise(
+            runs[sc], sc, design["shift_day"], cfg["reference_windows"], design["days"]
+        )
+        out["scenarios"][sc]["runs"] = runs[sc]
+    design["seeds"] = max(len(r) for r in runs.values())
+    design.pop("first_seed", None)
     return out
 
 
@@ -353,7 +375,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", default="reports/monitoring-study.json")
     ap.add_argument("--table", help="print the docs table of an existing study JSON and exit")
+    ap.add_argument("--merge", nargs="+", help="study JSONs over disjoint seeds: merged into --out")
     a = ap.parse_args(argv)
+    if a.merge:
+        res = merge([json.loads(Path(f).read_text()) for f in a.merge])
+        Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+        print(markdown_table(res))
+        return
     if a.table:
         print(markdown_table(json.loads(Path(a.table).read_text())))
         return
