@@ -85,7 +85,15 @@ def setup(root: Path, plan: Plan) -> None:
         (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "project"], cwd=root, check=True)
+    # One project server for the whole run (README: `calibflow server start`): every daily command
+    # talks to it instead of starting a temporary one.
+    _ok(_cli(root, "server", "start"), "calibflow server start")
     _ok(_cli(root, "run", "--quiet"), "calibflow run")
+
+
+def teardown(root: Path) -> None:
+    """Stop the project's server."""
+    _cli(root, "server", "stop")
 
 
 def deliveries(plan: Plan, d: int) -> list[tuple[str, int, bool]]:
@@ -162,8 +170,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     plan = Plan(days=a.days, rows=a.rows, shift_day=a.shift_day, calib_windows=a.calib_windows)
     root = Path(a.folder) if a.folder else Path(tempfile.mkdtemp(prefix="calibflow-streams-")) / "project"
-    setup(root, plan)
-    res = run_days(root, plan)
+    try:
+        setup(root, plan)
+        res = run_days(root, plan)
+    finally:
+        teardown(root)
     f = collect(root, plan, res)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(f, indent=1, default=str))

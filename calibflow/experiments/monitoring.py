@@ -12,7 +12,10 @@ A known model: a raw score ``x ~ N(0, 1)`` and ``P(y=1 | x) = sigmoid(a + b x)``
   the rows): the overall window moves half as much, so the per-segment watch matters.
 
 Every segment is watched (``all``, ``segment=A``, ``segment=B``): false alarms and incidents count alerts
-on any of them.
+on any of them. The source declares ``segment``, so the gate's candidates include the segmented methods of
+``MonitorConfig.segmented_methods`` (``--segmented-methods`` with no name: the global-only control); the
+gated champion's served ``sum p / sum y`` per segment, pooled from ``SETTLED`` days after the shift, says
+whether an unshifted segment stays calibrated once challengers are promoted.
 
 The initial champion is Platt scaling fitted on 14 warm-up days before day 0 (pre-shift). Every day the
 monitor (``calibflow.monitoring.process_window``) scores the champion, learns bands, alerts and runs the gate.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -247,6 +251,7 @@ def run(
     delay: int = 2,
     scenarios: tuple[str, ...] = SCENARIOS,
     first_seed: int = 0,
+    partial: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     cfg = cfg or mon.MonitorConfig(n_bootstrap=100, label_delay=f"{delay}D")
     out: dict[str, Any] = {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "scenarios": {}}
@@ -259,15 +264,18 @@ def run(
         "shift_day": shift_day,
         "label_delay_days": delay,
     }
+    keep = ("alerts", "alerts_by_segment", "incidents", "incident_detail", "promotions")
+    keep += ("promoted_methods", "served", "segment_sums")  # what merge() needs to re-summarise
     for sc in scenarios:
         runs = []
         for s in range(first_seed, first_seed + seeds):
             df = simulate_stream(sc, s, days=days, rows=rows, warmup=warmup, shift_day=shift_day)
             runs.append(run_stream(df, replace(cfg, seed=s), days, warmup, delay))
-        out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
-        keep = ("alerts", "alerts_by_segment", "incidents", "incident_detail", "promotions")
-        keep += ("promoted_methods", "served", "segment_sums")  # what merge() needs to re-summarise
-        out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
+            out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
+            out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
+            out["design"]["seeds_done"] = {k: len(v["runs"]) for k, v in out["scenarios"].items()}
+            if partial is not None:  # a long study keeps what it has after every stream
+                partial(out)
     return out
 
 
@@ -290,6 +298,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         out["scenarios"][sc]["runs"] = runs[sc]
     design["seeds"] = max(len(r) for r in runs.values())
     design.pop("first_seed", None)
+    design.pop("seeds_done", None)
     return out
 
 
@@ -388,9 +397,16 @@ def main(argv: list[str] | None = None) -> None:
     cfg = mon.MonitorConfig(
         n_bootstrap=100, band_k=a.band_k, patience=a.patience, segmented_methods=tuple(a.segmented_methods)
     )
-    res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios), first_seed=a.first_seed)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+
+    def save(res: dict[str, Any]) -> None:
+        tmp = Path(a.out).with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1, default=str))
+        tmp.replace(a.out)
+
+    res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios), first_seed=a.first_seed,
+              partial=save)
+    save(res)
     for r in res["scenarios"].values():
         print(json.dumps({k: v for k, v in r.items() if k != "runs"}))
 
