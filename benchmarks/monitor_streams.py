@@ -130,7 +130,7 @@ def run_days(root: Path, plan: Plan) -> dict[str, Any]:
         proc = _cli(root, "monitor", "run", "--now", now, "--start", start, "--no-commit")
         runs.append(
             {"day": d, "rc": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
-             "stdout": proc.stdout[-4000:], "stderr_lines": len(proc.stderr.splitlines())}
+             "output": (proc.stdout + proc.stderr)[-4000:], "stderr_lines": len(proc.stderr.splitlines())}
         )
         for name in served:
             champ = root / "monitoring" / name / "calibrator.json"

@@ -134,7 +134,8 @@ def facts(
         state = states[name]
         stable_days = range(plan["days"]) if name in ("stable", "broken") else range(plan["shift_day"])
         ratios = {d: r["all"] for d, r in res["served"][name].items() if d in stable_days}
-        early = sorted({day_of(a["window"]) for a in state["alerts"] if day_of(a["window"]) < 10})
+        quiet = 10 if name in ("stable", "broken") else min(10, plan["shift_day"])  # stable windows 0-9
+        early = sorted({day_of(a["window"]) for a in state["alerts"] if day_of(a["window"]) < quiet})
         incs = incident_rows(state, cfg)
         out["sources"][name] = {
             "windows_scored": len(state["processed"]),
@@ -153,7 +154,7 @@ def facts(
     bad = [r for r in res["runs"] if r["rc"] != 0]
     out["runs"] = {
         "count": len(res["runs"]),
-        "failed": [{"day": r["day"], "rc": r["rc"], "tail": r["stdout"][-600:]} for r in bad],
+        "failed": [{"day": r["day"], "rc": r["rc"], "tail": r["output"][-600:]} for r in bad],
         "seconds_median": float(np.median([r["seconds"] for r in res["runs"]])),
         "max_stderr_lines": max(r["stderr_lines"] for r in res["runs"]),
     }

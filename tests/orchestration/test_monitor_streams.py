@@ -40,7 +40,7 @@ def test_a_late_day_is_scored_and_a_bad_source_leaves_the_others_scored(streams)
         assert any("rescored from" in n for n in f["sources"][name]["rescored_notes"])
     bad_runs = [r for r in res["runs"] if r["rc"] != 0]
     assert bad_runs and {r["day"] for r in bad_runs} <= set(range(PLAN.bad_day, PLAN.bad_day + 3))
-    assert all("broken" in r["stdout"] and "clicked" in r["stdout"] for r in bad_runs)  # named, one line
+    assert all("broken" in r["output"] and "clicked" in r["output"] for r in bad_runs)  # named
     scored = {n: f["sources"][n]["windows_scored"] for n in f["sources"]}
     assert len(set(scored.values())) == 1, scored  # the broken one caught up after its fixed file
     assert scored["stable"] == PLAN.days - 2  # every matured window, the late one included
