@@ -19,8 +19,7 @@ turns the files into what the monitor needs to decide honestly:
   a NULL label keeps its window pending (its labels are not all in), both in one line.
 
 Times are parsed as the pipeline parses them (``calibflow.timesplit.to_datetime``: timestamps, dates, ISO
-text) and made UTC-naive; integer times are epoch seconds, milliseconds, microseconds or nanoseconds by
-magnitude.
+text, made UTC-naive; numbers are epoch seconds, milliseconds, microseconds or nanoseconds by magnitude).
 """
 
 from __future__ import annotations
@@ -37,28 +36,11 @@ from calibflow import sources as S
 from calibflow import timesplit
 from calibflow.monitoring import MonitorConfig, window_at, window_index
 
-#: Integer epoch times: the largest magnitude of each unit up to year ~5000.
-_EPOCH_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"))
-
 
 def to_times(values: pd.Series) -> pd.Series:
-    """UTC-naive timestamps of a time column (unparseable values become NaT, never an exception)."""
-    s = pd.Series(values).reset_index(drop=True)
-    if pd.api.types.is_integer_dtype(s) or (
-        pd.api.types.is_float_dtype(s) and bool(np.all(np.isnan(s) | (s == np.round(s))))
-    ):
-        top = float(np.nanmax(np.abs(s.to_numpy(float)))) if s.notna().any() else 0.0
-        unit = next((u for lim, u in _EPOCH_UNITS if top < lim), "ns")
-        return pd.to_datetime(s, unit=unit, errors="coerce")
-    if pd.api.types.is_datetime64_any_dtype(s):
-        t = s
-    elif s.dtype == object or pd.api.types.is_string_dtype(s):
-        t = pd.to_datetime(s.astype("string"), errors="coerce", format="mixed", utc=True)
-    else:
-        t = timesplit.to_datetime(s)
-    if getattr(t.dt, "tz", None) is not None:
-        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
-    return t
+    """UTC-naive timestamps of a time column: ``calibflow.timesplit.to_datetime``, the reader the
+    pipeline uses, so the run and the monitor place every row at the same time (epoch units included)."""
+    return timesplit.to_datetime(pd.Series(values).reset_index(drop=True), utc_naive=True)
 
 
 @dataclass

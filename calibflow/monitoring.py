@@ -16,9 +16,11 @@ one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, 
    watched in the window (Bonferroni: S bands are judged at once): ten reference values give the nominal
    rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio is two-sided;
    ECE is upper only and learned on log(ECE) (ECE is skewed and bounded below by its noise). Always on as
-   well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio's
-   bootstrap interval lies wholly outside ``1 +- practical_ratio``. A value out on ``patience``
-   consecutive scored windows raises an alert.
+   well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio is
+   beyond ``1 +- practical_ratio`` by more than ``z`` standard errors (delta method over rows), ``z`` the
+   normal quantile at the band's own tail (``band_k`` sd split over the S segments). (A 95% interval
+   here paged on 3-sd Poisson swings of 100-positive segments: 0.7 incidents per 100 stable windows.)
+   A value out on ``patience`` consecutive scored windows raises an alert.
 3. **Incidents** (what a person is paged for): the first alert on a (segment, metric) opens an incident;
    it stays open until the metric is back in band for ``recovery`` consecutive scored windows; an alert
    within ``cooldown`` windows of a close reopens that incident instead of opening a new one. Incidents
@@ -93,6 +95,9 @@ class MonitorConfig:
     min_gain: float = 0.002  # promotion needs a mean gain >= this share of the champion's loss
     min_positives: int = 30  # fewer labelled positives in a (window, segment): skipped with a note
     methods: tuple[str, ...] = ("platt", "beta", "isotonic")
+    # Also fitted when the source declares segments: a shift in one segment needs a per-segment map,
+    # since a global challenger fitted on all segments pulls the unshifted ones off.
+    segmented_methods: tuple[str, ...] = ("partial_pooling",)
     selection_metric: str = "log_loss"
     n_bootstrap: int = 200
     ci_level: float = 0.95
@@ -132,6 +137,16 @@ class MonitorConfig:
         known = set(C.available())
         bad = [m for m in self.methods if m not in known]
         _check(not bad, f"monitor.methods: unknown calibrator(s) {bad}; available: {sorted(known)}")
+        seg = [m for m in self.methods if "segments" in C.get_class(m).needs]
+        _check(not seg, f"monitor.methods: {seg} need segments; list them under monitor.segmented_methods")
+        not_seg = [
+            m for m in self.segmented_methods if m not in known or "segments" not in C.get_class(m).needs
+        ]
+        _check(
+            not not_seg,
+            f"monitor.segmented_methods: {not_seg} are not segmented calibrators "
+            f"(those: {sorted(m for m in known if 'segments' in C.get_class(m).needs)}); [] turns them off",
+        )
         if self.floor_ratio is not None:
             lo, hi = self.floor_ratio
             _check(0 <= lo < 1 < hi, f"monitor.floor_ratio must be [lo, hi] with lo < 1 < hi, got {lo, hi}")
@@ -146,8 +161,9 @@ class MonitorConfig:
         for key in ("floor_ratio",):
             if section.get(key) is not None:
                 section[key] = tuple(float(v) for v in section[key])
-        if "methods" in section:
-            section["methods"] = tuple(section["methods"])
+        for key in ("methods", "segmented_methods"):
+            if key in section:
+                section[key] = tuple(section[key] or ())
         return cls(**section)
 
 
@@ -254,6 +270,12 @@ def bootstrap_ratio_ci(
     return float(lo), float(hi)
 
 
+def ratio_se(y: NDArray[np.float64], p: NDArray[np.float64], ratio: float) -> float:
+    """Standard error of ``sum p / sum y`` over row resamples (delta method: ``sd(p - R y) sqrt(n) / sum y``),
+    the spread the bootstrap interval estimates, in closed form so that far tails need no draws."""
+    return float(np.sqrt(y.size * np.var(p - ratio * y)) / y.sum())
+
+
 def score(
     y: NDArray[np.float64], p: NDArray[np.float64], cfg: MonitorConfig, rng: np.random.Generator
 ) -> dict[str, Any]:
@@ -264,10 +286,12 @@ def score(
         row["skipped"] = f"{int(pos)} labelled positive(s) < min_positives={cfg.min_positives}: not judged"
         return row
     lo, hi = bootstrap_ratio_ci(y, p, cfg.n_bootstrap, cfg.ci_level, rng)
+    ratio = float(p.sum() / pos)
     row.update(
-        calibration_ratio=float(p.sum() / pos),
+        calibration_ratio=ratio,
         ratio_low=lo,
         ratio_high=hi,
+        ratio_se=ratio_se(y, p, ratio),
         ece=M.ece(y, p, cfg.n_bins),
         log_loss=M.log_loss(y, p),
         brier=M.brier(y, p),
@@ -317,12 +341,42 @@ def keeps_ranking(cal: C.BaseCalibrator, scores: NDArray[np.float64], score_kind
     return bool(np.all(np.diff(p) >= -1e-12))
 
 
+def keeps_ranking_within(cal: C.BaseCalibrator, frame: pd.DataFrame, score_kind: str) -> bool:
+    """A per-segment map keeps the ranking inside every cell of its segment columns (across cells the
+    order may change, as select's segmented calibrators do): predictions on each cell's sorted scores
+    never decrease."""
+    names = [str(c) for c in getattr(cal, "segment_names_", [])]
+    if not len(frame):
+        return True
+    cells = (
+        frame.groupby(names, dropna=False, sort=True).ngroup().to_numpy() if names else np.zeros(len(frame))
+    )
+    order = np.lexsort((frame["score"].to_numpy(float), cells))
+    p = predict_frame(cal, frame.iloc[order], score_kind)
+    same = cells[order][1:] == cells[order][:-1]
+    return bool(np.all(np.diff(p)[same] >= -1e-12))
+
+
 def fit_challenger(
-    method: str, input_kind: str, scores: NDArray[np.float64], y: NDArray[np.float64], score_kind: str
+    method: str,
+    input_kind: str,
+    scores: NDArray[np.float64],
+    y: NDArray[np.float64],
+    score_kind: str,
+    segments: dict[str, NDArray[Any]] | None = None,
 ) -> C.BaseCalibrator:
-    """``method`` fitted on the user's scores converted to ``input_kind``, recording ``score_kind``."""
+    """``method`` fitted on the user's scores converted to ``input_kind``, recording ``score_kind``;
+    a segmented method also gets the ``segments`` columns."""
     x = S.calibrator_input(scores, score_kind, input_kind)
-    return S.record_score_kind(C.make(method, input=input_kind).fit(x, y), score_kind)
+    cal = C.make(method, input=input_kind)
+    cal = cal.fit(x, y, segments=segments) if segments is not None else cal.fit(x, y)
+    return S.record_score_kind(cal, score_kind)
+
+
+def _candidates(cfg: MonitorConfig, segments: tuple[str, ...], frame: pd.DataFrame) -> list[str]:
+    """Global methods, plus the segmented ones when the source declares segments that the rows carry."""
+    seg = bool(segments) and all(c in frame.columns for c in segments)
+    return [*cfg.methods, *(cfg.segmented_methods if seg else ())]
 
 
 def challenge(
@@ -333,10 +387,13 @@ def challenge(
     rng: np.random.Generator,
     score_kind: str | None = None,
     pinned: int | None = None,
+    segments: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], C.BaseCalibrator | None]:
     """Fit the challengers on ``calib``, compare the best with the champion on ``held_out``.
 
     ``score`` columns are the user's scores of ``score_kind`` (default: the champion's recorded kind).
+    With ``segments`` (the source's declared columns) the segmented methods compete too, under the same
+    paired test, Bonferroni level and ``min_gain``; their ranking check is within each segment cell.
     Returns the gate record (every challenger's metric, the best, the paired interval, the decision and
     its reason) and the fitted best challenger when it is to be promoted, else None.
     """
@@ -348,15 +405,21 @@ def challenge(
     champ_loss = per_row_loss(yh, predict_frame(champion, held_out, kind), metric)
     rec: dict[str, Any] = {"metric": metric, "champion": float(champ_loss.mean()), "challengers": {}}
     fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64]]] = {}
-    for m in cfg.methods:
+    for m in _candidates(cfg, segments, calib):
+        per_seg = "segments" in C.get_class(m).needs
+        cols = {c: calib[c].to_numpy(dtype=object) for c in segments} if per_seg else None
         try:
-            cal = fit_challenger(m, str(champion.input), ss, ys, kind)
+            cal = fit_challenger(m, str(champion.input), ss, ys, kind, cols)
         except ValueError as exc:  # e.g. a method that cannot fit this window; recorded, never silent
             rec["challengers"][m] = {"error": str(exc)}
             continue
-        loss = per_row_loss(yh, S.calibrate_scores(cal, sh, kind), metric)
-        mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
-        rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono}
+        loss = per_row_loss(yh, predict_frame(cal, held_out, kind), metric)
+        if per_seg:
+            both = pd.concat([calib[["score", *segments]], held_out[["score", *segments]]], ignore_index=True)
+            mono = keeps_ranking_within(cal, both, kind)
+        else:
+            mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
+        rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono, "segmented": per_seg}
         fitted[m] = (cal, loss)
     if not fitted:
         rec.update(best=None, promoted=False, reason="no challenger could be fitted")
@@ -533,11 +596,24 @@ def _outside(value: float, band: list[float | None]) -> bool:
     return (lo is not None and value < lo) or (hi is not None and value > hi)
 
 
-def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig) -> list[str]:
+def practically_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1) -> bool:
+    """The ratio is beyond ``1 +- practical_ratio`` by more than z standard errors, z at the band's tail
+    (``band_k`` sd, split over ``n_segments``): the practical limit pages at the band's rate, not at a
+    95% interval's per segment and window. Rows scored before ``ratio_se`` existed use their interval."""
+    pr = cfg.practical_ratio
+    if pr is None:
+        return False
+    if row.get("ratio_se") is None:
+        return row["ratio_low"] > 1 + pr or row["ratio_high"] < 1 - pr
+    z = float(stats.norm.isf(stats.norm.sf(cfg.band_k) / max(int(n_segments), 1)))
+    r, se = row["calibration_ratio"], max(row["ratio_se"], 1e-12)
+    return (r - (1 + pr)) / se > z or ((1 - pr) - r) / se > z
+
+
+def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig, n_segments: int = 1) -> list[str]:
     """The watched metrics of ``row`` outside their band, or (ratio) practically off for sure."""
     out = [m for m in WATCHED if _outside(row[m], band[m])]
-    pr = cfg.practical_ratio
-    off = pr is not None and (row["ratio_low"] > 1 + pr or row["ratio_high"] < 1 - pr)
+    off = practically_off(row, cfg, n_segments)
     if off and "calibration_ratio" not in out:
         out.insert(0, "calibration_ratio")
     return out
@@ -676,7 +752,7 @@ def process_window(
         else:
             band = bands(new, seg, cfg, len(masks))
             row["band_ratio"], row["band_ece"] = band["calibration_ratio"], band["ece"]
-            row["out"] = out_of_band(row, band, cfg)
+            row["out"] = out_of_band(row, band, cfg, len(masks))
             found = _alerts(new, row, band, cfg)
             new.alerts.extend(found)
             row["alert"] = bool(found)
@@ -689,7 +765,7 @@ def process_window(
             row["drifted"] = sorted(set(row["out"]) | held)
     new.processed.append(window.key)
     new.windows[window.key] = {"fingerprint": fingerprint, "rows": int(len(frame))}
-    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped)
+    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped, segments)
     new.gates.append(rec)
     new.windows[window.key]["champion"] = new.champion
     return new
@@ -705,6 +781,7 @@ def _gate(
     rng: np.random.Generator,
     champ: C.BaseCalibrator,
     overall_skipped: bool,
+    segments: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
     if overall_skipped:
@@ -716,7 +793,7 @@ def _gate(
             "promoted": False,
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
-    rec, winner = challenge(champ, calib, frame, cfg, rng, state.score_kind, state.pinned)
+    rec, winner = challenge(champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments)
     rec["window"] = window.key
     rec["champion_version"] = state.champion
     if winner is not None:

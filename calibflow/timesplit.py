@@ -113,16 +113,44 @@ def time_windows(t_min: Any, t_max: Any, cfg: Mapping[str, Any]) -> TimeWindows:
     return TimeWindows(calib_start, test_start, end)
 
 
-def to_datetime(values: Any, fmt: str | None = None) -> pd.Series:
-    """A time column as pandas datetimes (dates, timestamps, ISO strings); unparseable values become NaT.
+#: Numeric epoch times: below each magnitude, that unit (seconds up to ~year 5100, then ms, us; else ns).
+EPOCH_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"))
 
-    ``fmt``: the one format of text times (``ISO8601`` or strptime codes, a source's ``time_format``), so
-    ``01/02/2026`` is read the same way in every row; without it pandas guesses per value (``mixed``).
+
+def epoch_unit(values: Any) -> str:
+    """The unit of numeric epoch times, by the largest magnitude: ``s``, ``ms``, ``us`` or ``ns``.
+
+    One guess for the whole column (not per value), so a column is never read in two units."""
+    a = np.abs(np.asarray(values, dtype=float))
+    top = float(np.nanmax(a)) if a.size and not np.all(np.isnan(a)) else 0.0
+    return next((u for lim, u in EPOCH_UNITS if top < lim), "ns")
+
+
+def to_datetime(values: Any, fmt: str | None = None, utc_naive: bool = False) -> pd.Series:
+    """A time column as pandas datetimes; unparseable values become NaT, never an exception.
+
+    The one reader of time columns (the pipeline's split and validation, the monitor's windows), so a run
+    and the monitor place every row at the same time: timestamps and dates as they are; text in ``fmt``
+    (``ISO8601`` or strptime codes, a source's ``time_format``, so ``01/02/2026`` reads the same in every
+    row) or, without it, as pandas guesses per value (``mixed``); numbers as epoch times in the unit
+    ``epoch_unit`` finds (seconds, milliseconds, microseconds or nanoseconds). The pipeline keeps the
+    column's own time zone (its splits are wall-clock times there); ``utc_naive`` (the monitor's fixed
+    window grid) converts zoned times and text offsets to UTC and drops the zone.
     """
-    s = pd.Series(values)
-    if pd.api.types.is_datetime64_any_dtype(s):
-        return s
-    return pd.to_datetime(s, errors="coerce", format=fmt or "mixed")
+    s = values if isinstance(values, pd.Series) else pd.Series(values)
+    if pd.api.types.is_bool_dtype(s):
+        t = pd.Series(pd.NaT, index=s.index, dtype="datetime64[ns]")
+    elif pd.api.types.is_numeric_dtype(s):
+        t = pd.to_datetime(s, unit=epoch_unit(s), errors="coerce")
+    elif pd.api.types.is_datetime64_any_dtype(s):
+        t = s
+    elif utc_naive:
+        t = pd.to_datetime(s.astype("string"), errors="coerce", format=fmt or "mixed", utc=True)
+    else:
+        t = pd.to_datetime(s, errors="coerce", format=fmt or "mixed")
+    if utc_naive and getattr(t.dt, "tz", None) is not None:
+        t = t.dt.tz_convert("UTC").dt.tz_localize(None)
+    return t
 
 
 def assign_splits(times: Any, windows: TimeWindows) -> np.ndarray:

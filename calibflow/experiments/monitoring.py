@@ -12,7 +12,10 @@ A known model: a raw score ``x ~ N(0, 1)`` and ``P(y=1 | x) = sigmoid(a + b x)``
   the rows): the overall window moves half as much, so the per-segment watch matters.
 
 Every segment is watched (``all``, ``segment=A``, ``segment=B``): false alarms and incidents count alerts
-on any of them.
+on any of them. The source declares ``segment``, so the gate's candidates include the segmented methods of
+``MonitorConfig.segmented_methods`` (``--segmented-methods`` with no name: the global-only control); the
+gated champion's served ``sum p / sum y`` per segment, pooled from ``SETTLED`` days after the shift, says
+whether an unshifted segment stays calibrated once challengers are promoted.
 
 The initial champion is Platt scaling fitted on 14 warm-up days before day 0 (pre-shift). Every day the
 monitor (``calibflow.monitoring.process_window``) scores the champion, learns bands, alerts and runs the gate.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,9 +49,12 @@ from scipy.special import expit
 from calibflow import calibrators as C
 from calibflow import metrics as M
 from calibflow import monitoring as mon
+from calibflow.segments import SEGMENTED_METHODS as SEGMENTED
 
 SCENARIOS = ("stable", "base_rate", "slope", "segment_shift")
 SEGMENTS = ("segment",)
+SEGMENT_VALUES = ("A", "B")
+SETTLED = 7  # served ratios per segment are pooled from shift_day + SETTLED on (after the first promotions)
 DAY0 = pd.Timestamp("2026-01-01")
 DETECT_WITHIN = 7  # windows after the shift in which a first alert counts as a detection (docs table)
 
@@ -82,14 +89,24 @@ def simulate_stream(
     return pd.DataFrame({"time": t, "score": x, "label": y, "p_true": p, "day": day, "segment": seg})
 
 
-def _served_loss(cal: C.BaseCalibrator, day_frame: pd.DataFrame) -> float:
-    return M.log_loss(day_frame["label"].to_numpy(), cal.predict(day_frame["score"].to_numpy()))
+def _served(cal: C.BaseCalibrator, day_frame: pd.DataFrame) -> np.ndarray:
+    """The calibrator's probabilities for one day (a per-segment one reads the segment column)."""
+    return mon.predict_frame(cal, day_frame, getattr(cal, "score_kind_", None) or "score")
+
+
+def _refit(method: str, champion: C.BaseCalibrator, calib: pd.DataFrame) -> C.BaseCalibrator:
+    """The daily policy's refit of the gate's best candidate (segmented ones with the segment column)."""
+    segs = {c: calib[c].to_numpy(dtype=object) for c in SEGMENTS} if method in SEGMENTED else None
+    return mon.fit_challenger(
+        method, str(champion.input), calib["score"].to_numpy(), calib["label"].to_numpy(), "score", segs
+    )
 
 
 def run_stream(
     df: pd.DataFrame, cfg: mon.MonitorConfig, days: int, warmup: int, delay: int
 ) -> dict[str, Any]:
-    """The monitor over one stream plus the served log loss of the three policies per day."""
+    """The monitor over one stream plus the served log loss of the three policies per day, and the gated
+    champion's served sum p and sum y per segment per day."""
     by_day = {d: g for d, g in df.groupby("day")}
     warm = df[df["day"] < 0]
     champion = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
@@ -104,34 +121,46 @@ def run_stream(
         decided[d] = state.calibrator()
         gate = state.gates[-1]
         if gate.get("best"):  # no gate: the best challenger always takes over
-            daily_cal = C.make(gate["best"], input=champion.input).fit(
-                calib["score"].to_numpy(), calib["label"].to_numpy()
-            )
+            daily_cal = _refit(gate["best"], champion, calib)
         daily[d] = daily_cal
-    served = {"gated": [], "never": [], "daily": [], "oracle": []}
+    served: dict[str, list[float]] = {"gated": [], "never": [], "daily": [], "oracle": []}
+    seg_sums: dict[str, list[list[float]]] = {v: [] for v in SEGMENT_VALUES}
     for d in range(days):
         src = d - 1 - delay  # the last window whose labels had matured when day d was served
         g = by_day[d]
-        served["gated"].append(_served_loss(decided[src] if src >= 0 else champion, g))
-        served["daily"].append(_served_loss(daily[src] if src >= 0 else champion, g))
-        served["never"].append(_served_loss(champion, g))
-        served["oracle"].append(M.log_loss(g["label"].to_numpy(), g["p_true"].to_numpy()))
+        y = g["label"].to_numpy()
+        p_gated = _served(decided[src] if src >= 0 else champion, g)
+        served["gated"].append(M.log_loss(y, p_gated))
+        served["daily"].append(M.log_loss(y, _served(daily[src] if src >= 0 else champion, g)))
+        served["never"].append(M.log_loss(y, _served(champion, g)))
+        served["oracle"].append(M.log_loss(y, g["p_true"].to_numpy()))
+        for v in SEGMENT_VALUES:
+            m = g["segment"].to_numpy() == v
+            seg_sums[v].append([float(p_gated[m].sum()), float(y[m].sum())])
+
     def day_of(key: str) -> int:
         return int((pd.Timestamp(key) - DAY0).days)
 
     alerts = sorted({day_of(a["window"]) for a in state.alerts})  # any segment
     by_segment = {
         seg: sorted({day_of(a["window"]) for a in state.alerts if a["segment"] == seg})
-        for seg in ("all", "segment=A", "segment=B")
+        for seg in ("all", *(f"segment={v}" for v in SEGMENT_VALUES))
     }
-    opened = sorted(day_of(i["opened"]) for i in mon.incidents(state, cfg))
+    incs = mon.incidents(state, cfg)
+    opened = sorted(day_of(i["opened"]) for i in incs)
     promos = [day_of(v["promoted_after"]) for v in state.versions[1:]]
     return {
         "alerts": alerts,
         "alerts_by_segment": by_segment,
         "incidents": opened,
+        "incident_detail": [
+            {k: i[k] for k in ("opened", "closed", "segment", "metric", "worst", "band", "windows")}
+            for i in incs
+        ],
         "promotions": promos,
+        "promoted_methods": [v["method"] for v in state.versions[1:]],
         "served": served,
+        "segment_sums": seg_sums,
     }
 
 
@@ -180,6 +209,7 @@ def summarise(
         out["promoted_after_shift_share"] = float(
             np.mean([any(p >= cut for p in r["promotions"]) for r in runs])
         )
+    out.update(_segment_figures(runs, shift_day if shifted else ref, days))
     start = shift_day if shifted else 0
     excess = {
         k: np.array([np.mean(np.subtract(r["served"][k], r["served"]["oracle"])[start:]) for r in runs])
@@ -193,6 +223,24 @@ def summarise(
     return out
 
 
+def _segment_figures(runs: list[dict[str, Any]], start: int, days: int) -> dict[str, Any]:
+    """Per segment: the gated champion's served sum p / sum y pooled over days ``start + SETTLED`` to the
+    end (one value per stream; mean and t-interval over streams), the share of streams within 0.1 of 1,
+    and that segment's alerts per stream over those days."""
+    lo = start + SETTLED
+    out: dict[str, Any] = {"served_ratio_from_day": lo, "served_ratio": {}, "late_alerts_per_stream": {}}
+    for v in SEGMENT_VALUES:
+        r = np.array([np.sum(np.array(x["segment_sums"][v][lo:]), axis=0) for x in runs], float)
+        ratio = r[:, 0] / r[:, 1]
+        within = float(np.mean(abs(ratio - 1) <= 0.1))
+        out["served_ratio"][v] = [float(ratio.mean()), *_t_interval(ratio), within]
+        late = [sum(1 for w in x["alerts_by_segment"][f"segment={v}"] if lo <= w < days) for x in runs]
+        out["late_alerts_per_stream"][v] = float(np.mean(late))
+    per_stream = [sum(m in SEGMENTED for m in x["promoted_methods"]) for x in runs]
+    out["segmented_promotions"] = float(np.mean(per_stream))
+    return out
+
+
 def run(
     seeds: int = 20,
     days: int = 60,
@@ -202,25 +250,55 @@ def run(
     cfg: mon.MonitorConfig | None = None,
     delay: int = 2,
     scenarios: tuple[str, ...] = SCENARIOS,
+    first_seed: int = 0,
+    partial: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     cfg = cfg or mon.MonitorConfig(n_bootstrap=100, label_delay=f"{delay}D")
     out: dict[str, Any] = {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "scenarios": {}}
     out["design"] = {
         "seeds": seeds,
+        "first_seed": first_seed,
         "days": days,
         "rows": rows,
         "warmup": warmup,
         "shift_day": shift_day,
         "label_delay_days": delay,
     }
+    keep = ("alerts", "alerts_by_segment", "incidents", "incident_detail", "promotions")
+    keep += ("promoted_methods", "served", "segment_sums")  # what merge() needs to re-summarise
     for sc in scenarios:
         runs = []
-        for s in range(seeds):
+        for s in range(first_seed, first_seed + seeds):
             df = simulate_stream(sc, s, days=days, rows=rows, warmup=warmup, shift_day=shift_day)
             runs.append(run_stream(df, replace(cfg, seed=s), days, warmup, delay))
-        out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
-        keep = ("alerts", "alerts_by_segment", "incidents", "promotions")
-        out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
+            out["scenarios"][sc] = summarise(runs, sc, shift_day, cfg.reference_windows, days)
+            out["scenarios"][sc]["runs"] = [{k: r[k] for k in keep} for r in runs]
+            out["design"]["seeds_done"] = {k: len(v["runs"]) for k, v in out["scenarios"].items()}
+            if partial is not None:  # a long study keeps what it has after every stream
+                partial(out)
+    return out
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One study from several runs over disjoint seeds (each (scenario, seed) is independent and seeded,
+    so the merge equals one run over all seeds); scenarios summarised again over all their runs."""
+    design = dict(parts[0]["design"])
+    cfg = parts[0]["config"]
+    out: dict[str, Any] = {"config": cfg, "design": design, "scenarios": {}}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        if part["config"] != cfg:
+            raise ValueError("merge: the parts were run with different monitor configurations")
+        for sc, r in part["scenarios"].items():
+            runs.setdefault(sc, []).extend(r["runs"])
+    for sc in [s for s in SCENARIOS if s in runs]:
+        out["scenarios"][sc] = summarise(
+            runs[sc], sc, design["shift_day"], cfg["reference_windows"], design["days"]
+        )
+        out["scenarios"][sc]["runs"] = runs[sc]
+    design["seeds"] = max(len(r) for r in runs.values())
+    design.pop("first_seed", None)
+    design.pop("seeds_done", None)
     return out
 
 
@@ -260,6 +338,20 @@ def markdown_table(res: dict[str, Any]) -> str:
             rows.append(f"| {sc} | {seg} | {len(found)}/{r['seeds']} | {dl} |")
     rows += [
         "",
+        "| stream | segment | served sum p / sum y from the settle day [95% CI] | streams within 0.1 of 1 | "
+        "alerts on it per stream from then | segmented promotions per stream |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sc, r in res["scenarios"].items():
+        if "served_ratio" not in r:
+            continue
+        for v, (m, lo, hi, share) in r["served_ratio"].items():
+            rows.append(
+                f"| {sc} (day {r['served_ratio_from_day']}+) | segment={v} | {m:.3f} [{lo:.3f}, {hi:.3f}] | "
+                f"{share:.2f} | {r['late_alerts_per_stream'][v]:.2f} | {r['segmented_promotions']:.2f} |"
+            )
+    rows += [
+        "",
         "| stream | excess log loss: gated | never | daily (no gate) | gated - never [95% CI], p | "
         "gated - daily [95% CI], p |",
         "|---|---|---|---|---|---|",
@@ -285,16 +377,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--band-k", type=float, default=3.0)
     ap.add_argument("--patience", type=int, default=1)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
+    ap.add_argument(
+        "--segmented-methods", nargs="*", default=list(mon.MonitorConfig.segmented_methods),
+        help="segment-aware challengers (none: the global-only control)",
+    )
     ap.add_argument("--out", default="reports/monitoring-study.json")
     ap.add_argument("--table", help="print the docs table of an existing study JSON and exit")
+    ap.add_argument("--merge", nargs="+", help="study JSONs over disjoint seeds: merged into --out")
     a = ap.parse_args(argv)
+    if a.merge:
+        res = merge([json.loads(Path(f).read_text()) for f in a.merge])
+        Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+        print(markdown_table(res))
+        return
     if a.table:
         print(markdown_table(json.loads(Path(a.table).read_text())))
         return
-    cfg = mon.MonitorConfig(n_bootstrap=100, band_k=a.band_k, patience=a.patience)
-    res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios))
+    cfg = mon.MonitorConfig(
+        n_bootstrap=100, band_k=a.band_k, patience=a.patience, segmented_methods=tuple(a.segmented_methods)
+    )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+
+    def save(res: dict[str, Any]) -> None:
+        tmp = Path(a.out).with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1, default=str))
+        tmp.replace(a.out)
+
+    res = run(a.seeds, a.days, a.rows, cfg=cfg, scenarios=tuple(a.scenarios), first_seed=a.first_seed,
+              partial=save)
+    save(res)
     for r in res["scenarios"].values():
         print(json.dumps({k: v for k, v in r.items() if k != "runs"}))
 

@@ -198,6 +198,8 @@ def card(state: mon.MonitorState, spec: S.SourceSpec) -> dict[str, Any]:
     cal = state.calibrator()
     v.pop("calibrator")
     inp = {"score": spec.score, "score_kind": state.score_kind, "calibrator_input": str(cal.input)}
+    if "segments" in getattr(cal, "needs", ()):  # a per-segment champion: apply must read these columns too
+        inp["segments"] = [str(c) for c in cal.segment_names_]
     return {
         "name": state.source,
         "kind": "monitor-champion",
