@@ -72,11 +72,11 @@ def _friendly(fn: Callable[[], Any]) -> Any:
     from calibflow.errors import guarded
     from calibflow.flows.checkout_lock import CheckoutBusy
     from calibflow.flows.dvc_stages import StageFailed
-    from calibflow.flows.server import PortTaken
+    from calibflow.flows.server import PortTaken, ServerFailed
     from calibflow.pipeline.params_schema import ParamsError
 
     told = (UserError, ParamsError, CheckoutBusy, PortTaken)
-    return guarded(fn, {told: 2, StageFailed: stage_failed, RunFailed: _run_failed})
+    return guarded(fn, {told: 2, ServerFailed: 1, StageFailed: stage_failed, RunFailed: _run_failed})
 
 
 class RunFailed(Exception):

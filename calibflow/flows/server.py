@@ -43,6 +43,10 @@ def ui_url(port: int = DEFAULT_PORT) -> str:
     return f"http://127.0.0.1:{port}"
 
 
+class ServerFailed(RuntimeError):
+    """A Prefect server that would not start, answer or stop: one line for the user, no traceback."""
+
+
 def healthy(port: int = DEFAULT_PORT, timeout: float = 2.0, url: str | None = None) -> bool:
     try:
         with urllib.request.urlopen(f"{url or api_url(port)}/health", timeout=timeout) as resp:  # noqa: S310 (loopback)
@@ -143,13 +147,14 @@ def start(port: int = DEFAULT_PORT, wait: float = 60.0, ui: bool = True) -> str:
     args = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
     proc = _prefect(*args, *([] if ui else ["--no-ui"]), ui=ui, port=port)
     if proc.returncode != 0 and "already running" not in (proc.stdout + proc.stderr):
-        raise RuntimeError(f"prefect server failed to start:\n{proc.stdout}{proc.stderr}")
+        raise ServerFailed(f"prefect server failed to start:\n{proc.stdout}{proc.stderr}")
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if ours(port):
             return api_url(port)
         time.sleep(0.5)
-    raise RuntimeError(f"prefect server did not become healthy on port {port} within {wait:.0f} s")
+    raise ServerFailed(f"prefect server did not become healthy on port {port} within {wait:.0f} s "
+                       "(a busy machine: run the command again)")
 
 
 def taken_message(port: int) -> str:
@@ -162,7 +167,7 @@ def taken_message(port: int) -> str:
 def stop() -> None:
     proc = _prefect("server", "stop")
     if proc.returncode != 0 and "no server" not in (proc.stdout + proc.stderr).lower():
-        raise RuntimeError(f"prefect server stop failed:\n{proc.stdout}{proc.stderr}")
+        raise ServerFailed(f"prefect server stop failed:\n{proc.stdout}{proc.stderr}")
 
 
 def status(port: int = DEFAULT_PORT) -> dict[str, object]:
@@ -248,13 +253,14 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the temporary Prefect server exited with code {proc.returncode}")
+            raise ServerFailed(f"the temporary Prefect server exited with code {proc.returncode}")
         if healthy(url=url, timeout=1.0):
             os.environ["PREFECT_API_URL"] = url
             return proc, url
         time.sleep(0.2)
     stop_temporary(proc)
-    raise RuntimeError(f"the temporary Prefect server did not answer within {wait:.0f} s")
+    raise ServerFailed(f"the temporary Prefect server did not answer within {wait:.0f} s (a busy machine: "
+                       "run the command again, or keep one running with `calibflow server start`)")
 
 
 def stop_temporary(proc: subprocess.Popen) -> None:

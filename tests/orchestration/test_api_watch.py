@@ -65,3 +65,18 @@ def test_a_closed_port_is_declared_dead_within_seconds():
     gone = _watch(f"http://127.0.0.1:{port}", 10.0)
     assert gone and "stopped answering" in gone[0]
     assert time.monotonic() - t0 < 5.0
+
+
+def test_a_server_that_will_not_start_is_one_line_without_a_traceback(monkeypatch):
+    from typer.testing import CliRunner
+
+    from calibflow.flows import cli
+
+    def slow(port: int, ui: bool = True) -> str:
+        raise srv.ServerFailed(f"prefect server did not become healthy on port {port} within 60 s")
+
+    monkeypatch.setattr(srv, "start", slow)
+    res = CliRunner().invoke(cli.app, ["server", "start", "--port", "4299"])
+    assert res.exit_code == 1
+    out = res.output.strip().splitlines()
+    assert out == ["error: prefect server did not become healthy on port 4299 within 60 s"], res.output
