@@ -155,6 +155,8 @@ def test_fit_out_that_is_a_file_is_one_line(work, tmp_path):
 
 
 def test_fit_segment_with_millions_of_values_is_one_line_not_a_crash(tmp_path):
+    from calibflow.aggregate.tables import SEG_VALUES_MAX
+
     n = 1_200_000
     rng = np.random.default_rng(1)
     z = rng.normal(size=n)
@@ -163,7 +165,7 @@ def test_fit_segment_with_millions_of_values_is_one_line_not_a_crash(tmp_path):
     r = _cli("fit", "--calib", str(tmp_path / "in.parquet"), "--test", str(tmp_path / "in.parquet"),
              "--score", "p", "--label", "y", "--segment", "id", "--methods", "platt",
              "--out", str(tmp_path / "o"))
-    _one_line(r, "values (at most 262,144)")
+    _one_line(r, f"values (at most {SEG_VALUES_MAX:,})")
 
 
 def test_hostile_column_names_are_quoted_not_parsed(work, tmp_path):

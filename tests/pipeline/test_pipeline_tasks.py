@@ -46,7 +46,9 @@ TINY = {
     "seed": 7,
     "datasets": {"names": DATASETS, "targets": {"hillstrom": "visit"}, "max_rows": 1500},
     "prepare": {"fractions": {"train": 0.5, "calib": 0.25, "test": 0.25}, "stratify": True},
-    "model": {"n_estimators": 15, "max_depth": 3, "learning_rate": 0.3, "n_jobs": 1},
+    # the model stated in full: a stage fills what a dict leaves out from the schema (subsample 0.8, ...)
+    "model": {"n_estimators": 15, "max_depth": 3, "learning_rate": 0.3, "n_jobs": 1, "subsample": 1.0,
+              "colsample_bytree": 1.0},
     "calibrate": {"methods": METHODS, "input": "logit", "options": {}},
     "evaluate": {"n_bins": 10, "n_bootstrap": 30, "ci_level": 0.95, "selection_alpha": 0.1, "hist_bins": 20},
     "papers": [],
