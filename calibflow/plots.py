@@ -120,6 +120,43 @@ def window_series(
         return to_svg(fig)
 
 
+def window_lines(
+    labels: list[str],
+    lines: dict[str, list[float | None]],
+    ylabel: str,
+    *,
+    first_solid: bool = True,
+    marks: dict[int, str] | None = None,
+) -> str:
+    """Several series per time window on one axis (the monitoring page's champion against its
+    challengers), or "" when no value is finite. The first series is drawn solid and black, the others
+    dashed; ``marks`` as in ``window_series``. A None value leaves a gap."""
+    n = len(labels)
+    ys = {name: _finite_or_nan(v) for name, v in lines.items()}
+    if not any(np.isfinite(y).any() for y in ys.values()):
+        return ""
+    x = np.arange(n)
+    fig, ax = plt.subplots(figsize=(9.0, 2.4))
+    for k, (name, y) in enumerate(ys.items()):
+        ok = np.isfinite(y)
+        if k == 0 and first_solid:
+            ax.plot(x[ok], y[ok], color="black", lw=1.8, marker="o", ms=2.5, label=name)
+        else:
+            ax.plot(x[ok], y[ok], color=f"C{k % 10}", lw=1.1, ls=(0, (4, 2)), label=name)
+    for i, text in (marks or {}).items():
+        ax.axvline(i, color="#17752c", lw=1.1, ls=(0, (5, 3)))
+        ax.annotate(text, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3), rotation=90,
+                    textcoords="offset points", color="#17752c", fontsize=7, va="top")
+    step = max(1, -(-n // 8))
+    ax.set_xticks(x[::step], [str(s)[:10] for s in labels[::step]], fontsize=7)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", color="0.93")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    with plt.rc_context({"svg.fonttype": "none"}):
+        return to_svg(fig)
+
+
 def _finite_or_nan(values) -> np.ndarray:
     """Floats with None, NaN and infinities as NaN (a gap in the line; autoscaling ignores them)."""
     out = np.array([np.nan if v is None else float(v) for v in values], dtype=float)

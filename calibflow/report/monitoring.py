@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import math
 from typing import Any
 
 from calibflow import plots
@@ -22,8 +21,6 @@ from calibflow.report.figures import scope_svg
 from calibflow.report.html import _table
 from calibflow.report.svg import sanitize_svg
 
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 230, 56, 16, 24, 34
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 _EXTRA_CSS = (
     ".banner{background:#fdecea;border:1px solid #b3261e;color:#7a1b14;padding:8px 12px;margin:12px 0;"
     "border-radius:4px} .banner.ok{background:#e7f5e9;border-color:#17752c;color:#124d20}"
@@ -33,69 +30,6 @@ _EXTRA_CSS = (
 
 def _e(v: Any) -> str:
     return html.escape(str(v), quote=True)
-
-
-class _Axes:
-    """Maps window index and value to SVG coordinates."""
-
-    def __init__(self, n: int, lo: float, hi: float) -> None:
-        if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
-            lo, hi = (lo - 0.5, lo + 0.5) if math.isfinite(lo) else (0.0, 1.0)
-        pad = 0.06 * (hi - lo)
-        self.n, self.lo, self.hi = max(n, 1), lo - pad, hi + pad
-
-    def x(self, i: float) -> float:
-        return PAD_L + (W - PAD_L - PAD_R) * (i + 0.5) / self.n
-
-    def y(self, v: float) -> float:
-        return PAD_T + (H - PAD_T - PAD_B) * (1 - (v - self.lo) / (self.hi - self.lo))
-
-
-def _svg(parts: list[str]) -> str:
-    head = f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}">'
-    return head + "".join(parts) + "</svg>"
-
-
-def _frame(ax: _Axes, labels: list[str], ylabel: str) -> list[str]:
-    out = [
-        f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" '
-        'fill="none" stroke="#bbb"/>'
-    ]
-    for k in range(5):
-        v = ax.lo + (ax.hi - ax.lo) * k / 4
-        y = ax.y(v)
-        out.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{PAD_L - 4}" y="{y + 4:.1f}" text-anchor="end">{fmt_num(v, 3)}</text>')
-    step = max(1, len(labels) // 10)
-    for i in range(0, len(labels), step):
-        out.append(
-            f'<text x="{ax.x(i):.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{_e(labels[i][:10])}</text>'
-        )
-    out.append(f'<text x="{PAD_L}" y="{PAD_T - 8}" fill="#444">{_e(ylabel)}</text>')
-    return out
-
-
-def _poly(points: list[tuple[float, float]], color: str, width: float = 1.6, dash: str = "") -> str:
-    if not points:
-        return ""
-    d = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    da = f' stroke-dasharray="{dash}"' if dash else ""
-    return f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="{width}"{da}/>'
-
-
-def _markers(ax: _Axes, windows: list[str], promos: dict[str, int], skipped: list[int]) -> list[str]:
-    out = []
-    for w, v in promos.items():
-        if w in windows:
-            x = ax.x(windows.index(w))
-            out.append(
-                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="#17752c" '
-                f'stroke-dasharray="5,3"><title>promoted v{v} after {_e(w)}</title></line>'
-            )
-    for i in skipped:
-        x = ax.x(i)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{H - PAD_B - 6}" y2="{H - PAD_B}" stroke="#999"/>')
-    return out
 
 
 def _series_svg(
@@ -122,44 +56,34 @@ def _series_svg(
     )
     if not svg:
         return ""
-    # several matplotlib figures share the page: scope their ids (clip paths) per segment and metric
     seg = next(r["segment"] for r in rows if r)
-    scope = hashlib.sha1(f"{seg}/{metric}".encode()).hexdigest()[:8]
+    return _page_svg(svg, f"{seg}/{metric}")
+
+
+def _page_svg(svg: str, key: str) -> str:
+    """A matplotlib SVG made fit for the page: several share it, so their ids (clip paths) are scoped
+    per figure; SVG 2's plain href (every current browser), so the page names no URL but the SVG
+    namespace."""
+    scope = hashlib.sha1(key.encode()).hexdigest()[:8]
     svg = scope_svg(sanitize_svg(svg), f"m{scope}-")
-    # SVG 2's plain href (every current browser): the page then names no URL but the SVG namespace
     return svg.replace(' xmlns:xlink="http://www.w3.org/1999/xlink"', "").replace("xlink:href=", "href=")
 
 
 def _gate_svg(state: MonitorState, windows: list[str], promos: dict[str, int]) -> str:
+    """The selection metric of the champion beside every challenger's on each gated window."""
     gates = [g for g in state.gates if g.get("challengers")]
     if not gates:
         return ""
     methods = sorted({m for g in gates for m in g["challengers"]})
-    vals = [g["champion"] for g in gates] + [
-        c["value"] for g in gates for c in g["challengers"].values() if "value" in c
-    ]
-    ax = _Axes(len(windows), min(vals), max(vals))
-    out = _frame(ax, windows, gates[0]["metric"])
-    idx = {w: i for i, w in enumerate(windows)}
-    out.append(_poly([(ax.x(idx[g["window"]]), ax.y(g["champion"])) for g in gates], "#000", 2.0))
-    legend = [("champion", "#000")]
-    for k, m in enumerate(methods):
-        col = _COLORS[(k + 1) % len(_COLORS)]
-        pts = [
-            (ax.x(idx[g["window"]]), ax.y(g["challengers"][m]["value"]))
-            for g in gates
-            if "value" in g["challengers"].get(m, {})
-        ]
-        out.append(_poly(pts, col, 1.2, "4,2"))
-        legend.append((m, col))
-    out += _markers(ax, windows, promos, [])
-    for k, (name, col) in enumerate(legend):
-        x = PAD_L + 10 + 110 * k
-        out.append(
-            f'<rect x="{x}" y="{H - 12}" width="10" height="3" fill="{col}"/>'
-            f'<text x="{x + 14}" y="{H - 8}">{_e(name)}</text>'
-        )
-    return _svg(out)
+    by_window = {g["window"]: g for g in gates}
+    champion = [by_window[w]["champion"] if w in by_window else None for w in windows]
+    lines = {"champion": champion} | {
+        m: [by_window[w]["challengers"].get(m, {}).get("value") if w in by_window else None for w in windows]
+        for m in methods
+    }
+    marks = {windows.index(w): f"promoted v{v}" for w, v in promos.items() if w in windows}
+    svg = plots.window_lines(windows, lines, gates[0]["metric"], marks=marks)
+    return _page_svg(svg, "gate") if svg else ""
 
 
 def _banner(state: MonitorState, cfg: MonitorConfig) -> str:

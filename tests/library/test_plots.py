@@ -1,10 +1,11 @@
-"""``calibflow.plots.window_series``: the monitoring page's per-window figure, drawn with matplotlib."""
+"""``calibflow.plots.window_series`` and ``window_lines``: the monitoring page's matplotlib figures."""
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
 
+from calibflow import plots
 from calibflow.plots import window_series
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -50,3 +51,17 @@ def test_series_without_alerts_or_skips_has_no_such_legend_entries():
 def test_series_is_deterministic_and_empty_without_a_finite_value():
     assert _series() == _series()
     assert window_series(DAYS[:2], [None, float("nan")], "ECE") == ""
+
+
+def test_window_lines_draws_each_series_with_its_label_and_nothing_without_values():
+    labels = [f"2026-01-{d:02d}" for d in range(1, 13)]
+    lines = {
+        "champion": [0.40 + 0.001 * i for i in range(12)],
+        "platt": [None, 0.41, 0.405, None, *[0.39] * 8],
+        "partial_pooling": [None] * 6 + [0.38] * 6,
+    }
+    svg = plots.window_lines(labels, lines, "log_loss", marks={6: "promoted v2"})
+    for text in ("champion", "platt", "partial_pooling", "promoted v2", "log_loss", "2026-01-01"):
+        assert text in svg, text
+    assert plots.window_lines(labels, lines, "log_loss") == plots.window_lines(labels, lines, "log_loss")
+    assert plots.window_lines(labels, {"champion": [None] * 12}, "log_loss") == ""
