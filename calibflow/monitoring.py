@@ -579,6 +579,7 @@ def bands(
         lo, hi = float(r.mean() - q * r.std(ddof=1)), float(r.mean() + q * r.std(ddof=1))
     if e.size:
         top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k, n_segments) * e.std(ddof=1)))
+        top = min(top, 1.0)  # ECE <= 1: a band above 1 (few references) alerts the same, and the figure reads
     out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
     out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
     out["reference"] = [int(r.size)]
