@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -153,18 +153,26 @@ def bootstrap_intervals(
     return out
 
 
+def row_resamples(
+    n: int, n_boot: int, rng: np.random.Generator, stat: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """``stat(idx)`` over ``n_boot`` resamples of ``n`` rows, drawn in chunks of ``(b, n)`` row indices so
+    the memory stays bounded at 1e6 rows; ``stat`` maps a chunk's indices to one value per resample."""
+    chunk = max(1, min(n_boot, 4_000_000 // max(n, 1)))
+    out: list[np.ndarray] = []
+    done = 0
+    while done < n_boot:
+        b = min(chunk, n_boot - done)
+        out.append(np.asarray(stat(rng.integers(0, n, size=(b, n))), dtype=np.float64))
+        done += b
+    return np.concatenate(out) if out else np.empty(0)
+
+
 def paired_mean_interval(
     d: np.ndarray, n_boot: int, level: float, rng: np.random.Generator
 ) -> tuple[float, float, float]:
     """Mean of per-row differences ``d`` and its percentile interval over ``n_boot`` row resamples."""
-    n = d.size
-    chunk = max(1, min(n_boot, 4_000_000 // max(n, 1)))
-    means: list[float] = []
-    done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        means.extend(d[rng.integers(0, n, size=(b, n))].mean(axis=1).tolist())
-        done += b
+    means = row_resamples(d.size, n_boot, rng, lambda idx: d[idx].mean(axis=1))
     a = (1 - level) / 2
-    lo, hi = np.quantile(np.asarray(means), [a, 1 - a])
+    lo, hi = np.quantile(means, [a, 1 - a])
     return float(d.mean()), float(lo), float(hi)

@@ -64,7 +64,7 @@ from scipy import stats
 from calibflow import calibrators as C
 from calibflow import metrics as M
 from calibflow import sources as S
-from calibflow.intervals import paired_mean_interval
+from calibflow.intervals import paired_mean_interval, row_resamples
 
 ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
@@ -253,20 +253,15 @@ def bootstrap_ratio_ci(
     y: NDArray[np.float64], p: NDArray[np.float64], n_boot: int, level: float, rng: np.random.Generator
 ) -> tuple[float, float]:
     """Percentile interval of ``sum p / sum y`` over row resamples (chunked: bounded memory at 1e6 rows)."""
-    n = y.size
-    chunk = max(1, min(n_boot, 4_000_000 // max(n, 1)))
-    ratios: list[float] = []
-    done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        idx = rng.integers(0, n, size=(b, n))
-        sy = y[idx].sum(axis=1)
-        sp = p[idx].sum(axis=1)
+
+    def ratio(idx: np.ndarray) -> np.ndarray:
+        sy, sp = y[idx].sum(axis=1), p[idx].sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.extend(np.where(sy > 0, sp / sy, np.inf).tolist())
-        done += b
+            return np.where(sy > 0, sp / sy, np.inf)
+
+    ratios = row_resamples(y.size, n_boot, rng, ratio)
     a = (1 - level) / 2
-    lo, hi = np.quantile(np.asarray(ratios), [a, 1 - a])
+    lo, hi = np.quantile(ratios, [a, 1 - a])
     return float(lo), float(hi)
 
 

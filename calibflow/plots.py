@@ -103,21 +103,11 @@ def window_series(
     red = ok & np.asarray(alerts or [False] * n, bool)
     if red.any():
         ax.plot(x[red], y[red], ls="none", marker="o", ms=7, color="#d62728", label="alert")
-    for i, text in (marks or {}).items():
-        ax.axvline(i, color="#17752c", lw=1.1, ls=(0, (5, 3)))
-        ax.annotate(text, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3), rotation=90,
-                    textcoords="offset points", color="#17752c", fontsize=7, va="top")
+    _window_marks(ax, marks)
     skipped = x[[v is None for v in values]] if n else x
     ax.plot(skipped, np.zeros(skipped.size), ls="none", marker="|", ms=8, color="0.6",
             transform=ax.get_xaxis_transform(), label="skipped" if skipped.size else None)
-    step = max(1, -(-n // 8))  # at most 8 date labels: they stay legible
-    ax.set_xticks(x[::step], [str(s)[:10] for s in labels[::step]], fontsize=7)
-    ax.set_xlim(-0.5, n - 0.5)
-    ax.set_ylabel(ylabel)
-    ax.grid(axis="y", color="0.93")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    with plt.rc_context({"svg.fonttype": "none"}):
-        return to_svg(fig)
+    return _finish_windows(fig, ax, labels, ylabel)
 
 
 def window_lines(
@@ -143,10 +133,23 @@ def window_lines(
             ax.plot(x[ok], y[ok], color="black", lw=1.8, marker="o", ms=2.5, label=name)
         else:
             ax.plot(x[ok], y[ok], color=f"C{k % 10}", lw=1.1, ls=(0, (4, 2)), label=name)
+    _window_marks(ax, marks)
+    return _finish_windows(fig, ax, labels, ylabel)
+
+
+def _window_marks(ax, marks: dict[int, str] | None) -> None:
+    """A dashed green vertical with its label at each window index (a promotion)."""
     for i, text in (marks or {}).items():
         ax.axvline(i, color="#17752c", lw=1.1, ls=(0, (5, 3)))
         ax.annotate(text, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3), rotation=90,
                     textcoords="offset points", color="#17752c", fontsize=7, va="top")
+
+
+def _finish_windows(fig, ax, labels: list[str], ylabel: str) -> str:
+    """Date ticks (at most 8: they stay legible), the y label, a light grid, the legend outside; as SVG
+    with text kept as text."""
+    n = len(labels)
+    x = np.arange(n)
     step = max(1, -(-n // 8))
     ax.set_xticks(x[::step], [str(s)[:10] for s in labels[::step]], fontsize=7)
     ax.set_xlim(-0.5, n - 0.5)

@@ -29,6 +29,16 @@ def _clipped_log_loss(q: float, y: float) -> float:
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _add(table, k, wi, wz, wq, wll, wq2):  # noqa: PLR0913
+    """A row's five weighted sums into ``table[k]`` (count, z, q, log loss, q^2): both accumulators' step."""
+    table[k, 0] += wi
+    table[k, 1] += wz
+    table[k, 2] += wq
+    table[k, 3] += wll
+    table[k, 4] += wq2
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _row(yi, si, ai, bi, logit_kind, z_max, per_z, n_buckets):  # noqa: PLR0913
     """One row's validation, logit, exact log loss and fine bucket, shared by both kernels.
 
@@ -119,18 +129,10 @@ def accumulate_tables(  # noqa: PLR0913
         li = int(yi)
         k = bk * 2 + li
         wz, wq, wll, wq2 = wi * z, wi * qi, wi * ll, wi * qi * qi
-        fine[k, 0] += wi
-        fine[k, 1] += wz
-        fine[k, 2] += wq
-        fine[k, 3] += wll
-        fine[k, 4] += wq2
+        _add(fine, k, wi, wz, wq, wll, wq2)
         for c in range(n_cols):
             ks = base[c] + (codes[c, i] * cells[c] + lut[c, bk]) * 2 + li
-            seg[ks, 0] += wi
-            seg[ks, 1] += wz
-            seg[ks, 2] += wq
-            seg[ks, 3] += wll
-            seg[ks, 4] += wq2
+            _add(seg, ks, wi, wz, wq, wll, wq2)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -165,18 +167,10 @@ def accumulate_split_tables(  # noqa: PLR0913
         wi = 1.0 if unit else w[i]
         k = (si_ * n_buckets + bk) * 2 + li
         wz, wq, wll, wq2 = wi * z, wi * qi, wi * ll, wi * qi * qi
-        fine[k, 0] += wi
-        fine[k, 1] += wz
-        fine[k, 2] += wq
-        fine[k, 3] += wll
-        fine[k, 4] += wq2
+        _add(fine, k, wi, wz, wq, wll, wq2)
         for c in range(n_cols):
             ks = si_ * seg_keys + base[c] + (codes[c, i] * cells[c] + lut[c, bk]) * 2 + li
-            seg[ks, 0] += wi
-            seg[ks, 1] += wz
-            seg[ks, 2] += wq
-            seg[ks, 3] += wll
-            seg[ks, 4] += wq2
+            _add(seg, ks, wi, wz, wq, wll, wq2)
 
 
 @numba.njit(nogil=True, cache=True)
