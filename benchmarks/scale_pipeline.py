@@ -2,6 +2,7 @@
 
     python -m benchmarks.scale_pipeline --rows 100000000 --parts 20
     python -m benchmarks.scale_pipeline --rows 1000000 --parts 2 --row-threshold 1e5   # a quick check
+    python -m benchmarks.scale_pipeline --data /tmp/parts1e9                            # parts written before
 
 Data (``benchmarks.scale_segments.generate``, DuckDB ``COPY`` in a child process, under --work, deleted
 afterwards unless --keep): float64 ``score``, int8 ``label``, a 200-value string ``country`` with about 1 in
@@ -100,6 +101,18 @@ def _fit(cli: list[str], work: Path, files: list[str], project: Path) -> dict:
     return res
 
 
+def _linked(source: str, data: Path) -> list[str]:
+    """The parts of an earlier ``generate`` (a 1e9-row folder takes minutes to write), hard-linked into the
+    project so deleting the project leaves them."""
+    out = []
+    for f in sorted(Path(source).glob("*.parquet")):
+        os.link(f, data / f.name)
+        out.append(str(data / f.name))
+    if not out:
+        raise SystemExit(f"--data {source}: no .parquet parts there")
+    return out
+
+
 def _summary(project: Path) -> dict:
     res: dict = {}
     card = project / "models" / "big" / "card.json"
@@ -119,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parts", type=int, default=20)
     ap.add_argument("--work", default=tempfile.gettempdir())
     ap.add_argument("--keep", action="store_true", help="keep the data and the project")
+    ap.add_argument("--data", default=None,
+                    help="existing Parquet parts from benchmarks.scale_segments.generate (hard-linked, kept)")
     ap.add_argument("--no-fit", dest="fit", action="store_false", help="skip `calibflow fit`")
     ap.add_argument("--row-threshold", type=float, default=None,
                     help="scale.row_threshold (default: calibflow's, 5e6); lower it for a small check")
@@ -130,7 +145,10 @@ def main(argv: list[str] | None = None) -> None:
         data = project / "scores"
         data.mkdir(parents=True)
         t0 = time.perf_counter()
-        files = generate(str(data), rows, a.parts, 200, 0, 2, null_every=1000)
+        if a.data:
+            files = _linked(a.data, data)
+        else:
+            files = generate(str(data), rows, a.parts, 200, 0, 2, null_every=1000)
         gen = time.perf_counter() - t0
         cli = [sys.executable, "-m", "calibflow.flows.cli"]
         init = subprocess.run(
@@ -144,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         read = [plain_read(files) for _ in range(2)]
         run = _timed([*cli, "run"], project)
         res: dict = {
-            "rows": rows,
-            "parts": a.parts,
+            "rows": rows if not a.data else "from --data",
+            "parts": len(files),
             "generate_s": round(gen, 1),
             "plain_read_s": [round(x, 2) for x in read],
             "run": {k: v for k, v in run.items() if k not in ("out", "err")},
