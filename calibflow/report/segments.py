@@ -70,7 +70,8 @@ def segment_section(card: dict[str, Any]) -> str:
     if not segs:
         return ""
     parts = []
-    if card.get("segment_reason"):
+    # a deployed per-segment calibrator's line is already the card's reason, shown above this section
+    if card.get("segment_reason") and card["segment_reason"] not in str(card.get("reason") or ""):
         parts.append(f"<p>{e(card['segment_reason'])}</p>")
     flags = [str(f) for f in card.get("segment_flags") or []]
     if flags:

@@ -267,6 +267,7 @@ def test_card_segments_before_after_and_counts(seg_run):
     assert len(card["segment_flags"]) == len(flagged)
     html = (root / "reports/index.html").read_text()
     assert "better on the test split" in html and "country = (null)" in html
+    assert html.count("better on the test split") == 1  # the deployed challenger's line once, not twice
 
 
 def test_apply_reads_segments_and_counts_unseen(seg_run, tmp_path):
