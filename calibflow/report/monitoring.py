@@ -176,8 +176,8 @@ def _versions_table(state: MonitorState) -> str:
             [
                 _e(v["version"]),
                 _e(v["method"]),
-                _e(v.get("fitted_on") or v.get("origin") or "–"),
-                _e(v.get("judged_on") or "–"),
+                _e(_span(v.get("fitted_on")) or v.get("origin") or "–"),
+                _e(_span(v.get("judged_on")) or "–"),
                 _e(f"{fmt_num(j['delta'], 5)} [{fmt_num(ci[0], 5)}, {fmt_num(ci[1], 5)}]") if ci else "–",
                 "yes" if v["version"] == state.champion else "",
             ]
@@ -185,6 +185,17 @@ def _versions_table(state: MonitorState) -> str:
     return _table(
         ["version", "method", "fitted on", "judged on", "gain (champion - it)", "in office"], rows, 4
     )
+
+
+def _span(value: Any) -> str:
+    """A version's [start, end] timestamps as "2026-10-01 to 2026-10-14 23:56": to the minute (row
+    timestamps carry nanoseconds), the time left out at midnight."""
+    if not value:
+        return ""
+    if isinstance(value, list | tuple) and len(value) == 2:
+        ends = [str(x).replace("T", " ")[:16].removesuffix(" 00:00") for x in value]
+        return f"{ends[0]} to {ends[1]}"
+    return str(value)
 
 
 def _alerts_table(state: MonitorState) -> str:

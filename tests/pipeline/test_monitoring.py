@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,9 @@ def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
     page = (tmp_path / "reports/pages/monitoring-ads.html").read_text()
     assert page.count("<svg") >= 7 and "promoted v2" in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "<script" not in page
+    start, end = (pd.Timestamp(x).strftime("%Y-%m-%d") for x in card["fitted_on"])
+    # spans read as times to the minute, not Python lists of nanosecond stamps
+    assert re.search(rf"{start}( \d\d:\d\d)? to {end}( \d\d:\d\d)?</td>", page) and "['" not in page
     metrics = json.loads((tmp_path / "metrics/monitoring/ads.json").read_text())
     assert metrics["windows"] == 16 and metrics["promotions"] == len(res["promotions"])
 
