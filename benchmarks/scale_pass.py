@@ -3,6 +3,7 @@
     python -m benchmarks.scale_pass --rows 10000000 --parts 8 --reps 5
     python -m benchmarks.scale_pass --folder /tmp/data --reps 3      # existing parts (benchmark generator)
     /usr/bin/time -v python -m benchmarks.scale_pass --folder /tmp/c8 --once country,seg7,campaign  # memory
+    python -m benchmarks.scale_pass --folder /tmp/data --profile --reps 3    # CPU ns per row of each step
 
 Data: ``benchmarks.scale_segments.generate`` (float64 ``score``, int8 ``label``, a 200-value string
 ``country``, an int8 ``seg7``). Each repetition runs, in turn: the plain read (DuckDB, ``sum``/``max`` of the
@@ -52,7 +53,7 @@ def measure(files: list[str], reps: int, segments: list[str]) -> dict:
     whole = T.file_parts(files, 1)[0]
     spec_tabs = T.levels_and_hashes(con, whole, segments)
     spec = T._Spec("score", "label", "probability", tuple(segments), None, T.DEFAULT_GRID,
-                   spec_tabs[0], None, None, spec_tabs[1])
+                   spec_tabs[0], None, None, spec_tabs[1], label_raw=T.label_is_raw(con, whole, "label"))
     steps = {
         "plain_read": lambda: con.execute(read, {"f": files}).fetchall(),
         "pass_2_workers": lambda: T.aggregate_files(files, "score", "label", segments=segments, threads=2),
@@ -71,6 +72,79 @@ def measure(files: list[str], reps: int, segments: list[str]) -> dict:
         if k != "plain_read":
             out[f"{k}_over_read_wall"] = out[f"{k}_wall_s"] / out["plain_read_wall_s"]
             out[f"{k}_over_read_cpu"] = out[f"{k}_cpu_s"] / out["plain_read_cpu_s"]
+    return out
+
+
+_LIBM_LOOP = []
+
+
+def _libm_logs(s, q, a, b) -> None:
+    """The previous ``kernel.row_logs``: libm's ``log`` twice a row in a numba loop (the peer of the SIMD
+    logs in ``--profile``); compiled once."""
+    if not _LIBM_LOOP:
+        import math
+
+        import numba
+
+        @numba.njit(nogil=True)
+        def loop(s, a, b):
+            for i in range(s.size):
+                pc = min(max(s[i], 1e-12), 1.0 - 1e-12)
+                a[i] = math.log(pc)
+                b[i] = math.log(1.0 - pc)
+
+        _LIBM_LOOP.append(loop)
+    _LIBM_LOOP[0](s, a, b)
+
+
+def profile(files: list[str], reps: int, segments: list[str]) -> dict:
+    """CPU ns per row of each step of one worker's pass, each on all the rows' batches in memory (min of
+    ``reps``): DuckDB's projection to Arrow batches, the Arrow -> NumPy conversions, the segment codes, the
+    logarithms (SIMD, and libm's loop for comparison), the scattered adds with and without segments."""
+    import duckdb
+    import numpy as np
+
+    from calibflow.aggregate import kernel
+    from calibflow.aggregate import tables as T
+
+    con = duckdb.connect()
+    con.execute("SET threads TO 2")
+    whole = T.file_parts(files, 1)[0]
+    spec = T._make_spec(con, [whole], whole, "score", "label", "probability", tuple(segments), None,
+                        T.DEFAULT_GRID, T.CELLS, 15, 1, None)[0]
+    sql = T._projection(whole, spec)
+    batches = [b for b in con.sql(sql, params=whole.params).to_arrow_reader(T.BATCH_ROWS)]
+    rows = sum(b.num_rows for b in batches)
+    ys = [[b.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s")] for b in batches]
+    codes = [T._codes(b, spec) for b in batches]
+    logs = [np.empty((3, b.num_rows)) for b in batches]
+    acc = spec.new_accumulators()
+
+    def add(n_cols: int) -> None:
+        for (y, s), (_, a, b), c in zip(ys, logs, codes, strict=True):
+            kernel.accumulate_tables(c[:n_cols], spec.base, spec.cells, y, T._UNIT, s, s, a, b, False,
+                                     spec.grid.z_max, spec.grid.n_buckets, spec.lut, *acc)
+
+    read = f"SELECT sum(score), sum(label), {', '.join(f'max({c})' for c in segments)} FROM read_parquet($f)"
+    steps = {
+        "plain_read": lambda: con.execute(read, {"f": files}).fetchall(),
+        "projection_to_arrow": lambda: [b for b in con.sql(sql, params=whole.params).to_arrow_reader(
+            T.BATCH_ROWS)],
+        "arrow_to_numpy": lambda: [[b.column(n).to_numpy(zero_copy_only=False) for n in ("y", "s")]
+                                   for b in batches],
+        "segment_codes": lambda: [T._codes(b, spec) for b in batches],
+        "logs_libm_loop": lambda: [_libm_logs(s, *lg) for (_, s), lg in zip(ys, logs, strict=True)],
+        "logs_simd": lambda: [kernel.row_logs(s, False, *lg) for (_, s), lg in zip(ys, logs, strict=True)],
+        "adds_fine_only": lambda: add(0),
+        "adds_fine_and_segments": lambda: add(len(segments)),
+        "levels_query": lambda: T.levels_and_hashes(con, whole, segments),
+    }
+    for fn in steps.values():
+        fn()  # compile, warm
+    out: dict = {"rows": rows}
+    for k, fn in steps.items():
+        best = min(_timed(fn)[1] for _ in range(reps))
+        out[f"{k}_cpu_ns_per_row"] = round(best / rows * 1e9, 2)
     return out
 
 
@@ -94,13 +168,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--folder", help="existing Parquet parts from the generator (not deleted)")
     ap.add_argument("--once", help="comma-separated segment columns: one pass, its peak memory")
+    ap.add_argument("--profile", action="store_true", help="CPU ns per row of each step of the pass")
     a = ap.parse_args(argv)
     folder = a.folder or tempfile.mkdtemp(prefix="calibflow_pass_", dir="/tmp")
     try:
         files = sorted(glob.glob(os.path.join(folder, "*.parquet"))) if a.folder else generate(
             folder, a.rows, a.parts, 200, 0, 2)
         res = {"files": len(files), "reps": a.reps, "load_before": os.getloadavg()}
-        res.update(once(files, a.once.split(",")) if a.once else measure(files, a.reps, ["country", "seg7"]))
+        segs = ["country", "seg7"]
+        if a.once:
+            res.update(once(files, a.once.split(",")))
+        else:
+            res.update(profile(files, a.reps, segs) if a.profile else measure(files, a.reps, segs))
         res["load_after"] = os.getloadavg()
         print(json.dumps(res, indent=1))
     finally:

@@ -203,17 +203,31 @@ def cells_for(n_values: Sequence[int], cells: int, workers: int) -> list[int]:
 
 
 def _projection(part: Part, spec: _Spec) -> str:
-    """Per row for ``kernel.accumulate_raw``: the segment columns ``g0..`` (an integer column as itself,
-    others as their ``hash()``, see ``_Spec.coder``), the label ``y`` and score ``s`` as doubles[, ``w``].
-    The logarithms are the kernel's."""
+    """Per row for ``kernel.accumulate_tables``: the segment columns ``g0..`` (an integer column as itself,
+    others as their ``hash()``, see ``_Spec.coder``), the label ``y`` (a numeric label as itself, see
+    ``_Spec.label_raw``, else as a double), the score ``s`` as a double[, ``w``]. The logarithms are the
+    kernel's."""
     def seg(i: int, c: str) -> str:
         return f"hash({quote_ident(c)})" if spec.coder(i)[0] == "hash" else quote_ident(c)
 
     segs = "".join(f"{seg(i, c)} AS g{i}, " for i, c in enumerate(spec.segments))
     w = f", CAST({quote_ident(spec.weight)} AS DOUBLE) AS w" if spec.weight else ""
     w += f", CAST({quote_ident(SPLIT_COLUMN)} AS INTEGER) AS sp" if spec.splits else ""
-    return (f"SELECT {segs}CAST({quote_ident(spec.label)} AS DOUBLE) AS y,"
-            f" CAST({quote_ident(spec.score)} AS DOUBLE) AS s{w} FROM {part.sql}")
+    y = quote_ident(spec.label) if spec.label_raw else f"CAST({quote_ident(spec.label)} AS DOUBLE)"
+    return f"SELECT {segs}{y} AS y, CAST({quote_ident(spec.score)} AS DOUBLE) AS s{w} FROM {part.sql}"
+
+
+#: Label types the kernel reads as they are: an int8 label is 1 byte a row to cast, move and read, against
+#: 8 as a double; each value compares with 0 and 1 as its double would, and a NULL among integers arrives
+#: as NaN (Arrow's conversion). Others (BOOLEAN: an object array where NULLs are) are cast in SQL.
+RAW_LABEL_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                             "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE"})
+
+
+def label_is_raw(con: duckdb.DuckDBPyConnection, part: Part, label: str) -> bool:
+    """Whether the pass can project ``label`` as it is (:data:`RAW_LABEL_TYPES`) rather than cast."""
+    row = con.execute(f"DESCRIBE SELECT {quote_ident(label)} FROM {part.sql}", part.params).fetchall()[0]
+    return str(row[1]).upper() in RAW_LABEL_TYPES
 
 
 @dataclass
@@ -237,6 +251,8 @@ class _Spec:
     #: row's split code (an index into them, -1: no split); the first ``n_tab`` get tables.
     splits: tuple[str, ...] = ()
     n_tab: int = 0
+    #: The label is projected as it is (``label_is_raw``), not cast to a double in SQL.
+    label_raw: bool = False
 
     @property
     def dense(self) -> list[tuple[int, np.ndarray] | None]:
@@ -310,12 +326,7 @@ def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
                 raise _changed(spec, i)
             continue
         if how == "dense" and col.null_count == 0:
-            lo, lookup = arg
-            v = col.to_numpy().astype(np.int64) - lo
-            if v.size and (v.min() < 0 or v.max() >= lookup.size):
-                raise _changed(spec, i)
-            out[i] = lookup[v]
-            if out[i].size and out[i].min() < 0:
+            if not kernel.dense_codes(col.to_numpy(), *arg, out[i]):
                 raise _changed(spec, i)
             continue
         idx = pc.index_in(col, value_set=values, skip_nulls=False)
@@ -416,7 +427,8 @@ def _make_spec(  # noqa: PLR0913
     luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
     spec = _Spec(score, label, kind, segments, weight, grid, levels, lut.astype(np.int32),
-                 np.array([st.size for _, st in luts], np.int64), hashes, transform, tuple(splits), n_tab)
+                 np.array([st.size for _, st in luts], np.int64), hashes, transform, tuple(splits), n_tab,
+                 label_is_raw(con, whole, label))
     return spec, workers, luts
 
 
