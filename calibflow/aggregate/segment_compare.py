@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from scipy import stats
 
 from calibflow import sources as src
@@ -82,8 +84,8 @@ class _Values:
     index: dict[str, int] = field(default_factory=dict)
     sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
-    def add(self, levels: np.ndarray, cols: np.ndarray) -> None:
-        codes, uniq = pd.factorize(levels)
+    def add(self, codes: np.ndarray, uniq: np.ndarray, cols: np.ndarray) -> None:
+        """Add ``cols`` (rows x sums) of rows whose level is ``uniq[codes]``."""
         ids = np.array([self.index.setdefault(str(u), len(self.index)) for u in uniq], dtype=np.int64)
         if self.sums.shape[0] < len(self.index):
             grown = np.zeros((len(self.index), cols.shape[1]))
@@ -129,6 +131,20 @@ def file_test_rows(path: str, label: str, score: str, prob: str, segments: Mappi
     return Part(sql, {"path": str(path), **dict(where_params or {})})
 
 
+def _levels(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's segment column as (code per row, level of each code): ``segments.as_levels`` read on
+    the column's distinct values only (Arrow's dictionary), the null level last. The same levels as on
+    the rows (the reading of a number depends on the set of values, which the dictionary holds), at the
+    cost of a dictionary encode instead of a text conversion per row."""
+    enc = pc.dictionary_encode(column)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    values = enc.dictionary.to_pandas().to_numpy(dtype=object)
+    uniq = segment_matrix({"v": np.r_[values, np.array([None], dtype=object)]}, values.size + 1)[1][0]
+    codes = pc.fill_null(enc.indices, values.size).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, uniq
+
+
 def _probability_table(acc: np.ndarray, y: np.ndarray, p: np.ndarray, grid: BucketGrid) -> None:
     """Add the batch's probabilities ``p`` to the fine table ``acc`` (the pass kernel's row arithmetic)."""
     a, b = np.empty_like(p), np.empty_like(p)
@@ -168,9 +184,8 @@ def compare(  # noqa: PLR0913
             y = batch.column("_y").to_numpy(zero_copy_only=False).astype(np.float64)
             s = batch.column("_s").to_numpy(zero_copy_only=False).astype(np.float64)
             p_unc = batch.column("_p").to_numpy(zero_copy_only=False).astype(np.float64)
-            raw = {c: batch.column(c).to_pandas().to_numpy(dtype=object) for c in segments}
-            names, levels = segment_matrix(raw, y.size)  # one reading of the values for every method
-            segs = dict(zip(names, levels, strict=True))
+            coded = {c: _levels(batch.column(c)) for c in segments}
+            segs = {c: uniq[codes] for c, (codes, uniq) in coded.items()}
             p_glob = p_unc if global_cal is None else np.asarray(global_cal.predict(s), np.float64)
             l_unc, l_glob = row_log_loss(y, p_unc), row_log_loss(y, p_glob)
             b_unc = (p_unc - y) ** 2
@@ -185,8 +200,8 @@ def compare(  # noqa: PLR0913
                 _probability_table(accs[m], y, p, grid)
                 per_value += [p, p * p, p * y]
             stacked = np.column_stack(per_value)
-            for c in segments:
-                values[c].add(segs[c], stacked)
+            for c, (codes, uniq) in coded.items():
+                values[c].add(codes, uniq, stacked)
             ll_unc += float(l_unc.sum())
             ll_glob += float(l_glob.sum())
             n += y.size
