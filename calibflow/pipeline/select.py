@@ -376,6 +376,7 @@ def _select_aggregate(
     if challenge is not None and challenge["chosen"]:
         card["segment_interval"] = segment_compare.RATIO_INTERVAL
         card["chosen_reliability"] = challenge["reliability"]
+        card["segment_test_rows"] = challenge["n_test"]  # the report checks each column adds up to it
     return text, card
 
 
@@ -425,7 +426,7 @@ def _segmented_pass(
     best = min(res.log_loss, key=lambda m: (res.log_loss[m], m))
     cmp = selection.paired_from_moments(*res.vs_global[best].astuple(), level)
     rec = _challenge(best, res.log_loss, res.log_loss_global, cmp, global_method, margin, level)
-    rec["text"] = fits[best].read_text()
+    rec["text"], rec["n_test"] = fits[best].read_text(), res.n
     if rec["chosen"]:
         t = add_replicates(res.tables[best], scale.replicates, scale.seed)
         rec["metrics"] = _pass_metrics(res, best, _aggregate.compare_tables(test, t, int(cfg.n_bins), level),

@@ -143,7 +143,7 @@ def test_per_segment_ratios_are_the_deployed_calibrators(effect):
     r = _rows(root, params)
     country = np.where(pd.isna(r["country"]), "(null)", r["country"]).astype(str)
     segs = {s["value"]: s for s in card["segments"]}
-    assert sum(s["n"] for s in card["segments"]) == r["y"].size
+    assert sum(s["n"] for s in card["segments"]) == card["segment_test_rows"] == r["y"].size
     for value, s in segs.items():
         m = country == value
         assert s["n"] == m.sum() and s["positives"] == r["y"][m].sum()
@@ -164,6 +164,7 @@ def test_report_shows_the_deployed_segmented_calibrator(effect):
     html = (root / "reports/index.html").read_text()
     assert "green: partial_pooling" in html  # its reliability bins, from the card (evaluate has none)
     assert "Intervals after calibration: large-sample" in html
+    assert "each adds up to the" in html
 
 
 def test_no_segment_effect_keeps_the_global_calibrator(control):
