@@ -133,9 +133,9 @@ def file_test_rows(path: str, label: str, score: str, prob: str, segments: Mappi
 
 def _levels(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A batch's segment column as (code per row, level of each code): ``segments.as_levels`` read on
-    the column's distinct values only (Arrow's dictionary), the null level last. The same levels as on
-    the rows (the reading of a number depends on the set of values, which the dictionary holds), at the
-    cost of a dictionary encode instead of a text conversion per row."""
+    the column's distinct values only (Arrow's dictionary), the null level last. The same levels as
+    ``calibflow apply`` reads from the same batch (how a number reads depends on the set of values, which
+    the dictionary holds), at the cost of a dictionary encode instead of a text conversion per row."""
     enc = pc.dictionary_encode(column)
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks()
