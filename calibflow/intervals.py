@@ -58,7 +58,16 @@ def normal_mean_interval(
     w = np.ones_like(d) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     n = float(w.sum())
     mean = float(w @ d / n)
-    var = float(w @ (d - mean) ** 2 / max(n - 1.0, 1.0))
+    return moments_interval(n, mean, float(w @ (d - mean) ** 2), level)
+
+
+def moments_interval(
+    n: float, mean: float, m2: float, level: float
+) -> tuple[float, float, float, float, float]:
+    """:func:`normal_mean_interval` from the moments of the values: their count ``n``, mean and sum of
+    squared deviations ``m2`` (what a streaming pass accumulates, ``aggregate.segment_compare``), so
+    the rows and the pass share one formula."""
+    var = m2 / max(n - 1.0, 1.0)
     se = math.sqrt(var / n)
     z = float(stats.norm.ppf(0.5 + level / 2.0))
     return mean, mean - z * se, mean + z * se, se, n

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from calibflow.intervals import normal_mean_interval
+from calibflow.intervals import moments_interval, normal_mean_interval
 from calibflow.metrics import row_log_loss
 
 IDENTITY = "identity"
@@ -92,6 +92,13 @@ def paired_log_loss(
     d = row_log_loss(y, p_new) - row_log_loss(y, p_ref)
     w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     mean, low, high, se, n = normal_mean_interval(d, level, w)
+    return Paired(mean, low, high, se, int(round(n)))
+
+
+def paired_from_moments(n: float, mean: float, m2: float, level: float = 0.95) -> Paired:
+    """:func:`paired_log_loss` from the per-row differences' count, mean and sum of squared deviations
+    (a streaming pass over rows that are never held: ``calibflow.aggregate.segment_compare``)."""
+    mean, low, high, se, n = moments_interval(n, mean, m2, level)
     return Paired(mean, low, high, se, int(round(n)))
 
 

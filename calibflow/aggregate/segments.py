@@ -137,6 +137,15 @@ def segment_records(
     into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's."""
     mu = segment_metrics(unc, **opts)
     mc = segment_metrics(cal, **opts) if cal is not None else mu
+    return records_from_metrics(mu, mc, column, top)
+
+
+def records_from_metrics(
+    mu: pd.DataFrame, mc: pd.DataFrame, column: str, top: int | None = None
+) -> list[dict[str, Any]]:
+    """:func:`segment_records` from :func:`segment_metrics`-shaped frames (``value``, ``n``, ``positives``,
+    ``calibration_ratio`` and, for ``mc``, ``calibration_ratio_low/high``), one row per value in the same
+    order: also what a pass over the rows gives (``segment_compare.segment_ratio_records``)."""
     order = np.argsort(-mu["n"].to_numpy(), kind="stable")
     out, rest = [], []
     for rank, i in enumerate(order):

@@ -293,14 +293,15 @@ def _parquet_parts(files: list[str], n: int, inner_cols: str, outer_cols: str) -
 
 
 def split_parts(
-    spec: SourceSpec, seed: int, input_kind: str, n: int
+    spec: SourceSpec, seed: int, input_kind: str, n: int, with_prob: bool = False
 ) -> tuple[list[Part], dict[str, Any], str | None]:
     """The source as parts for ``tables.aggregate_split_tables``: per row its split code (``_sp``: the
     index into the split names, -1 after the test window), label ``_y`` (0/1), the score the calibrators
     receive ``_s`` (``margin``, or ``prob`` for ``input_kind`` "probability", as :func:`write_split`
     computes them), the weight ``_w`` (the declared weight on calib rows, 1 elsewhere: the fit is weighted,
     the evaluation is not) and the segment columns. Also the split's record and the weight column (or
-    None). The split is :func:`write_split`'s, expression for expression."""
+    None). The split is :func:`write_split`'s, expression for expression. ``with_prob``: also the
+    uncalibrated probability ``_p`` (:func:`write_split`'s ``prob``), for a pass that scores the rows."""
     con = src.connect()
     try:
         from_item, params = _rows_from(spec, con)
@@ -316,6 +317,7 @@ def split_parts(
     margin, prob = _score_sql(spec)
     inner = f"{split} AS _split"
     outer = [f"{code} AS _sp", f"{y01} AS _y", f"{prob if input_kind == 'probability' else margin} AS _s"]
+    outer += [f"{prob} AS _p"] if with_prob else []
     weight = None
     if spec.weight is not None:
         weight = "_w"

@@ -9,7 +9,9 @@ the columns ``calibflow apply`` must read) and scored on the test rows. Writes
 column). Datasets and sources without segments are skipped. A source on the aggregate path (above
 ``scale.row_threshold`` rows) gets ``partial_pooling`` fitted from the calib split's pass tables
 (``calibflow.aggregate.segment_fit``: memory bounded by the tables, not the rows); ``multicalibration``
-needs the rows and is skipped there (``fit.json`` says so). The folder is swapped in atomically.
+needs the rows and is skipped there (``fit.json`` says so). For a source prepare streamed to tables no
+test predictions are written: select compares the fit with the global choice in one pass over the source's
+test rows. The folder is swapped in atomically.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ def calibrate_source(
 
 #: The segmented method the aggregate path can fit from tables (the others need the rows).
 FROM_TABLES = "partial_pooling"
-NOT_EVALUATED = "streamed source: fitted from prepare's tables; no test rows to score, so not a candidate"
+NOT_EVALUATED = (
+    "streamed source: fitted from prepare's tables; no test predictions file: select scores the test rows "
+    "in one pass over the source (calibflow.aggregate.segment_compare) and compares it there"
+)
 
 
 def calibrate_aggregate_source(
@@ -108,8 +113,8 @@ def calibrate_aggregate_source(
         _add_pairs(lay, name, fitted, names)
     text = fitted.to_json()
     if streamed:
-        # prepare kept tables, not rows: a per-segment map cannot score the test rows here, so it is saved
-        # but has no test predictions, and evaluate/select (which need them) do not consider it
+        # prepare kept tables, not rows: no test predictions file is written here (evaluate and
+        # validate@calibrated read such files); select scores the test rows in its own pass
         return text, None, {}
     col = "prob" if input_kind == "probability" else "margin"
     seg_cols = [_sources.SEGMENT_PREFIX + c for c in names]

@@ -31,6 +31,8 @@ import pandas as pd
 
 from calibflow import metrics, selection
 from calibflow import segments as seg
+from calibflow.aggregate import segment_compare
+from calibflow.aggregate.table import add_replicates
 from calibflow.calibrators import get_class, make
 from calibflow.intervals import percentile_interval, resample_counts, resample_metrics, resampled
 from calibflow.io import read_json, write_json, write_text
@@ -50,6 +52,7 @@ from calibflow.pipeline._common import (
     require,
     segmented_methods,
 )
+from calibflow.pipeline._streaming import rows_file
 from calibflow.pipeline.params_schema import Evaluate
 from calibflow.report._format import fmt_sig
 from calibflow.report.data import RANKING_BASELINES
@@ -145,6 +148,21 @@ def segmented_challenge(
     level = float(params.evaluate.ci_level)
     # the same paired test and practical margin the global choice had to clear
     cmp = selection.paired_log_loss(y, p_global, probs[best], level)
+    text = (lay.calibrated_segments / best / f"{name}.json").read_text()
+    rec = _challenge(best, ll, metrics.log_loss(y, p_global), cmp, global_method, margin, level)
+    return {**rec, "text": text, "probs": probs[best]}
+
+
+def _challenge(
+    best: str,
+    ll: dict[str, float],
+    ll_global: float,
+    cmp: selection.Paired,
+    global_method: str,
+    margin: float,
+    level: float,
+) -> dict[str, Any]:
+    """The segmented challenge's card record and its one line (the row path's and the pass's)."""
     better = cmp.high < -margin
     ci_s = f"[{fmt_sig(cmp.low, signed=True)}, {fmt_sig(cmp.high, signed=True)}]"
     verdict = (
@@ -152,13 +170,11 @@ def segmented_challenge(
         if better
         else f"not better by more than the margin {fmt_sig(margin)}: the global {global_method} is kept"
     )
-    ll_global = metrics.log_loss(y, p_global)
     reason = (
         f"per segment: {best} vs global {global_method}, test log loss {fmt_sig(ll_global)}"
         f" -> {fmt_sig(ll[best])} (change {fmt_sig(cmp.delta, signed=True)}, {100 * level:g}% paired CI "
         f"{ci_s}), {verdict}"
     )
-    text = (lay.calibrated_segments / best / f"{name}.json").read_text()
     return {
         "global_method": global_method,
         "segmented_method": best,
@@ -167,8 +183,6 @@ def segmented_challenge(
         "delta_ci": cmp.ci(),
         "chosen": bool(better),
         "reason": reason,
-        "text": text,
-        "probs": probs[best],
     }
 
 
@@ -307,6 +321,10 @@ def _worst_reliability(
 
 
 
+#: A challenge's keys that are the deployed calibrator's payload, not the card's ``segmented`` record.
+_NOT_ON_CARD = ("text", "probs", "metrics", "segments", "reliability")
+
+
 def _with_segments(
     card: dict[str, Any],
     challenge: dict[str, Any] | None,
@@ -321,7 +339,7 @@ def _with_segments(
         why = f"Use {card['method']}: per-segment calibrator, better than the global {glob}"
         card["reason"] = f"{why}; {challenge['reason']}"
     if challenge is not None:
-        card["segmented"] = {k: v for k, v in challenge.items() if k not in ("text", "probs")}
+        card["segmented"] = {k: v for k, v in challenge.items() if k not in _NOT_ON_CARD}
         card["segment_reason"] = challenge["reason"]
         card["input"]["segments"] = list(json.loads(text)["state"].get("segment_names_") or [])
     if segs:
@@ -347,9 +365,89 @@ def _select_aggregate(
     method = decision.method
     text = _calibrator_text(lay, params, name, method)
     met, segs = compared[method] if method in compared else compare_for(method)
+    challenge = (
+        _segmented_pass(lay, params, name, method, decision.margin) if rule == RULE_AUTO else None
+    )
+    if challenge is not None and challenge["chosen"]:
+        method, text, met, segs = (challenge[k] for k in ("segmented_method", "text", "metrics", "segments"))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
     card = _with_decision(card, decision, rule, level)
-    return text, _with_segments(card, None, segs, text, params.evaluate)
+    card = _with_segments(card, challenge, segs, text, params.evaluate)
+    if challenge is not None and challenge["chosen"]:
+        card["segment_interval"] = segment_compare.RATIO_INTERVAL
+        card["chosen_reliability"] = challenge["reliability"]
+        card["segment_test_rows"] = challenge["n_test"]  # the report checks each column adds up to it
+    return text, card
+
+
+def _test_rows(lay: Layout, params: Params, name: str, names: list[str]) -> Any:
+    """``name``'s test rows for the pass: the source itself when prepare streamed it (its split
+    expression), else the predictions file filtered to the test split."""
+    path = rows_file(lay, name)
+    input_kind = str(params.calibrate.input)
+    if path.parent == lay.prepared:
+        spec = _sources.specs(params, lay.root)[name]
+        return segment_compare.stream_test_rows(spec, int(params.seed), input_kind)
+    score = "prob" if input_kind == "probability" else "margin"
+    segs = {c: _sources.SEGMENT_PREFIX + c for c in names}
+    return segment_compare.file_test_rows(str(path), "y", score, "prob", segs, "split = $split",
+                                          {"split": "test"})
+
+
+def _segmented_pass(
+    lay: Layout, params: Params, name: str, global_method: str, margin: float
+) -> dict[str, Any] | None:
+    """The aggregate path's segmented challenge (:func:`segmented_challenge`'s decision and record), from
+    one pass over the test rows (``calibflow.aggregate.segment_compare``); when the segmented method
+    wins, also the card's metrics, per-segment rows and reliability bins for it. None without fits."""
+    from calibflow.calibrators import from_json
+
+    fits = {m: lay.calibrated_segments / m / f"{name}.json" for m in segmented_methods(params)}
+    fits = {m: p for m, p in fits.items() if p.is_file()}
+    if not fits:
+        return None
+    scale, cfg = _aggregate.scale_config(params), params.evaluate
+    level = float(cfg.ci_level)
+    cals = {m: from_json(p.read_text()) for m, p in fits.items()}
+    glob = None if global_method == selection.IDENTITY else from_json(
+        _calibrator_text(lay, params, name, global_method))
+    names = _aggregate.segment_names(lay, name)
+    input_kind = str(params.calibrate.input)
+    test = _aggregate.split_table(lay, name, "test", scale, scale.replicates, input_kind=input_kind)
+    try:
+        res = segment_compare.compare(_test_rows(lay, params, name, names), glob, cals, names, scale.grid,
+                                      threads=scale.threads or None)
+    except ValueError as exc:
+        raise StageError(f"{name}: scoring the test rows per segment: {exc}") from None
+    stored = round(float(test["n"].sum()))
+    if res.n != stored:
+        raise StageError(f"{name}: {res.n} test rows scored, {stored} in the stored test table: the rows "
+                         "changed since prepare; run the pipeline again")
+    best = min(res.log_loss, key=lambda m: (res.log_loss[m], m))
+    cmp = selection.paired_from_moments(*res.vs_global[best].astuple(), level)
+    rec = _challenge(best, res.log_loss, res.log_loss_global, cmp, global_method, margin, level)
+    rec["text"], rec["n_test"] = fits[best].read_text(), res.n
+    if rec["chosen"]:
+        t = add_replicates(res.tables[best], scale.replicates, scale.seed)
+        rec["metrics"] = _pass_metrics(res, best, _aggregate.compare_tables(test, t, int(cfg.n_bins), level),
+                                       level)
+        rec["segments"] = segment_compare.segment_ratio_records(res, best, level, MAX_SEGMENTS)
+        rec["reliability"] = _aggregate.reliability_from_table(t, int(cfg.n_bins), level,
+                                                               str(cfg.reliability_bins))
+    return rec
+
+
+def _pass_metrics(res: Any, method: str, met: dict[str, Any], level: float) -> dict[str, Any]:
+    """The card's metrics for a segmented calibrator scored by the pass: log loss and Brier with the
+    paired CLT interval on per-row differences (as the row path's log loss); ECE and the ratio from the
+    tables, the ECE change without an interval (the two tables' replicates are not paired)."""
+    ll = met["log_loss"]
+    ll.update(uncalibrated=res.log_loss_uncalibrated, calibrated=res.log_loss[method])
+    for key, mom in (("log_loss", res.vs_uncalibrated[method]), ("brier", res.brier_vs_uncalibrated[method])):
+        p = selection.paired_from_moments(*mom.astuple(), level)
+        met[key].update(delta=p.delta, delta_ci=p.ci(), delta_ci_kind="normal (CLT) on per-row differences")
+    met["ece"].update(delta_ci=None, delta_ci_kind="none: not paired on the aggregate path")
+    return met
 
 
 # ---- the verdict (calibflow.selection) -------------------------------------------------------------

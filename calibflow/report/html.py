@@ -326,7 +326,9 @@ def _overlay(card: dict[str, Any], data: ReportData, fig: _Figures) -> str:
     if not before:
         return ""
     keep = card_verdict(card) == "keep"
-    chosen = None if keep else rel.get(method)
+    # a per-segment calibrator scored by select's pass (aggregate path) has no evaluate record: its bins
+    # are on the card
+    chosen = None if keep else rel.get(method) or card.get("chosen_reliability")
     svg = figures.reliability_overlay(before, chosen, method)
     rate = figures.base_rate(before)
     axes = "logit axes, base rate " if figures.use_logit({"u": before}) else "linear axes, base rate "

@@ -92,6 +92,8 @@ def segment_section(card: dict[str, Any]) -> str:
             if any(s.get("ratio_ci") for s in segs)
             else ""
         )
+    if card.get("segment_interval"):  # not the row bootstrap (a calibrator scored by select's pass)
+        parts.append(f'<p class="muted">Intervals after calibration: {e(card["segment_interval"])}.</p>')
     parts.append(_reliability_figure(card))
     parts.append(_row_totals(card, segs))
     head = (

@@ -6,7 +6,9 @@ the logit), a device column without effect, 5% rows with a null country. After `
 segment value's ``sum p / sum y`` interval on the card covers 1 or the card flags that value (the control:
 before calibration BR's and IN's ratios are off); each segment column's rows add up to the test rows, the
 null country included; the report draws the worst segments' reliability. ``calibflow apply`` serves the
-chosen calibrator (segmented or not) from the segment columns it names.
+chosen calibrator (segmented or not) from the segment columns it names. The same commands on a source above
+``scale.row_threshold`` (streamed by prepare, no rows kept) deploy the per-segment calibrator from select's
+pass over the source's test rows, and ``apply`` serves exactly it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy.special import expit, logit
 
 from calibflow.calibrators import from_json
@@ -134,3 +137,40 @@ def test_apply_serves_the_chosen_calibrator_with_the_segment_columns(project):
         for c in ("BR", "IN"):
             m = new["country"].to_numpy(dtype=object) == c
             assert abs(scored["calibrated"].to_numpy()[m].sum() / y[m].sum() - 1) < 0.15, (c, out)
+
+
+@pytest.fixture(scope="module")
+def streamed_project(tmp_path_factory):
+    """The same three commands with ``scale.row_threshold`` below the rows: prepare streams the source to
+    tables (no rows kept) and select scores the per-segment calibrator in one pass over the source."""
+    proj = tmp_path_factory.mktemp("segstreamed")
+    ctr(30_000, 30, 1).to_parquet(proj / "scores.parquet", index=False)
+    cmds = _readme_commands()
+    calibflow(proj, cmds["init"])
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["scale"] = {"row_threshold": 1000}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    calibflow(proj, cmds["run"])
+    return proj, cmds
+
+
+def test_streamed_source_deploys_and_serves_the_segmented_calibrator(streamed_project):
+    proj, cmds = streamed_project
+    splits = json.loads((proj / "data/prepared/splits.json").read_text())["datasets"]["ads"]
+    assert splits["rows_path"] == "streaming"
+    card = json.loads((proj / "models/ads/card.json").read_text())
+    assert card["path"] == "aggregate" and card["method"] == "partial_pooling", card["reason"]
+    assert card["segmented"]["chosen"] and card["reason"].startswith("Use partial_pooling: per-segment")
+    new = ctr(5000, 3, 7)
+    new.drop(columns=["clicked"]).to_parquet(proj / "new.parquet", index=False)
+    calibflow(proj, cmds["apply"])
+    scored = pd.read_parquet(proj / "scored.parquet")
+    cal = from_json((proj / "models/ads/calibrator.json").read_text())
+    assert "segments" in cal.needs and set(cal.segment_names_) == {"country", "device"}
+    z = logit(np.clip(new["p_model"].to_numpy(), 1e-15, 1 - 1e-15))
+    want = cal.predict(z, segments={c: new[c].to_numpy(dtype=object) for c in cal.segment_names_})
+    np.testing.assert_allclose(scored["calibrated"].to_numpy(), want, rtol=0, atol=1e-9)
+    y = new["clicked"].to_numpy()
+    for c in ("BR", "IN"):  # the countries the model misses are served near their rate
+        m = new["country"].to_numpy(dtype=object) == c
+        assert abs(scored["calibrated"].to_numpy()[m].sum() / y[m].sum() - 1) < 0.15, c

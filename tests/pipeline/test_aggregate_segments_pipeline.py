@@ -152,3 +152,27 @@ def test_aggregate_stage_adds_a_supported_pair(tmp_path):
     test = preds[preds["split"] == "test"]
     want = expit(test["margin"] + inter[c[test.index], d[test.index]])
     assert np.abs(out["prob"].to_numpy() - want.to_numpy()).mean() < 0.02  # the truth, to sampling error
+
+
+def test_select_scores_the_segmented_fit_in_one_pass_over_the_predictions(both):
+    """A predictions file above the threshold (not streamed): select's pass reads its test rows and gives
+    the row formula's paired interval for the segmented fit against the chosen global calibrator."""
+    from calibflow import selection
+    from calibflow.pipeline import select
+
+    _, agg = both
+    params = {**_params("userdata/scores.parquet"), "scale": {"row_threshold": 1000, "replicates": 40}}
+    card = select.run(params, agg)["ads"]
+    seg = card["segmented"]
+    assert card["path"] == "aggregate" and seg["segmented_method"] == "partial_pooling"
+    preds = pd.read_parquet(agg / "data/predictions/ads.parquet")
+    test = preds[preds["split"] == "test"].sort_values("row")
+    pp = pd.read_parquet(agg / SEG / "partial_pooling" / "ads.parquet").sort_values("row")
+    glob = seg["global_method"]
+    p_glob = test["prob"].to_numpy() if glob == "identity" else from_json(
+        (agg / f"data/calibrated/{glob}/ads.json").read_text()).predict(test["margin"].to_numpy())
+    want = selection.paired_log_loss(test["y"].to_numpy(), p_glob, pp["prob"].to_numpy(),
+                                     params["evaluate"]["ci_level"])
+    assert seg["delta"] == pytest.approx(want.delta, abs=1e-12)
+    assert seg["delta_ci"] == pytest.approx(want.ci(), abs=1e-12)
+    assert seg["chosen"] == (want.high < -card["selection"]["margin"])

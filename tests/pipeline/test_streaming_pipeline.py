@@ -71,15 +71,17 @@ def test_every_stage_took_the_streaming_path(streamed):
     assert read_json(root / "models/ads/card.json")["path"] == "aggregate"
 
 
-def test_segmented_fit_from_stored_tables_is_saved_but_not_a_candidate(streamed):
-    """prepare kept tables, not rows: partial_pooling is fitted from them, and since no test row can be
-    scored per segment it writes no test predictions and says so; evaluate and validate@calibrated run."""
+def test_segmented_fit_from_stored_tables_is_saved_without_test_predictions(streamed):
+    """prepare kept tables, not rows: partial_pooling is fitted from them and writes no test predictions
+    file (select scores it in its own pass, tests/pipeline/test_streaming_segmented.py) and says so;
+    evaluate and validate@calibrated run."""
     from calibflow.calibrators import from_json
 
     root, params = streamed
     info = calibrate_segments.run(params, root)
     rec = info["methods"]["partial_pooling"]["ads"]
-    assert rec["path"] == "aggregate" and rec["n_test"] == 0 and "not a candidate" in rec["not_evaluated"]
+    assert rec["path"] == "aggregate" and rec["n_test"] == 0
+    assert "select scores the test rows" in rec["not_evaluated"]
     folder = root / "data/calibrated_segments/partial_pooling"
     cal = from_json((folder / "ads.json").read_text())
     assert cal.segment_names_ == ["country"]

@@ -1,0 +1,268 @@
+"""The segmented calibrator against the global one on test rows that are never held: one streaming pass.
+
+On the aggregate path the test split lives in the source (prepare streamed it to tables) or in a
+predictions file too large to load. A per-segment calibrator's probabilities need each row's score and
+segment values, which no bucket table keeps, so select could not compare it with the chosen global
+calibrator. :func:`compare` makes ONE DuckDB pass over the test rows (:func:`stream_test_rows`: the split
+expression prepare used, ``source_stream.split_parts``; or :func:`file_test_rows`), in Arrow batches, and
+per row applies the global calibrator (a function of the score) and every segmented calibrator (score and
+segment columns, as ``calibflow apply`` does). It keeps only sums:
+
+- per segmented method, the moments (count, mean, sum of squared deviations) of the per-row log-loss
+  difference against the global calibrator and against the uncalibrated scores, and of the Brier
+  difference against the uncalibrated scores: ``selection.paired_from_moments`` turns them into the same
+  CLT interval ``selection.paired_log_loss`` computes on rows (one formula, ``intervals.moments_interval``);
+- every method's log-loss sum;
+- per segmented method the fine probability table of its predictions (``kernel.accumulate``, the pass's
+  own kernel), from which the card's ECE, Brier, ratio and reliability come as for any aggregate method;
+- per value of each segment column: rows, positives, ``sum p`` uncalibrated and per method ``sum p``,
+  ``sum p^2``, ``sum p y`` (the per-segment ratios and their large-sample intervals).
+
+Batches are merged with Chan et al.'s pairwise update of the moments (numerically stable, unlike sums of
+squares). Memory: one batch plus the fine tables (5 MB per method) and the values seen. Deterministic:
+DuckDB keeps the file order (``preserve_insertion_order``), so the same rows arrive in the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy import stats
+
+from calibflow import sources as src
+from calibflow.aggregate import kernel
+from calibflow.aggregate.segments import records_from_metrics
+from calibflow.aggregate.source_stream import split_parts
+from calibflow.aggregate.table import BATCH_ROWS, DEFAULT_GRID, BucketGrid
+from calibflow.aggregate.tables import Part, _fine_frame
+from calibflow.metrics import row_log_loss
+from calibflow.segments import segment_matrix
+from calibflow.sources import SourceSpec, quote_ident
+
+#: How the per-segment ratio intervals of a pass are computed (stated on the card and in the docs).
+RATIO_INTERVAL = (
+    "large-sample (delta method on log(sum p / sum y), normal), from the pass's per-value sums; "
+    "not the row bootstrap"
+)
+
+
+@dataclass
+class Moments:
+    """Count, mean and sum of squared deviations of values added batch by batch."""
+
+    n: float = 0.0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, x: np.ndarray) -> None:
+        """Merge a batch (Chan, Golub & LeVeque 1979: the batch's own two-pass moments, then the update)."""
+        nb = float(x.size)
+        if not nb:
+            return
+        mb = float(x.mean())
+        m2b = float(((x - mb) ** 2).sum())
+        tot = self.n + nb
+        delta = mb - self.mean
+        self.mean += delta * nb / tot
+        self.m2 += m2b + delta * delta * self.n * nb / tot
+        self.n = tot
+
+    def astuple(self) -> tuple[float, float, float]:
+        return self.n, self.mean, self.m2
+
+
+@dataclass
+class _Values:
+    """Per value of one segment column, the sums of the pass (columns grow as new values arrive)."""
+
+    index: dict[str, int] = field(default_factory=dict)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def add(self, codes: np.ndarray, uniq: np.ndarray, cols: np.ndarray) -> None:
+        """Add ``cols`` (rows x sums) of rows whose level is ``uniq[codes]``."""
+        ids = np.array([self.index.setdefault(str(u), len(self.index)) for u in uniq], dtype=np.int64)
+        if self.sums.shape[0] < len(self.index):
+            grown = np.zeros((len(self.index), cols.shape[1]))
+            grown[: self.sums.shape[0]] = self.sums if self.sums.size else 0.0
+            self.sums = grown
+        at = ids[codes]
+        for j in range(cols.shape[1]):
+            self.sums[:, j] += np.bincount(at, weights=cols[:, j], minlength=len(self.index))
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` returns: see the module docstring."""
+
+    n: int
+    log_loss_uncalibrated: float
+    log_loss_global: float
+    log_loss: dict[str, float]
+    vs_global: dict[str, Moments]
+    vs_uncalibrated: dict[str, Moments]
+    brier_vs_uncalibrated: dict[str, Moments]
+    tables: dict[str, pd.DataFrame]
+    values: dict[str, pd.DataFrame]
+
+
+def stream_test_rows(spec: SourceSpec, seed: int, input_kind: str) -> Part:
+    """The test rows of a source prepare streamed (its split expression, ``source_stream.split_parts``):
+    ``_y`` (0/1), ``_s`` (the score the calibrators receive), ``_p`` (the uncalibrated probability) and
+    the segment columns under their own names, in the source's order."""
+    parts, rec, _ = split_parts(spec, seed, input_kind, 1, with_prob=True)
+    test = rec["names"].index("test")
+    segs = "".join(f", {quote_ident(c)}" for c in spec.segments)
+    return Part(f"(SELECT _y, _s, _p{segs} FROM {parts[0].sql} WHERE _sp = {test})", parts[0].params)
+
+
+def file_test_rows(path: str, label: str, score: str, prob: str, segments: Mapping[str, str],
+                   where: str = "", where_params: Mapping[str, Any] | None = None) -> Part:
+    """Rows of a Parquet file as :func:`stream_test_rows` gives them; ``segments``: name -> file column."""
+    segs = "".join(f", {quote_ident(c)} AS {quote_ident(n)}" for n, c in segments.items())
+    cond = f" WHERE {where}" if where else ""
+    sql = (f"(SELECT CAST({quote_ident(label)} AS DOUBLE) AS _y, {quote_ident(score)} AS _s, "
+           f"{quote_ident(prob)} AS _p{segs} FROM read_parquet($path){cond})")
+    return Part(sql, {"path": str(path), **dict(where_params or {})})
+
+
+def _levels(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's segment column as (code per row, level of each code): ``segments.as_levels`` read on
+    the column's distinct values only (Arrow's dictionary), the null level last. The same levels as
+    ``calibflow apply`` reads from the same batch (how a number reads depends on the set of values, which
+    the dictionary holds), at the cost of a dictionary encode instead of a text conversion per row."""
+    enc = pc.dictionary_encode(column)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    values = enc.dictionary.to_pandas().to_numpy(dtype=object)
+    uniq = segment_matrix({"v": np.r_[values, np.array([None], dtype=object)]}, values.size + 1)[1][0]
+    codes = pc.fill_null(enc.indices, values.size).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, uniq
+
+
+def _probability_table(acc: np.ndarray, y: np.ndarray, p: np.ndarray, grid: BucketGrid) -> None:
+    """Add the batch's probabilities ``p`` to the fine table ``acc`` (the pass kernel's row arithmetic)."""
+    a, b = np.empty_like(p), np.empty_like(p)
+    kernel.row_logs(p, False, p, a, b)
+    bad = np.zeros(2, np.int64)
+    kernel.accumulate(np.zeros(p.size, np.int64), y, np.empty(0), p, p, a, b, False, grid.z_max,
+                      grid.n_buckets, acc, bad)
+    if bad.any():
+        raise ValueError(f"{int(bad.sum())} test row(s) with a label outside {{0, 1}} or no probability")
+
+
+def compare(  # noqa: PLR0913
+    rows: Part,
+    global_cal: Any | None,
+    segmented: Mapping[str, Any],
+    segments: Sequence[str],
+    grid: BucketGrid = DEFAULT_GRID,
+    batch_rows: int = BATCH_ROWS,
+    threads: int | None = None,
+) -> Comparison:
+    """One pass over ``rows`` (see :func:`stream_test_rows`): each segmented calibrator of ``segmented``
+    (method -> fitted calibrator) against ``global_cal`` (None: the uncalibrated ``_p``, the kept
+    scores), on the segment columns ``segments``."""
+    methods = list(segmented)
+    d_glob = {m: Moments() for m in methods}
+    d_unc = {m: Moments() for m in methods}
+    d_brier = {m: Moments() for m in methods}
+    ll_sum = dict.fromkeys(methods, 0.0)
+    ll_unc = ll_glob = 0.0
+    accs = {m: kernel.new_accumulator(grid.n_buckets * 2)[0] for m in methods}
+    values = {c: _Values() for c in segments}
+    n = 0
+    con = src.connect(threads)
+    try:
+        reader = con.sql(f"SELECT * FROM {rows.sql}", params=rows.params).to_arrow_reader(int(batch_rows))
+        for batch in reader:
+            y = batch.column("_y").to_numpy(zero_copy_only=False).astype(np.float64)
+            s = batch.column("_s").to_numpy(zero_copy_only=False).astype(np.float64)
+            p_unc = batch.column("_p").to_numpy(zero_copy_only=False).astype(np.float64)
+            coded = {c: _levels(batch.column(c)) for c in segments}
+            segs = {c: uniq[codes] for c, (codes, uniq) in coded.items()}
+            p_glob = p_unc if global_cal is None else np.asarray(global_cal.predict(s), np.float64)
+            l_unc, l_glob = row_log_loss(y, p_unc), row_log_loss(y, p_glob)
+            b_unc = (p_unc - y) ** 2
+            per_value = [np.ones_like(y), y, p_unc]
+            for m in methods:
+                p = np.asarray(segmented[m].predict(s, segments=segs), np.float64)
+                ll = row_log_loss(y, p)
+                d_glob[m].add(ll - l_glob)
+                d_unc[m].add(ll - l_unc)
+                d_brier[m].add((p - y) ** 2 - b_unc)
+                ll_sum[m] += float(ll.sum())
+                _probability_table(accs[m], y, p, grid)
+                per_value += [p, p * p, p * y]
+            stacked = np.column_stack(per_value)
+            for c, (codes, uniq) in coded.items():
+                values[c].add(codes, uniq, stacked)
+            ll_unc += float(l_unc.sum())
+            ll_glob += float(l_glob.sum())
+            n += y.size
+    finally:
+        con.close()
+    if not n:
+        raise ValueError("no test rows to score")
+    return Comparison(
+        n=n,
+        log_loss_uncalibrated=ll_unc / n,
+        log_loss_global=ll_glob / n,
+        log_loss={m: v / n for m, v in ll_sum.items()},
+        vs_global=d_glob,
+        vs_uncalibrated=d_unc,
+        brier_vs_uncalibrated=d_brier,
+        tables={m: _fine_frame(a) for m, a in accs.items()},
+        values={c: _values_frame(v, methods) for c, v in values.items()},
+    )
+
+
+def _values_frame(v: _Values, methods: list[str]) -> pd.DataFrame:
+    """One row per value (sorted): ``n``, ``positives``, ``sum_p_unc`` and per method ``sum_p:<m>``,
+    ``sum_p2:<m>``, ``sum_py:<m>``."""
+    per_method = [f"{k}:{m}" for m in methods for k in ("sum_p", "sum_p2", "sum_py")]
+    cols = ["n", "positives", "sum_p_unc", *per_method]
+    frame = pd.DataFrame(v.sums, columns=cols)
+    frame.insert(0, "value", list(v.index))
+    return frame.sort_values("value", kind="stable").reset_index(drop=True)
+
+
+def ratio_interval(n: np.ndarray, sy: np.ndarray, sp: np.ndarray, sp2: np.ndarray, spy: np.ndarray,
+                   level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Large-sample interval of ``sum p / sum y`` per value from the sums: the ratio estimator's delta
+    method, ``var(R) = n / (n - 1) * sum (p - R y)^2 / (sum y)^2``, on the log scale (the interval stays
+    positive and is asymmetric as a ratio's is). NaN where there is no positive or fewer than 2 rows."""
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = sp / sy
+        resid = np.clip(sp2 - 2.0 * r * spy + r * r * sy, 0.0, None)  # y in {0, 1}: sum y^2 = sum y
+        se_log = np.sqrt(n / (n - 1.0) * resid) / sy / r
+        ok = (sy > 0) & (n > 1) & (r > 0)
+        lo = np.where(ok, r * np.exp(-z * se_log), np.nan)
+        hi = np.where(ok, r * np.exp(z * se_log), np.nan)
+    return lo, hi
+
+
+def segment_ratio_records(
+    res: Comparison, method: str, level: float, top: int | None
+) -> list[dict[str, Any]]:
+    """The card's per-segment rows (``aggregate.segments.segment_records``' shape and pooling) for
+    ``method``'s probabilities, from the pass's per-value sums; intervals: :func:`ratio_interval`."""
+    out: list[dict[str, Any]] = []
+    for col, v in res.values.items():
+        n, sy = v["n"].to_numpy(), v["positives"].to_numpy()
+        sp = v[f"sum_p:{method}"].to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = pd.DataFrame({"value": v["value"], "n": n, "positives": sy,
+                               "calibration_ratio": np.where(sy > 0, v["sum_p_unc"] / sy, np.nan)})
+            mc = mu.assign(calibration_ratio=np.where(sy > 0, sp / sy, np.nan))
+        lo, hi = ratio_interval(n, sy, sp, v[f"sum_p2:{method}"].to_numpy(), v[f"sum_py:{method}"].to_numpy(),
+                                level)
+        mc = mc.assign(calibration_ratio_low=lo, calibration_ratio_high=hi)
+        out += records_from_metrics(mu, mc, col, top)
+    return out
