@@ -317,8 +317,11 @@ _WORKERS: dict[str, DvcWorker] = {}
 
 
 def _worker(root: Path) -> DvcWorker:
-    """This process's DVC worker for ``root`` (started on first use, closed at exit); under _DVC_LOCK."""
+    """This process's DVC worker for ``root`` (started on first use, closed at exit or when another root's
+    is asked for); under _DVC_LOCK."""
     key = str(Path(root).resolve())
+    for other in [k for k in _WORKERS if k != key]:  # one idle DVC process at most (~60 MB), not one per root
+        _WORKERS.pop(other).close(grace=2.0)
     w = _WORKERS.get(key)
     if w is None or not w.alive():
         if w is not None:

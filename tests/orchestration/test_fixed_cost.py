@@ -53,6 +53,15 @@ def test_a_failing_stage_in_the_worker_keeps_its_status_and_a_dead_worker_is_rep
     assert dvc_stages._WORKERS[str(toy.resolve())] is not worker
 
 
+def test_a_second_repository_replaces_the_idle_worker_of_the_first(tmp_path):
+    one, two = make_toy_repo(tmp_path / "one"), make_toy_repo(tmp_path / "two")
+    assert dvc_stages.reproduce_stage(one, "a").ran
+    first = dvc_stages._WORKERS[str(one.resolve())]
+    assert dvc_stages.reproduce_stage(two, "a").ran
+    assert list(dvc_stages._WORKERS) == [str(two.resolve())]
+    assert first.proc.poll() is not None  # ended, not left idle
+
+
 def test_a_stage_process_exits_with_its_status_and_runs_exit_handlers(tmp_path):
     mark = tmp_path / "handler-ran"
     code = textwrap.dedent(
