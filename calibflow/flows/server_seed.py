@@ -78,6 +78,9 @@ def _copy(src: Path, dst: Path) -> None:
             sqlite3.connect(tmp)
         ) as d:
             s.backup(d)
+            # one self-contained file (reading a WAL database leaves -wal/-shm files beside it); Prefect
+            # switches each connection back to WAL
+            d.execute("PRAGMA journal_mode=DELETE")
         os.replace(tmp, dst)
     finally:
         with contextlib.suppress(FileNotFoundError):

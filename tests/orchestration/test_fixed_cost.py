@@ -116,6 +116,7 @@ def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monk
     assert not first["seeded_before_start"] and first["block_types"] > 0
     templates = list((cache / "calibflow").glob("prefect-*.db"))
     assert len(templates) == 1
+    assert not list((cache / "calibflow").glob("*-wal"))
     with sqlite3.connect(templates[0]) as con:  # migrated, and no run in it
         assert con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
         assert con.execute("SELECT count(*) FROM flow_run").fetchone()[0] == 0
@@ -129,3 +130,4 @@ def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monk
     assert not server_seed.seed(tmp_path / "three")  # switched off
     second = _start(home, cache)
     assert second["seeded_before_start"] and second["block_types"] == first["block_types"]
+    assert sorted(p.name for p in (cache / "calibflow").iterdir()) == [templates[0].name]  # no -wal/-shm
