@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="scale.row_threshold (default: calibflow's, 5e6); lower it for a small check")
     ap.add_argument("--distinct-max", type=float, default=None,
                     help="scale.distinct_max (default 2^20): at 1e6 random scores the distinct-score "
-                    "estimate falls on either side of 2^20 from run to run; 1e5 keeps the fine grid, as at 1e8")
+                    "estimate falls on either side of 2^20 from run to run; 1e5 keeps the fine grid "
+                    "(as at 1e8)")
     a = ap.parse_args(argv)
     rows = int(a.rows)
     work = Path(tempfile.mkdtemp(prefix="scale_pipeline_", dir=a.work))
