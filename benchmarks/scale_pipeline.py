@@ -74,14 +74,16 @@ def stage_seconds(project: Path) -> dict[str, float]:
     return out
 
 
-def _set_threshold(project: Path, threshold: int | None) -> None:
-    if threshold is None:
+def _set_scale(project: Path, **values: int | None) -> None:
+    """Set ``scale`` keys in the project's params.yaml (those not None)."""
+    values = {k: int(v) for k, v in values.items() if v is not None}
+    if not values:
         return
     import yaml
 
     pfile = project / "params.yaml"
     params = yaml.safe_load(pfile.read_text())
-    params["scale"] = {**(params.get("scale") or {}), "row_threshold": int(threshold)}
+    params["scale"] = {**(params.get("scale") or {}), **values}
     pfile.write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -137,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-fit", dest="fit", action="store_false", help="skip `calibflow fit`")
     ap.add_argument("--row-threshold", type=float, default=None,
                     help="scale.row_threshold (default: calibflow's, 5e6); lower it for a small check")
+    ap.add_argument("--distinct-max", type=float, default=None,
+                    help="scale.distinct_max (default 2^20): at 1e6 random scores the distinct-score "
+                    "estimate falls on either side of 2^20 from run to run; 1e5 keeps the fine grid "
+                    "(as at 1e8)")
     a = ap.parse_args(argv)
     rows = int(a.rows)
     work = Path(tempfile.mkdtemp(prefix="scale_pipeline_", dir=a.work))
@@ -158,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         if init.returncode:
             raise SystemExit(f"calibflow init failed: {(init.stdout + init.stderr).strip()[-800:]}")
-        _set_threshold(project, None if a.row_threshold is None else int(a.row_threshold))
+        _set_scale(project, row_threshold=a.row_threshold, distinct_max=a.distinct_max)
+        load_before = [round(x, 1) for x in os.getloadavg()]
         read = [plain_read(files) for _ in range(2)]
         run = _timed([*cli, "run"], project)
         res: dict = {
@@ -180,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         res.update(_summary(project))
         if a.fit:
             res["fit"] = _fit(cli, work, files, project)
+        res["load_avg_before"] = load_before
         res["load_avg"] = [round(x, 1) for x in os.getloadavg()]
         print(json.dumps(res, indent=2))
     finally:

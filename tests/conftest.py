@@ -91,6 +91,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_cli": ("server",),
     "test_cli_errors": ("server",),
     "test_entry_points_no_shell": ("dvc", "server"),
+    "test_fixed_cost": ("dvc", "server"),
     "test_flows_dvc": ("dvc",),
     "test_flows_prefect": ("dvc", "server"),
     "test_monitor_docs": ("dvc",),

@@ -9,6 +9,7 @@ records them with ``dvc commit`` serially afterwards.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -238,12 +239,96 @@ def reproduce_stage(
         if on_line is not None:
             on_line(f"removed a killed run's leftover {stale.relative_to(root)}")
     with _DVC_LOCK:
-        code, output = _stream([sys.executable, "-m", "dvc", "repro", "--single-item", name], root, on_line)
+        code, output = _worker(root).run(["repro", "--single-item", name], on_line)
     secs = time.perf_counter() - t0
     if code != 0:
         raise _failed(name, "", code, output)
     ran = "didn't change, skipping" not in output
     return StageRun(name, ran, secs, _tail(output, 15))
+
+
+class DvcWorker:
+    """A ``calibflow.flows.dvc_worker`` process: DVC imported once, one ``dvc`` command per request.
+
+    Its own process group (as ``_stream``'s children), recorded as the running stage while a command runs,
+    so Ctrl-C, the API watchdog and a later run stop it and its stage as they stopped ``python -m dvc``.
+    Used under ``_DVC_LOCK`` only. A worker that died or was stopped is replaced on the next request.
+    """
+
+    def __init__(self, root: Path):
+        from calibflow.flows.dvc_worker import DONE
+
+        self.root = root
+        self.done = DONE
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"],
+            cwd=root,
+            env=stage_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            bufsize=1,
+        )
+        with _RUNNING_GUARD:
+            RUNNING.add(self.proc)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, args: list[str], on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+        """``dvc ARGS`` in the worker; its exit status and output (as ``_stream`` returns them)."""
+        import json
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        note_stage(self.root, self.proc.pid)
+        lines: list[str] = []
+        try:
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if line.startswith(self.done):
+                    return int(line.split()[-1]), "".join(lines)
+                lines.append(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+            return self.proc.wait(), "".join(lines)  # died mid-command: its status (killed: negative)
+        except BaseException:
+            self.close(grace=5.0)
+            raise
+        finally:
+            note_stage(self.root, None)
+
+    def close(self, grace: float = 5.0) -> None:
+        """End the worker: EOF on its stdin, then the group's SIGINT/SIGKILL if it does not exit."""
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            stop_group(self.proc, grace)
+        with _RUNNING_GUARD:
+            RUNNING.discard(self.proc)
+
+
+_WORKERS: dict[str, DvcWorker] = {}
+
+
+def _worker(root: Path) -> DvcWorker:
+    """This process's DVC worker for ``root`` (started on first use, closed at exit or when another root's
+    is asked for); under _DVC_LOCK."""
+    key = str(Path(root).resolve())
+    for other in [k for k in _WORKERS if k != key]:  # one idle DVC process at most (~60 MB), not one per root
+        _WORKERS.pop(other).close(grace=2.0)
+    w = _WORKERS.get(key)
+    if w is None or not w.alive():
+        if w is not None:
+            w.close(grace=0.0)
+        w = _WORKERS[key] = DvcWorker(Path(root))
+        atexit.register(w.close, 2.0)
+    return w
 
 
 def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:

@@ -225,6 +225,19 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
 
     Must be called before ``prefect`` is imported; sets ``PREFECT_API_URL`` to it.
     """
+    proc, url = spawn_temporary()
+    return proc, wait_temporary(proc, url, wait)
+
+
+def spawn_temporary() -> tuple[subprocess.Popen, str]:
+    """Start the temporary server and set ``PREFECT_API_URL`` to it without waiting for it to answer.
+
+    The caller imports Prefect and plans while the server starts (``wait_temporary`` then waits), so its
+    start overlaps that work instead of preceding it. A new ``PREFECT_HOME`` gets the migrated template
+    database (``server_seed``).
+    """
+    from calibflow.flows import server_seed
+
     reap_orphan()
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT__SERVER_EPHEMERAL": "1"}
@@ -244,21 +257,33 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
         "--lifespan",
         "on",
     ]
+    fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent, stdout=subprocess.DEVNULL)  # noqa: PLW1509
+    proc.calibflow_fresh_db = fresh  # type: ignore[attr-defined]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(f"{proc.pid} {os.getpid()}\n")
     atexit.register(stop_temporary, proc)
     url = api_url(port)
+    os.environ["PREFECT_API_URL"] = url
+    return proc, url
+
+
+def wait_temporary(proc: subprocess.Popen, url: str, wait: float = 90.0) -> str:
+    """Wait until the server of ``spawn_temporary`` answers; stop it and raise if it never does."""
+    from calibflow.flows import server_seed
+
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ServerFailed(f"the temporary Prefect server exited with code {proc.returncode}")
         if healthy(url=url, timeout=1.0):
-            os.environ["PREFECT_API_URL"] = url
-            return proc, url
+            if getattr(proc, "calibflow_fresh_db", False):
+                server_seed.save(home())
+            return url
         time.sleep(0.2)
     stop_temporary(proc)
+    os.environ.pop("PREFECT_API_URL", None)
     raise ServerFailed(f"the temporary Prefect server did not answer within {wait:.0f} s (a busy machine: "
                        "run the command again, or keep one running with `calibflow server start`)")
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -226,6 +226,22 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--root", default=".", help="project root holding data/, reports/ (default: .)")
     return parser
+
+
+def exit_process(code: int | None) -> NoReturn:
+    """End a stage's process with ``code``, skipping the interpreter's teardown.
+
+    Outputs are written and closed by then; what is left is freeing the modules a stage imported (Great
+    Expectations, pandas, scipy, SQLAlchemy): about 1 s of CPU per stage on the 2-core machine, twelve
+    stages a run. Exit handlers still run (temporary folders, log handlers), then the streams are flushed.
+    """
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(int(code or 0))
 
 
 def cli(fn: Callable[[], Any]) -> int:

@@ -186,4 +186,6 @@ def run_all(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str,
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from calibflow.pipeline._common import exit_process
+
+    exit_process(main())

@@ -191,4 +191,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from calibflow.pipeline._common import exit_process
+
+    exit_process(main())

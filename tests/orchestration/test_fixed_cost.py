@@ -1,0 +1,133 @@
+"""What `calibflow run` pays per run and per stage, cut (issue 25): one DVC process for every stage, a
+stage process that skips the interpreter's teardown, a new project's Prefect database seeded from a
+migrated one.
+
+Real parts: a real DVC repository (the toy pipeline), real temporary Prefect servers on their own homes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers.flow_fixtures import make_toy_repo
+
+from calibflow.flows import dvc_stages
+
+
+@pytest.fixture
+def toy(tmp_path):
+    return make_toy_repo(tmp_path / "toy")
+
+
+def test_every_stage_runs_in_one_dvc_worker_with_its_output_streamed(toy):
+    lines: list[str] = []
+    runs = [dvc_stages.reproduce_stage(toy, st.name, on_line=lines.append) for st in dvc_stages.plan(toy)]
+    assert [r.ran for r in runs] == [True] * len(runs)
+    worker = dvc_stages._WORKERS[str(toy.resolve())]
+    assert worker.alive()
+    assert any(ln.startswith("Running stage 'a'") for ln in lines)
+    assert not any(dvc_stages.DvcWorker.__name__ in ln or "calibflow-dvc-worker-done" in ln for ln in lines)
+    # as `python -m dvc repro` left it: nothing stale, and a second repro is a no-op in the same worker
+    assert not any(s.stale for s in dvc_stages.plan(toy))
+    again = dvc_stages.reproduce_stage(toy, "a")
+    assert not again.ran and dvc_stages._WORKERS[str(toy.resolve())] is worker
+
+
+def test_a_failing_stage_in_the_worker_keeps_its_status_and_a_dead_worker_is_replaced(toy):
+    for st in dvc_stages.plan(toy):
+        dvc_stages.reproduce_stage(toy, st.name)
+    (toy / "params.yaml").write_text("scale: 1\nfail: a\n")
+    with pytest.raises(dvc_stages.StageFailed, match=r"(?s)stage .a. failed.*told to fail") as err:
+        dvc_stages.reproduce_stage(toy, "a")
+    assert err.value.code != 0
+    worker = dvc_stages._WORKERS[str(toy.resolve())]
+    worker.proc.kill()
+    worker.proc.wait()
+    (toy / "params.yaml").write_text("scale: 3\nfail: none\n")
+    assert dvc_stages.reproduce_stage(toy, "a").ran  # a new worker took over
+    assert dvc_stages._WORKERS[str(toy.resolve())] is not worker
+
+
+def test_a_second_repository_replaces_the_idle_worker_of_the_first(tmp_path):
+    one, two = make_toy_repo(tmp_path / "one"), make_toy_repo(tmp_path / "two")
+    assert dvc_stages.reproduce_stage(one, "a").ran
+    first = dvc_stages._WORKERS[str(one.resolve())]
+    assert dvc_stages.reproduce_stage(two, "a").ran
+    assert list(dvc_stages._WORKERS) == [str(two.resolve())]
+    assert first.proc.poll() is not None  # ended, not left idle
+
+
+def test_a_stage_process_exits_with_its_status_and_runs_exit_handlers(tmp_path):
+    mark = tmp_path / "handler-ran"
+    code = textwrap.dedent(
+        f"""
+        import atexit, pathlib
+        from calibflow.pipeline._common import exit_process
+        atexit.register(lambda: pathlib.Path({str(mark)!r}).write_text("yes"))
+        print("written before exit", flush=False)
+        exit_process(3)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert proc.stdout.strip() == "written before exit"  # a buffered line still comes out
+    assert mark.read_text() == "yes"
+
+
+_START = textwrap.dedent(
+    """
+    import json, sys, urllib.request
+    from calibflow.flows import server, server_seed
+    seeded = server_seed.database(server.home()).exists()
+    proc, url = server.spawn_temporary()
+    server.wait_temporary(proc, url)
+    req = urllib.request.Request(url + "/block_types/filter", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        blocks = len(json.load(resp))
+    server.stop_temporary(proc)
+    print(json.dumps({"seeded_before_start": seeded, "block_types": blocks}))
+    """
+)
+
+
+def _start(home, cache) -> dict:
+    import json
+
+    env = {**os.environ, "PREFECT_HOME": str(home), "XDG_CACHE_HOME": str(cache)}
+    for key in ("PREFECT_API_URL", "CALIBFLOW_PREFECT_SEED", "PREFECT_API_DATABASE_CONNECTION_URL"):
+        env.pop(key, None)
+    argv = [sys.executable, "-c", _START]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monkeypatch):
+    from calibflow.flows import server_seed
+
+    cache = tmp_path / "cache"
+    first = _start(tmp_path / "one", cache)
+    assert not first["seeded_before_start"] and first["block_types"] > 0
+    templates = list((cache / "calibflow").glob("prefect-*.db"))
+    assert len(templates) == 1
+    assert not list((cache / "calibflow").glob("*-wal"))
+    with sqlite3.connect(templates[0]) as con:  # migrated, and no run in it
+        assert con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM flow_run").fetchone()[0] == 0
+    # a second project: its database is the template's copy before its server starts, and that server works
+    home = tmp_path / "two"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.delenv("CALIBFLOW_PREFECT_SEED", raising=False)
+    assert server_seed.seed(home) and server_seed.database(home).is_file()
+    assert not server_seed.seed(home)  # an existing database is never replaced
+    monkeypatch.setenv("CALIBFLOW_PREFECT_SEED", "0")
+    assert not server_seed.seed(tmp_path / "three")  # switched off
+    second = _start(home, cache)
+    assert second["seeded_before_start"] and second["block_types"] == first["block_types"]
+    assert sorted(p.name for p in (cache / "calibflow").iterdir()) == [templates[0].name]  # no -wal/-shm
