@@ -112,6 +112,9 @@ class Comparison:
     brier_vs_uncalibrated: dict[str, Moments]
     tables: dict[str, pd.DataFrame]
     values: dict[str, pd.DataFrame]
+    #: The uncalibrated probabilities' fine table on the same rows (``compare(uncalibrated_table=True)``):
+    #: a sampled pass's before/after metrics then come from the same rows.
+    table_uncalibrated: pd.DataFrame | None = None
 
 
 #: Low bits of the row hash the sample compares with its threshold (a fraction's resolution: 2^-32).
@@ -220,10 +223,12 @@ def compare(  # noqa: PLR0913
     grid: BucketGrid = DEFAULT_GRID,
     batch_rows: int = BATCH_ROWS,
     threads: int | None = None,
+    uncalibrated_table: bool = False,
 ) -> Comparison:
     """One pass over ``rows`` (see :func:`stream_test_rows`): each segmented calibrator of ``segmented``
     (method -> fitted calibrator) against ``global_cal`` (None: the uncalibrated ``_p``, the kept
-    scores), on the segment columns ``segments``."""
+    scores), on the segment columns ``segments``. ``uncalibrated_table``: also the fine table of
+    ``_p`` on these rows (``Comparison.table_uncalibrated``)."""
     methods = list(segmented)
     d_glob = {m: Moments() for m in methods}
     d_unc = {m: Moments() for m in methods}
@@ -231,6 +236,7 @@ def compare(  # noqa: PLR0913
     ll_sum = dict.fromkeys(methods, 0.0)
     ll_unc = ll_glob = 0.0
     accs = {m: kernel.new_accumulator(grid.n_buckets * 2)[0] for m in methods}
+    acc_unc = kernel.new_accumulator(grid.n_buckets * 2)[0] if uncalibrated_table else None
     values = {c: _Values() for c in segments}
     n = 0
     con = src.connect(threads)
@@ -245,6 +251,8 @@ def compare(  # noqa: PLR0913
             p_glob = p_unc if global_cal is None else np.asarray(global_cal.predict(s), np.float64)
             l_unc, l_glob = row_log_loss(y, p_unc), row_log_loss(y, p_glob)
             b_unc = (p_unc - y) ** 2
+            if acc_unc is not None:
+                _probability_table(acc_unc, y, p_unc, grid)
             per_value = [np.ones_like(y), y, p_unc]
             for m in methods:
                 p = np.asarray(segmented[m].predict(s, segments=segs), np.float64)
@@ -275,6 +283,7 @@ def compare(  # noqa: PLR0913
         brier_vs_uncalibrated=d_brier,
         tables={m: _fine_frame(a) for m, a in accs.items()},
         values={c: _values_frame(v, methods) for c, v in values.items()},
+        table_uncalibrated=None if acc_unc is None else _fine_frame(acc_unc),
     )
 
 

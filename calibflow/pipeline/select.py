@@ -432,7 +432,8 @@ def _segmented_pass(
     sample = segment_compare.row_sample(scale.compare_rows, stored, scale.seed)
     try:
         res = segment_compare.compare(_test_rows(lay, params, name, names, sample), glob, cals, names,
-                                      scale.grid, threads=scale.threads or None)
+                                      scale.grid, threads=scale.threads or None,
+                                      uncalibrated_table=sample is not None)
     except ValueError as exc:
         raise StageError(f"{name}: scoring the test rows per segment: {exc}") from None
     _check_scored(name, res.n, stored, sample)
@@ -447,8 +448,11 @@ def _segmented_pass(
                           f"scale.compare_rows {scale.compare_rows:,})")
     if rec["chosen"]:
         t = add_replicates(res.tables[best], scale.replicates, scale.seed)
-        rec["metrics"] = _pass_metrics(res, best, _aggregate.compare_tables(test, t, int(cfg.n_bins), level),
-                                       level)
+        # sampled: before and after on the same rows (the stored test table holds them all)
+        before = test if res.table_uncalibrated is None else add_replicates(
+            res.table_uncalibrated, scale.replicates, scale.seed)
+        met = _aggregate.compare_tables(before, t, int(cfg.n_bins), level)
+        rec["metrics"] = _pass_metrics(res, best, met, level)
         rec["segments"] = segment_compare.segment_ratio_records(res, best, level, MAX_SEGMENTS)
         rec["reliability"] = _aggregate.reliability_from_table(t, int(cfg.n_bins), level,
                                                                str(cfg.reliability_bins))

@@ -138,7 +138,11 @@ def test_sampled_pass_is_the_row_formula_on_exactly_the_sampled_rows(data):
     want = selection.paired_log_loss(y, glob.predict(z), p_seg, 0.9)
     got = selection.paired_from_moments(*res.vs_global["partial_pooling"].astuple(), 0.9)
     assert (got.delta, got.low, got.high) == pytest.approx((want.delta, want.low, want.high), abs=1e-12)
-    assert res.values["country"]["n"].sum() == res.n
+    assert res.values["country"]["n"].sum() == res.n and res.table_uncalibrated is None
+    unc = sc.compare(sc.file_test_rows(str(path), "y", "margin", "prob", {"country": "s:country"},
+                                       "split = $split", {"split": "test"}, sample),
+                     glob, {"partial_pooling": seg}, ["country"], uncalibrated_table=True).table_uncalibrated
+    assert unc["n"].sum() == res.n and unc["sum_q"].sum() == pytest.approx(kept["prob"].sum(), rel=1e-12)
     # the same seed gives the same sample; another seed another one
     again = _sampled_pass(path, glob, seg, sample)
     assert again.vs_global["partial_pooling"] == res.vs_global["partial_pooling"]

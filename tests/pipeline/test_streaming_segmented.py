@@ -23,6 +23,7 @@ from scipy.special import expit
 from calibflow import selection
 from calibflow.aggregate import source_stream
 from calibflow.calibrators import from_json
+from calibflow.metrics import row_log_loss
 from calibflow.pipeline import (
     _sources,
     calibrate,
@@ -238,6 +239,12 @@ def test_sampled_challenge_states_its_sample_and_is_the_row_formula_on_it(effect
                                      p["evaluate"]["ci_level"])
     assert got["delta_ci"] == pytest.approx(want.ci(), abs=1e-12)
     assert got["chosen"] and card["method"] == "partial_pooling"
+    # the card's before/after metrics are both on the sampled rows (not the stored table's all rows)
+    y, unc = t["y"].to_numpy(np.float64), t["prob"].to_numpy(np.float64)
+    met = card["metrics"]
+    assert met["calibration_ratio"]["uncalibrated"] == pytest.approx(unc.sum() / y.sum(), rel=1e-9)
+    assert met["calibration_ratio"]["calibrated"] == pytest.approx(p_seg.sum() / y.sum(), rel=1e-9)
+    assert met["log_loss"]["uncalibrated"] == pytest.approx(row_log_loss(y, unc).mean(), abs=1e-12)
     assert "on a seeded sample" in card["reason"]
     # the report's per-column add-up check uses the compared rows
     assert card["segment_test_rows"] == len(t) == sum(s["n"] for s in card["segments"])
