@@ -18,6 +18,9 @@ segment columns, as ``calibflow apply`` does). It keeps only sums:
 - per value of each segment column: rows, positives, ``sum p`` uncalibrated and per method ``sum p``,
   ``sum p^2``, ``sum p y`` (the per-segment ratios and their large-sample intervals).
 
+Above ``scale.compare_rows`` test rows the pass reads a seeded sample of about that many (:class:`RowSample`:
+a hash of the row's position and the seed, computed in DuckDB, so only the sampled rows leave it).
+
 Batches are merged with Chan et al.'s pairwise update of the moments (numerically stable, unlike sums of
 squares). Memory: one batch plus the fine tables (5 MB per method) and the values seen. Deterministic:
 DuckDB keeps the file order (``preserve_insertion_order``), so the same rows arrive in the same batches.
@@ -109,25 +112,81 @@ class Comparison:
     brier_vs_uncalibrated: dict[str, Moments]
     tables: dict[str, pd.DataFrame]
     values: dict[str, pd.DataFrame]
+    #: The uncalibrated probabilities' fine table on the same rows (``compare(uncalibrated_table=True)``):
+    #: a sampled pass's before/after metrics then come from the same rows.
+    table_uncalibrated: pd.DataFrame | None = None
 
 
-def stream_test_rows(spec: SourceSpec, seed: int, input_kind: str) -> Part:
+#: Low bits of the row hash the sample compares with its threshold (a fraction's resolution: 2^-32).
+SAMPLE_BITS = 32
+#: Mixed into the sample's seed so that the sample is not the split's own draw: the split keeps a row by
+#: ``hash(hash(row) xor seed)``; with the same seed (both default to 0) the sample would take a slice of
+#: the test split's hash range instead of a random part of it. (The golden-ratio constant: many bits set.)
+SAMPLE_SALT = 0x9E3779B97F4A7C15
+
+
+@dataclass(frozen=True)
+class RowSample:
+    """A seeded sample of about ``fraction`` of the rows: a row is kept when
+    ``hash(hash(row) xor (seed xor SAMPLE_SALT)) mod 2^SAMPLE_BITS < threshold``, ``row`` its position.
+    The same rows and seed give the same sample on any machine (DuckDB's hash is fixed)."""
+
+    fraction: float
+    seed: int
+
+    @property
+    def threshold(self) -> int:
+        return round(min(max(self.fraction, 0.0), 1.0) * 2**SAMPLE_BITS)
+
+    def condition(self, row: str) -> str:
+        """SQL true on the sampled rows; ``row`` names the row-position column."""
+        key = (int(self.seed) ^ SAMPLE_SALT) & (2**64 - 1)
+        return (f"hash(xor(hash({row}), CAST({key} AS UBIGINT))) % {2**SAMPLE_BITS} "
+                f"< {self.threshold}")
+
+    def describe(self) -> str:
+        return (f"rows kept when hash(hash(row) xor (seed xor {SAMPLE_SALT:#x})) mod 2^{SAMPLE_BITS} < "
+                f"{self.threshold} (fraction {self.fraction:.6g}, seed {self.seed})")
+
+
+def row_sample(compare_rows: int, test_rows: int, seed: int) -> RowSample | None:
+    """The sample of about ``compare_rows`` of ``test_rows`` rows, or None (every row) when
+    ``compare_rows`` is 0 or the rows are not more than it."""
+    if compare_rows <= 0 or test_rows <= compare_rows:
+        return None
+    return RowSample(compare_rows / test_rows, int(seed))
+
+
+def plausible_sample_size(n: int, total: int, sample: RowSample) -> bool:
+    """Whether ``n`` sampled rows fit ``total`` rows at the sample's fraction (within 6 binomial standard
+    deviations, plus one row): a changed test split shows as a count far outside it."""
+    f = sample.threshold / 2**SAMPLE_BITS
+    return abs(n - f * total) <= 6.0 * float(np.sqrt(total * f * (1.0 - f))) + 1.0
+
+
+def stream_test_rows(spec: SourceSpec, seed: int, input_kind: str, sample: RowSample | None = None) -> Part:
     """The test rows of a source prepare streamed (its split expression, ``source_stream.split_parts``):
     ``_y`` (0/1), ``_s`` (the score the calibrators receive), ``_p`` (the uncalibrated probability) and
-    the segment columns under their own names, in the source's order."""
+    the segment columns under their own names, in the source's order. ``sample``: only those of the
+    sampled rows (``row``: the row's position in the source, the split's own ``_row``)."""
     parts, rec, _ = split_parts(spec, seed, input_kind, 1, with_prob=True)
     test = rec["names"].index("test")
     segs = "".join(f", {quote_ident(c)}" for c in spec.segments)
-    return Part(f"(SELECT _y, _s, _p{segs} FROM {parts[0].sql} WHERE _sp = {test})", parts[0].params)
+    keep = f" AND {sample.condition('_row')}" if sample is not None else ""
+    return Part(f"(SELECT _y, _s, _p{segs} FROM {parts[0].sql} WHERE _sp = {test}{keep})", parts[0].params)
 
 
 def file_test_rows(path: str, label: str, score: str, prob: str, segments: Mapping[str, str],
-                   where: str = "", where_params: Mapping[str, Any] | None = None) -> Part:
-    """Rows of a Parquet file as :func:`stream_test_rows` gives them; ``segments``: name -> file column."""
+                   where: str = "", where_params: Mapping[str, Any] | None = None,
+                   sample: RowSample | None = None) -> Part:
+    """Rows of a Parquet file as :func:`stream_test_rows` gives them; ``segments``: name -> file column.
+    ``sample``: only the sampled rows (``row``: the row's position in the file, ``file_row_number``)."""
     segs = "".join(f", {quote_ident(c)} AS {quote_ident(n)}" for n, c in segments.items())
-    cond = f" WHERE {where}" if where else ""
+    conds = [c for c in (where, sample.condition("file_row_number") if sample is not None else "") if c]
+    cond = f" WHERE {' AND '.join(f'({c})' for c in conds)}" if conds else ""
+    reader = "read_parquet($path, file_row_number = true)" if sample is not None else "read_parquet($path)"
     sql = (f"(SELECT CAST({quote_ident(label)} AS DOUBLE) AS _y, {quote_ident(score)} AS _s, "
-           f"{quote_ident(prob)} AS _p{segs} FROM read_parquet($path){cond})")
+           f"{quote_ident(prob)} AS _p{segs} FROM {reader}{cond})")
     return Part(sql, {"path": str(path), **dict(where_params or {})})
 
 
@@ -164,10 +223,12 @@ def compare(  # noqa: PLR0913
     grid: BucketGrid = DEFAULT_GRID,
     batch_rows: int = BATCH_ROWS,
     threads: int | None = None,
+    uncalibrated_table: bool = False,
 ) -> Comparison:
     """One pass over ``rows`` (see :func:`stream_test_rows`): each segmented calibrator of ``segmented``
     (method -> fitted calibrator) against ``global_cal`` (None: the uncalibrated ``_p``, the kept
-    scores), on the segment columns ``segments``."""
+    scores), on the segment columns ``segments``. ``uncalibrated_table``: also the fine table of
+    ``_p`` on these rows (``Comparison.table_uncalibrated``)."""
     methods = list(segmented)
     d_glob = {m: Moments() for m in methods}
     d_unc = {m: Moments() for m in methods}
@@ -175,6 +236,7 @@ def compare(  # noqa: PLR0913
     ll_sum = dict.fromkeys(methods, 0.0)
     ll_unc = ll_glob = 0.0
     accs = {m: kernel.new_accumulator(grid.n_buckets * 2)[0] for m in methods}
+    acc_unc = kernel.new_accumulator(grid.n_buckets * 2)[0] if uncalibrated_table else None
     values = {c: _Values() for c in segments}
     n = 0
     con = src.connect(threads)
@@ -189,6 +251,8 @@ def compare(  # noqa: PLR0913
             p_glob = p_unc if global_cal is None else np.asarray(global_cal.predict(s), np.float64)
             l_unc, l_glob = row_log_loss(y, p_unc), row_log_loss(y, p_glob)
             b_unc = (p_unc - y) ** 2
+            if acc_unc is not None:
+                _probability_table(acc_unc, y, p_unc, grid)
             per_value = [np.ones_like(y), y, p_unc]
             for m in methods:
                 p = np.asarray(segmented[m].predict(s, segments=segs), np.float64)
@@ -219,6 +283,7 @@ def compare(  # noqa: PLR0913
         brier_vs_uncalibrated=d_brier,
         tables={m: _fine_frame(a) for m, a in accs.items()},
         values={c: _values_frame(v, methods) for c, v in values.items()},
+        table_uncalibrated=None if acc_unc is None else _fine_frame(acc_unc),
     )
 
 

@@ -301,7 +301,8 @@ def split_parts(
     computes them), the weight ``_w`` (the declared weight on calib rows, 1 elsewhere: the fit is weighted,
     the evaluation is not) and the segment columns. Also the split's record and the weight column (or
     None). The split is :func:`write_split`'s, expression for expression. ``with_prob``: also the
-    uncalibrated probability ``_p`` (:func:`write_split`'s ``prob``), for a pass that scores the rows."""
+    uncalibrated probability ``_p`` (:func:`write_split`'s ``prob``) and the row's position ``_row``, for a
+    pass that scores the rows (and may sample them by position)."""
     con = src.connect()
     try:
         from_item, params = _rows_from(spec, con)
@@ -317,7 +318,7 @@ def split_parts(
     margin, prob = _score_sql(spec)
     inner = f"{split} AS _split"
     outer = [f"{code} AS _sp", f"{y01} AS _y", f"{prob if input_kind == 'probability' else margin} AS _s"]
-    outer += [f"{prob} AS _p"] if with_prob else []
+    outer += [f"{prob} AS _p", "_row"] if with_prob else []
     weight = None
     if spec.weight is not None:
         weight = "_w"

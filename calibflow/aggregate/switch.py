@@ -1,7 +1,8 @@
 """The ``scale:`` params section and the choice between the row path and the aggregate path.
 
     scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0,
-            distinct_max: 1048576, cells: 256, threads: 0, engine: duckdb, dask_address: null}
+            distinct_max: 1048576, cells: 256, threads: 0, engine: duckdb, dask_address: null,
+            compare_rows: 5000000}
 
 Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
 instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
@@ -33,6 +34,10 @@ class ScaleConfig:
     #: "duckdb" (this machine) or "dask" (a LocalCluster, or the scheduler at ``dask_address``).
     engine: str = "duckdb"
     dask_address: str | None = None
+    #: Select's segmented challenge scores a seeded sample of about this many test rows when the test
+    #: split holds more (the paired interval has ample power on a few million rows; the pass costs
+    #: ~0.6 us a row); 0 scores every row. Sampled by ``segment_compare.RowSample`` (seed: ``seed``).
+    compare_rows: int = 5_000_000
 
     @property
     def grid(self) -> BucketGrid:
@@ -46,7 +51,8 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     unknown = sorted(set(decl) - known)
     if unknown:
         raise ValueError(f"scale: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max", "cells", "threads"):
+    for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max", "cells", "threads",
+              "compare_rows"):
         v = decl.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")

@@ -61,7 +61,16 @@ def _row_totals(card: dict[str, Any], segs: list[dict[str, Any]]) -> str:
         return f'<p class="loss">Rows per column: {e(cols)}; the test split has {e(fmt_num(total))}: ' \
                f'{e(", ".join(bad))} do not add up.</p>'
     n = e(fmt_num(total))
-    return f'<p class="muted">Rows per column: {e(cols)}: each adds up to the {n} test rows.</p>'
+    of = _sampled_of(card)
+    return f'<p class="muted">Rows per column: {e(cols)}: each adds up to the {n} test rows{of}.</p>'
+
+
+def _sampled_of(card: dict[str, Any]) -> str:
+    """" compared, a seeded sample of M" when select's pass scored a sample of the test rows, else ""."""
+    seg = card.get("segmented") if isinstance(card.get("segmented"), dict) else {}
+    if not seg.get("test_rows_sample") or not isinstance(seg.get("test_rows"), int):
+        return ""
+    return f" compared (a seeded sample of the {e(fmt_num(seg['test_rows']))}, scale.compare_rows)"
 
 
 def segment_section(card: dict[str, Any]) -> str:

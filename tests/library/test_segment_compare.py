@@ -108,3 +108,64 @@ def test_ratio_interval_covers_at_its_level():
                                    np.array([p @ p]), np.array([p @ y]), 0.95)
         hits += lo[0] <= 1.0 <= hi[0]
     assert 0.92 <= hits / 400 <= 0.98
+
+
+def _sampled_positions(n: int, sample: sc.RowSample) -> np.ndarray:
+    """The positions the sample keeps, by the documented rule evaluated here in a plain DuckDB query."""
+    import duckdb
+
+    key = (sample.seed ^ 0x9E3779B97F4A7C15) & (2**64 - 1)
+    q = (f"SELECT i FROM range({n}) t(i) WHERE hash(xor(hash(i), CAST({key} AS UBIGINT))) % 4294967296 "
+         f"< {round(sample.fraction * 2**32)} ORDER BY i")
+    return duckdb.sql(q).fetchnumpy()["i"].astype(np.int64)
+
+
+def _sampled_pass(path, glob, seg, sample):
+    rows = sc.file_test_rows(str(path), "y", "margin", "prob", {"country": "s:country"}, "split = $split",
+                             {"split": "test"}, sample)
+    return sc.compare(rows, glob, {"partial_pooling": seg}, ["country"], batch_rows=997)
+
+
+def test_sampled_pass_is_the_row_formula_on_exactly_the_sampled_rows(data):
+    path, test, glob, seg = data
+    sample = sc.RowSample(0.3, 7)
+    res = _sampled_pass(path, glob, seg, sample)
+    kept = test.loc[test.index.isin(_sampled_positions(30_000, sample))]  # the frame's index: file position
+    assert 0 < res.n == len(kept) < len(test)
+    assert sc.plausible_sample_size(res.n, len(test), sample)
+    y, z = kept["y"].to_numpy(np.float64), kept["margin"].to_numpy()
+    p_seg = seg.predict(z, segments={"country": kept["s:country"].to_numpy(dtype=object)})
+    want = selection.paired_log_loss(y, glob.predict(z), p_seg, 0.9)
+    got = selection.paired_from_moments(*res.vs_global["partial_pooling"].astuple(), 0.9)
+    assert (got.delta, got.low, got.high) == pytest.approx((want.delta, want.low, want.high), abs=1e-12)
+    assert res.values["country"]["n"].sum() == res.n and res.table_uncalibrated is None
+    unc = sc.compare(sc.file_test_rows(str(path), "y", "margin", "prob", {"country": "s:country"},
+                                       "split = $split", {"split": "test"}, sample),
+                     glob, {"partial_pooling": seg}, ["country"], uncalibrated_table=True).table_uncalibrated
+    assert unc["n"].sum() == res.n and unc["sum_q"].sum() == pytest.approx(kept["prob"].sum(), rel=1e-12)
+    # the same seed gives the same sample; another seed another one
+    again = _sampled_pass(path, glob, seg, sample)
+    assert again.vs_global["partial_pooling"] == res.vs_global["partial_pooling"]
+    other = _sampled_pass(path, glob, seg, sc.RowSample(0.3, 8))
+    assert other.vs_global["partial_pooling"] != res.vs_global["partial_pooling"]
+
+
+def test_no_sample_at_or_below_compare_rows_or_when_off():
+    assert sc.row_sample(0, 10**9, 0) is None  # 0: every row
+    assert sc.row_sample(5_000_000, 5_000_000, 0) is None
+    s = sc.row_sample(5_000_000, 50_000_000, 3)
+    assert s == sc.RowSample(0.1, 3) and s.threshold == round(0.1 * 2**32)
+    assert not sc.plausible_sample_size(5_200_000, 50_000_000, s)  # 200k rows off: ~94 sd
+
+
+def test_sample_is_not_the_splits_own_draw():
+    """The split keeps a row by hash(hash(row) xor seed); with the same seed (both default 0) the sample
+    must still take its fraction of the test split's rows, not a slice of the split's hash range."""
+    import duckdb
+
+    u = "hash(xor(hash(i), CAST(0 AS UBIGINT))) / 18446744073709551616.0"
+    sample = sc.RowSample(0.25, 0)
+    q = (f"SELECT {u} >= 0.7 AS test, avg(CAST({sample.condition('i')} AS DOUBLE)) AS kept "
+         "FROM range(400000) t(i) GROUP BY ALL ORDER BY test")
+    frac = duckdb.sql(q).fetchnumpy()["kept"]
+    assert frac == pytest.approx([0.25, 0.25], abs=0.005)  # sd ~0.0012 for the 120k test rows

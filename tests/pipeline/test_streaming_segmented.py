@@ -23,6 +23,7 @@ from scipy.special import expit
 from calibflow import selection
 from calibflow.aggregate import source_stream
 from calibflow.calibrators import from_json
+from calibflow.metrics import row_log_loss
 from calibflow.pipeline import (
     _sources,
     calibrate,
@@ -190,3 +191,76 @@ def test_select_is_deterministic_and_refuses_a_changed_source(effect, tmp_path):
     with pytest.raises(StageError, match="changed since prepare"):
         select.run(params, copy)
     assert (copy / "models/ads/card.json").read_bytes() == before  # the last good card is kept
+
+
+def _select_with_scale(root: Path, params: dict, tmp: Path, **scale) -> tuple[Path, dict]:
+    """A copy of a run, select (and report) again with ``scale`` changed (nothing before select reads
+    compare_rows, so the stored tables stay valid)."""
+    copy = tmp / "_".join(f"{k}{v}" for k, v in scale.items())
+    shutil.copytree(root, copy, symlinks=True)
+    p = json.loads(json.dumps(params))
+    p["scale"] = {**p["scale"], **scale}
+    select.run(p, copy)
+    report.run(p, copy)
+    return copy, p
+
+
+def _sample_positions(rows: np.ndarray, seed: int, fraction: float) -> np.ndarray:
+    """Which of ``rows`` (positions in the source) the documented hash rule keeps, in a plain query."""
+    import duckdb
+
+    key = (seed ^ 0x9E3779B97F4A7C15) & (2**64 - 1)
+    frame = pd.DataFrame({"r": rows.astype(np.int64)})  # noqa: F841 - read by the query
+    q = (f"SELECT hash(xor(hash(r), CAST({key} AS UBIGINT))) % 4294967296 < {round(fraction * 2**32)} AS k "
+         "FROM frame")
+    return duckdb.sql(q).fetchnumpy()["k"].astype(bool)
+
+
+def test_sampled_challenge_states_its_sample_and_is_the_row_formula_on_it(effect, tmp_path):
+    root, params = effect
+    n_test = _card(root)["segmented"]["test_rows"]
+    copy, p = _select_with_scale(root, params, tmp_path, compare_rows=2500, seed=11)
+    card = _card(copy)
+    got = card["segmented"]
+    assert got["test_rows"] == n_test and got["test_rows_sample"].startswith("rows kept when hash(")
+    # the sampled rows, recomputed here from the row positions of the split and the hash rule
+    spec = _sources.specs(p, copy)["ads"]
+    source_stream.write_split(spec, p["seed"], copy / "rows.parquet")
+    t = pd.read_parquet(copy / "rows.parquet")
+    t = t[t["split"] == "test"].sort_values("row")
+    t = t[_sample_positions(t["row"].to_numpy(), 11, 2500 / n_test)]
+    assert got["test_rows_compared"] == len(t) == got["n_test"] and abs(len(t) - 2500) < 200
+    assert f"on a seeded sample of {len(t):,} of {n_test:,} test rows" in card["segment_reason"]
+    glob = from_json((copy / f"data/calibrated/{got['global_method']}/ads.json").read_text())
+    seg = from_json((copy / "data/calibrated_segments/partial_pooling/ads.json").read_text())
+    z = t["margin"].to_numpy(np.float64)
+    p_seg = seg.predict(z, segments={"country": t["s:country"].to_numpy(dtype=object)})
+    want = selection.paired_log_loss(t["y"].to_numpy(np.float64), glob.predict(z), p_seg,
+                                     p["evaluate"]["ci_level"])
+    assert got["delta_ci"] == pytest.approx(want.ci(), abs=1e-12)
+    assert got["chosen"] and card["method"] == "partial_pooling"
+    # the card's before/after metrics are both on the sampled rows (not the stored table's all rows)
+    y, unc = t["y"].to_numpy(np.float64), t["prob"].to_numpy(np.float64)
+    met = card["metrics"]
+    assert met["calibration_ratio"]["uncalibrated"] == pytest.approx(unc.sum() / y.sum(), rel=1e-9)
+    assert met["calibration_ratio"]["calibrated"] == pytest.approx(p_seg.sum() / y.sum(), rel=1e-9)
+    assert met["log_loss"]["uncalibrated"] == pytest.approx(row_log_loss(y, unc).mean(), abs=1e-12)
+    assert "on a seeded sample" in card["reason"]
+    # the report's per-column add-up check uses the compared rows
+    assert card["segment_test_rows"] == len(t) == sum(s["n"] for s in card["segments"])
+    html = (copy / "reports/index.html").read_text()
+    assert f"each adds up to the {len(t)} test rows compared (a seeded sample of the" in html
+    # same params: the same card; another seed: another sample
+    again, _ = _select_with_scale(root, params, tmp_path / "again", compare_rows=2500, seed=11)
+    assert (again / "models/ads/card.json").read_bytes() == (copy / "models/ads/card.json").read_bytes()
+    other, _ = _select_with_scale(root, params, tmp_path, compare_rows=2500, seed=12)
+    assert _card(other)["segmented"]["delta_ci"] != got["delta_ci"]
+
+
+def test_compare_rows_off_or_above_the_test_rows_gives_the_full_pass(effect, tmp_path):
+    root, params = effect
+    before = (root / "models/ads/card.json").read_bytes()  # default compare_rows (5e6) > the test rows
+    assert json.loads(before)["segmented"]["test_rows_sample"] is None
+    for rows in (0, 10**9):
+        copy, _ = _select_with_scale(root, params, tmp_path, compare_rows=rows)
+        assert (copy / "models/ads/card.json").read_bytes() == before
