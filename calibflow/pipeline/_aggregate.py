@@ -14,6 +14,7 @@ paired comparisons of select use the same replicate weights for both probability
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ import pyarrow.parquet as pq
 
 from calibflow.aggregate import diagnostics as agg_diag
 from calibflow.aggregate import metrics_from_table
-from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
+from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table, collapsed
+from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
 from calibflow.aggregate.segments import segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
@@ -152,14 +154,14 @@ def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates
 
 
 def segment_tables_ratios(
-    tabs: Tables, text: str, input_kind: str, level: float, top: int, replicates: int, seed: int
+    tabs: Tables, text: Any, input_kind: str, level: float, top: int, replicates: int, seed: int
 ) -> list[dict[str, Any]]:
-    """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``), per
-    segment column from its coarse table, the largest ``top`` values of each, with paired Poisson
-    intervals (``calibflow.aggregate.segments``)."""
+    """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``, or the
+    calibrator itself), per segment column from its coarse table, the largest ``top`` values of each,
+    with paired Poisson intervals (``calibflow.aggregate.segments``)."""
     from calibflow.calibrators import from_json
 
-    cal = tabs.calibrated_segments(from_json(text), input_kind)
+    cal = tabs.calibrated_segments(from_json(text) if isinstance(text, str) else text, input_kind)
     out = []
     for col, t in tabs.segments.items():
         out += segment_records(t, cal[col], col, top, replicates=replicates, seed=seed, level=level)
@@ -269,7 +271,7 @@ def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
 
 
 def evaluate_tables(
-    tables: dict[str, pd.DataFrame], cfg: Evaluate
+    tables: Mapping[str, pd.DataFrame], cfg: Evaluate
 ) -> dict[str, tuple[dict, list, list]]:
     """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table,
     with the row path's keys (``evaluate.reliability_bins``: quantile or uniform, as on the rows)."""
@@ -279,7 +281,10 @@ def evaluate_tables(
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     out = {}
-    for m, t in tables.items():
+    for m in tables:
+        # grouped once (a calibrated table with ties is a groupby of every column); the table itself is
+        # dropped before the next method's is built (``tables`` may build them on access)
+        t = collapsed(tables[m])
         res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
         rec = _metric_record(res, level)
         g = agg_diag.groups(t)
@@ -291,6 +296,33 @@ def evaluate_tables(
         hist = histogram_from_table(t, int(cfg.hist_bins))
         out[m] = (rec, reliability_from_table(t, n_bins, level, strategy, g), hist)
     return out
+
+
+class CalibratedTables(Mapping[str, pd.DataFrame]):
+    """The test table under each fitted calibrator (JSON text), the calibrator applied at group means,
+    built when asked for and not kept: each shares the test table's replicate columns, and holding
+    every method's new columns at once would cost methods x groups x 5 columns (1e6 groups, 15
+    methods: ~540 MB). ``extra``: tables already built (the uncalibrated one, segmented methods'), listed
+    after the calibrators' unless ``order`` says otherwise."""
+
+    def __init__(self, test: pd.DataFrame, texts: dict[str, str], input_kind: str,
+                 extra: dict[str, pd.DataFrame] | None = None, order: list[str] | None = None) -> None:
+        self.test, self.texts, self.kind = test, texts, input_kind
+        self.extra = dict(extra or {})
+        self.order = order or [*texts, *(m for m in self.extra if m not in texts)]
+
+    def __getitem__(self, m: str) -> pd.DataFrame:
+        from calibflow.calibrators import from_json
+
+        if m in self.extra:
+            return self.extra[m]
+        return calibrated_table(self.test, from_json(self.texts[m]), self.kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
 
 
 def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str) -> dict[str, pd.DataFrame]:
@@ -306,18 +338,17 @@ def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: flo
     gu, gc = _collapse(unc), _collapse(cal)
     pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)
     reps = _replicate_cols(gu)
-    du = [_point(gu, gu[c].to_numpy(), n_bins, False) for c in reps]
-    dc = [_point(gc, gc[c].to_numpy(), n_bins, False) for c in reps]
+    du, dc = replicate_metrics(gu, reps, n_bins), replicate_metrics(gc, reps, n_bins)
     out: dict[str, Any] = {}
     for m in ("log_loss", "ece", "brier"):
-        diff = np.array([c[m] - u[m] for u, c in zip(du, dc, strict=True)])
+        diff = dc[m] - du[m]
         out[m] = {
             "uncalibrated": pu[m],
             "calibrated": pc[m],
             "delta": pc[m] - pu[m],
             "delta_ci": percentile_interval(diff, level) if reps else None,
         }
-    ratio = np.array([c["calibration_ratio"] for c in dc])
+    ratio = dc["calibration_ratio"]
     out["calibration_ratio"] = {
         "uncalibrated": pu["calibration_ratio"],
         "calibrated": pc["calibration_ratio"],

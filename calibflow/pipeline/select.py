@@ -31,7 +31,7 @@ import pandas as pd
 
 from calibflow import metrics, selection
 from calibflow import segments as seg
-from calibflow.calibrators import get_class, make
+from calibflow.calibrators import from_json, get_class, make
 from calibflow.intervals import percentile_interval, resample_counts, resample_metrics, resampled
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -236,15 +236,21 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
         for m in methods(params)
     }
     texts[selection.IDENTITY] = _calibrator_text(lay, params, name, selection.IDENTITY)  # "keep"
-    tables = _aggregate.calibrated_tables(test, texts, input_kind)
-    ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
+    # Each calibrator parsed once; each method's table built when used and not kept (it shares the test
+    # table's replicate counts; all of them at once cost methods x groups x 5 columns).
+    cals = {m: from_json(t) for m, t in texts.items()}
+
+    def table(m: str) -> pd.DataFrame:
+        return _aggregate.calibrated_table(test, cals[m], input_kind)
+
+    ll = {m: _aggregate.table_log_loss(table(m)) for m in cals}
     n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
 
     def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         segs = _aggregate.segment_tables_ratios(
-            tabs, texts[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed
+            tabs, cals[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed
         )
-        return _aggregate.compare_tables(test, tables[m], n_bins, level), segs
+        return _aggregate.compare_tables(test, table(m), n_bins, level), segs
 
     return ll, compare_for
 
