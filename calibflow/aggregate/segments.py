@@ -129,13 +129,20 @@ def _nanquantile_cols(draws: np.ndarray, q: float) -> np.ndarray:
 
 
 def segment_records(
-    unc: pd.DataFrame, cal: pd.DataFrame | None, column: str, top: int | None = None, **opts: Any
+    unc: pd.DataFrame,
+    cal: pd.DataFrame | None,
+    column: str,
+    top: int | None = None,
+    unc_metrics: pd.DataFrame | None = None,
+    **opts: Any,
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
     ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``) and
     ``flagged`` (the interval excludes 1). Values past the ``top`` largest that are not flagged are pooled
-    into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's."""
-    mu = segment_metrics(unc, **opts)
+    into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's.
+    ``unc_metrics``: ``segment_metrics(unc, **opts)`` computed before (select compares every method with
+    the same uncalibrated table)."""
+    mu = segment_metrics(unc, **opts) if unc_metrics is None else unc_metrics
     mc = segment_metrics(cal, **opts) if cal is not None else mu
     order = np.argsort(-mu["n"].to_numpy(), kind="stable")
     out, rest = [], []
@@ -187,16 +194,24 @@ def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.nda
     key = np.searchsorted(starts[1:], bucket, side="right") * 2 + y
     pc = clip_probability(p)
     ll = np.where(y == 1, -np.log(pc), -np.log1p(-pc))
-    frame = pd.DataFrame({"key": key, "n": n, "nz": n * z, "np": n * p, "nl": n * ll, "p": p})
-    g = frame.groupby("key").agg(n=("n", "sum"), nz=("nz", "sum"), np_=("np", "sum"), nl=("nl", "sum"),
-                                 lo=("p", "min"), hi=("p", "max"))
-    g["z0"], g["p0"], g["l0"] = g["nz"] / g["n"], g["np_"] / g["n"], g["nl"] / g["n"]
-    dz = z - g["z0"].reindex(key).to_numpy()
-    sxx = pd.Series(n * dz * dz).groupby(key).sum()
-    for col, v, ref in (("slope", p, "p0"), ("slope_l", ll, "l0")):
-        sxy = pd.Series(n * dz * (v - g[ref].reindex(key).to_numpy())).groupby(key).sum()
-        g[col] = np.where(sxx > 0, sxy / sxx.where(sxx > 0, 1.0), 0.0)
-    return g
+    # Sums by bincount over the (few hundred) keys, not a pandas groupby: on a distinct-score fine table
+    # (one group per score, ~1e6) this runs per method and segment column, and the groupby was most of it.
+    # The keys are small (cells x 2): sums over every key, then the keys present, in order.
+    m = int(key.max()) + 1 if key.size else 0
+    uk = np.flatnonzero(np.bincount(key, minlength=m))
+    sums = {c: np.bincount(key, w, m) for c, w in (("n", n), ("nz", n * z), ("np_", n * p), ("nl", n * ll))}
+    lo, hi = np.full(m, np.inf), np.full(m, -np.inf)
+    np.minimum.at(lo, key, p)
+    np.maximum.at(hi, key, p)
+    with np.errstate(invalid="ignore", divide="ignore"):  # keys with no group: dropped below
+        z0, p0, l0 = sums["nz"] / sums["n"], sums["np_"] / sums["n"], sums["nl"] / sums["n"]
+    dz = z - z0[key]
+    sxx = np.bincount(key, n * dz * dz, m)
+    cols = {**sums, "lo": lo, "hi": hi, "z0": z0, "p0": p0, "l0": l0}
+    for col, v, ref in (("slope", p, p0), ("slope_l", ll, l0)):
+        sxy = np.bincount(key, n * dz * (v - ref[key]), m)
+        cols[col] = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
+    return pd.DataFrame({c: v[uk] for c, v in cols.items()}, index=pd.Index(uk, name="key"))
 
 
 def calibrated_segment_table(

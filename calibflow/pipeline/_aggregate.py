@@ -26,7 +26,7 @@ from calibflow.aggregate import metrics_from_table
 from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table, collapsed
 from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
-from calibflow.aggregate.segments import segment_records
+from calibflow.aggregate.segments import segment_metrics, segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
 from calibflow.aggregate.table import add_replicates
 from calibflow.aggregate.tables import TABLES_META, Tables
@@ -153,18 +153,24 @@ def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates
     return _MEMO[key].copy()
 
 
-def segment_tables_ratios(
-    tabs: Tables, text: Any, input_kind: str, level: float, top: int, replicates: int, seed: int
+def segment_tables_ratios(  # noqa: PLR0913
+    tabs: Tables, text: Any, input_kind: str, level: float, top: int, replicates: int, seed: int,
+    memo: dict[str, pd.DataFrame] | None = None,
 ) -> list[dict[str, Any]]:
     """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``, or the
     calibrator itself), per segment column from its coarse table, the largest ``top`` values of each,
-    with paired Poisson intervals (``calibflow.aggregate.segments``)."""
+    with paired Poisson intervals (``calibflow.aggregate.segments``). ``memo``: a dict kept across the
+    calls of one table (per column, the uncalibrated metrics: the same for every method)."""
     from calibflow.calibrators import from_json
 
     cal = tabs.calibrated_segments(from_json(text) if isinstance(text, str) else text, input_kind)
+    memo = {} if memo is None else memo
+    opts = {"replicates": replicates, "seed": seed, "level": level}
     out = []
     for col, t in tabs.segments.items():
-        out += segment_records(t, cal[col], col, top, replicates=replicates, seed=seed, level=level)
+        if col not in memo:
+            memo[col] = segment_metrics(t, **opts)
+        out += segment_records(t, cal[col], col, top, unc_metrics=memo[col], **opts)
     return out
 
 
@@ -332,13 +338,21 @@ def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str
     return {m: calibrated_table(test, from_json(t), input_kind) for m, t in texts.items()}
 
 
-def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float) -> dict[str, Any]:
-    """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights)."""
-
-    gu, gc = _collapse(unc), _collapse(cal)
-    pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)
-    reps = _replicate_cols(gu)
-    du, dc = replicate_metrics(gu, reps, n_bins), replicate_metrics(gc, reps, n_bins)
+def compare_tables(
+    unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float, memo: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights).
+    ``memo``: a dict kept across calls with the same ``unc`` (its metrics are computed once)."""
+    memo = {} if memo is None else memo
+    if "unc" not in memo:
+        gu = _collapse(unc)
+        memo["unc"] = (_point(gu, gu["n"].to_numpy(), n_bins, False),
+                       replicate_metrics(gu, _replicate_cols(gu), n_bins))
+    pu, du = memo["unc"]
+    gc = _collapse(cal)
+    pc = _point(gc, gc["n"].to_numpy(), n_bins, False)
+    reps = _replicate_cols(gc)
+    dc = replicate_metrics(gc, reps, n_bins)
     out: dict[str, Any] = {}
     for m in ("log_loss", "ece", "brier"):
         diff = dc[m] - du[m]
@@ -365,5 +379,5 @@ def segment_ratios(
 
 
 def table_log_loss(t: pd.DataFrame) -> float:
-    g = _collapse(t)
-    return float(g["sum_ll"].sum() / g["n"].sum())
+    # sums over the table's rows: grouping them by (bucket, label) first changes nothing but the cost
+    return float(t["sum_ll"].sum() / t["n"].sum())

@@ -245,12 +245,14 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
 
     ll = {m: _aggregate.table_log_loss(table(m)) for m in cals}
     n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
+    memo: dict[str, Any] = {}  # the uncalibrated table's metrics: the same for every method
+    seg_memo: dict[str, pd.DataFrame] = {}
 
     def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         segs = _aggregate.segment_tables_ratios(
-            tabs, cals[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed
+            tabs, cals[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed, seg_memo
         )
-        return _aggregate.compare_tables(test, table(m), n_bins, level), segs
+        return _aggregate.compare_tables(test, table(m), n_bins, level, memo), segs
 
     return ll, compare_for
 
