@@ -117,15 +117,22 @@ def _interval(values: Sequence[float] | np.ndarray, a: float) -> list[float]:
 
 
 def _with_intervals(g: pd.DataFrame, n_bins: int, level: float) -> dict:
+    return overall_and_draws(g, n_bins, level)[0]
+
+
+def overall_and_draws(g: pd.DataFrame, n_bins: int, level: float) -> tuple[dict, dict[str, np.ndarray]]:
+    """The overall block of :func:`metrics_from_table` for collapsed groups ``g``, and each replicate's
+    metrics (``replicates.REPLICATE_METRICS``, KS included: a caller needing KS's interval reuses them)."""
     res = _point(g, g["n"].to_numpy(), n_bins, exact=True)
     reps = _replicate_cols(g)
+    draws: dict[str, np.ndarray] = {}
     if reps:
         # one compiled pass per replicate (calibflow.aggregate.replicates), not _point's numpy passes
         draws = replicate_metrics(g, reps, n_bins)
         a = (1 - level) / 2
         res["ci"] = {m: _interval(draws[m], a) for m in _METRICS}
         res["replicates"] = len(reps)
-    return res
+    return res, draws
 
 
 def metrics_from_table(

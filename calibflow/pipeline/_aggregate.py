@@ -22,8 +22,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from calibflow.aggregate import diagnostics as agg_diag
-from calibflow.aggregate import metrics_from_table
-from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table, collapsed
+from calibflow.aggregate.metrics import (
+    _collapse,
+    _point,
+    _replicate_cols,
+    calibrated_table,
+    collapsed,
+    overall_and_draws,
+)
 from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
 from calibflow.aggregate.segments import segment_metrics, segment_records
@@ -206,11 +212,13 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
 
 
 def diagnostics_record(
-    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None
+    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None,
+    ks_draws: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
     bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
-    miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval."""
+    miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval
+    (from ``ks_draws``, the replicates' KS, where the caller has them)."""
     g = agg_diag.groups(t) if g is None else g
     cum = agg_diag.cumulative_from_table(t, g)
     rec: dict[str, Any] = {
@@ -221,7 +229,7 @@ def diagnostics_record(
         "kuiper_pvalue_low": cum["kuiper_pvalue_low"],
         "log_loss_miscalibration": agg_diag.log_loss_miscalibration_from_table(t, g),
     }
-    reps = agg_diag.ks_replicates(t, g)
+    reps = agg_diag.ks_replicates(t, g) if ks_draws is None else ks_draws
     reps = reps[np.isfinite(reps)]
     if reps.size:
         tail = (1.0 - level) / 2.0
@@ -291,10 +299,10 @@ def evaluate_tables(
         # grouped once (a calibrated table with ties is a groupby of every column); the table itself is
         # dropped before the next method's is built (``tables`` may build them on access)
         t = collapsed(tables[m])
-        res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
+        res, draws = overall_and_draws(t, n_bins, level)  # t is in group order: _collapse(t) is t
         rec = _metric_record(res, level)
         g = agg_diag.groups(t)
-        diag = diagnostics_record(t, cfg.selection_alpha, level, g)
+        diag = diagnostics_record(t, cfg.selection_alpha, level, g, draws.get("ks"))
         ks_ci = diag.pop("ks_ci", None)
         rec.update(diag)
         if ks_ci and "ci" in rec:
