@@ -390,8 +390,8 @@ def aggregate_query(
 ) -> pd.DataFrame:
     """The bucket table of DuckDB FROM item ``source`` (with its query ``params``) in one pass.
 
-    ``distinct_max`` > 0: when the source holds at most that many distinct scores (HyperLogLog estimate
-    first), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
+    ``distinct_max`` > 0: when the source holds at most that many distinct scores (:func:`is_distinct`:
+    exact), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
     compiled kernel when the key space fits ``KEYS_MAX``, else the GROUP BY), "kernel" or "sql".
     """
     if engine not in ("auto", "kernel", "sql"):
