@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from calibflow.aggregate.replicates import replicate_metrics
+from calibflow.aggregate.replicates import in_group_order, replicate_metrics
 from calibflow.metrics import row_log_loss
 
 _METRICS = ("log_loss", "brier", "calibration_ratio", "ece", "mce", "auc")
@@ -26,12 +26,6 @@ _METRICS = ("log_loss", "brier", "calibration_ratio", "ece", "mce", "auc")
 
 def _replicate_cols(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c.startswith("b") and c[1:].isdigit()]
-
-
-def in_group_order(table: pd.DataFrame) -> bool:
-    """Whether ``table`` is one row per (bucket, label), in that order (what ``_collapse`` returns)."""
-    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
-    return b.size <= 1 or bool(np.all((b[1:] > b[:-1]) | ((b[1:] == b[:-1]) & (y[1:] > y[:-1]))))
 
 
 def _collapse(table: pd.DataFrame) -> pd.DataFrame:

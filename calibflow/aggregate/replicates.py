@@ -80,6 +80,12 @@ def _one_replicate(w, base, y, bucket, sum_q, sum_ll, sum_q2, ece_idx, n_bins, o
     out[6] = ks / tot
 
 
+def in_group_order(table: pd.DataFrame) -> bool:
+    """Whether ``table`` is one row per (bucket, label), in that order (as ``metrics._collapse`` returns)."""
+    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
+    return b.size <= 1 or bool(np.all((b[1:] > b[:-1]) | ((b[1:] == b[:-1]) & (y[1:] > y[:-1]))))
+
+
 def ece_bins_of(g: pd.DataFrame, n_bins: int) -> np.ndarray:
     """Each group's ECE bin, from its mean probability (``metrics._point``'s rule; a replicate keeps it)."""
     base = g["n"].to_numpy(np.float64)
@@ -91,8 +97,6 @@ def ece_bins_of(g: pd.DataFrame, n_bins: int) -> np.ndarray:
 def replicate_metrics(g: pd.DataFrame, reps: list[str], n_bins: int) -> dict[str, np.ndarray]:
     """Per metric of :data:`REPLICATE_METRICS`, its value on each replicate column ``reps`` of the
     collapsed groups ``g`` (NaN where a replicate drew no row, or no positive for the ratio)."""
-    from calibflow.aggregate.metrics import in_group_order
-
     if not in_group_order(g):
         raise ValueError("replicate_metrics needs the groups in (bucket, label) order (metrics._collapse)")
     bucket, y = g["bucket"].to_numpy(), g["label"].to_numpy()
