@@ -194,24 +194,16 @@ def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.nda
     key = np.searchsorted(starts[1:], bucket, side="right") * 2 + y
     pc = clip_probability(p)
     ll = np.where(y == 1, -np.log(pc), -np.log1p(-pc))
-    # Sums by bincount over the (few hundred) keys, not a pandas groupby: on a distinct-score fine table
-    # (one group per score, ~1e6) this runs per method and segment column, and the groupby was most of it.
-    # The keys are small (cells x 2): sums over every key, then the keys present, in order.
-    m = int(key.max()) + 1 if key.size else 0
-    uk = np.flatnonzero(np.bincount(key, minlength=m))
-    sums = {c: np.bincount(key, w, m) for c, w in (("n", n), ("nz", n * z), ("np_", n * p), ("nl", n * ll))}
-    lo, hi = np.full(m, np.inf), np.full(m, -np.inf)
-    np.minimum.at(lo, key, p)
-    np.maximum.at(hi, key, p)
-    with np.errstate(invalid="ignore", divide="ignore"):  # keys with no group: dropped below
-        z0, p0, l0 = sums["nz"] / sums["n"], sums["np_"] / sums["n"], sums["nl"] / sums["n"]
-    dz = z - z0[key]
-    sxx = np.bincount(key, n * dz * dz, m)
-    cols = {**sums, "lo": lo, "hi": hi, "z0": z0, "p0": p0, "l0": l0}
-    for col, v, ref in (("slope", p, p0), ("slope_l", ll, l0)):
-        sxy = np.bincount(key, n * dz * (v - ref[key]), m)
-        cols[col] = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
-    return pd.DataFrame({c: v[uk] for c, v in cols.items()}, index=pd.Index(uk, name="key"))
+    frame = pd.DataFrame({"key": key, "n": n, "nz": n * z, "np": n * p, "nl": n * ll, "p": p})
+    g = frame.groupby("key").agg(n=("n", "sum"), nz=("nz", "sum"), np_=("np", "sum"), nl=("nl", "sum"),
+                                 lo=("p", "min"), hi=("p", "max"))
+    g["z0"], g["p0"], g["l0"] = g["nz"] / g["n"], g["np_"] / g["n"], g["nl"] / g["n"]
+    dz = z - g["z0"].reindex(key).to_numpy()
+    sxx = pd.Series(n * dz * dz).groupby(key).sum()
+    for col, v, ref in (("slope", p, "p0"), ("slope_l", ll, "l0")):
+        sxy = pd.Series(n * dz * (v - g[ref].reindex(key).to_numpy())).groupby(key).sum()
+        g[col] = np.where(sxx > 0, sxy / sxx.where(sxx > 0, 1.0), 0.0)
+    return g
 
 
 def calibrated_segment_table(
