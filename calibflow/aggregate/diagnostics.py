@@ -38,7 +38,8 @@ from scipy import stats
 from sklearn.isotonic import isotonic_regression
 
 from calibflow._validation import check_n_bins
-from calibflow.aggregate.metrics import _collapse, _replicate_cols
+from calibflow.aggregate.metrics import EXACT_PROB, _collapse, _replicate_cols, in_group_order
+from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.binning import bin_of, linear_edges
 from calibflow.diagnostics import brownian_range_cdf, smooth_ece
 from calibflow.metrics import clip_probability
@@ -55,12 +56,16 @@ def groups(table: pd.DataFrame) -> pd.DataFrame:
     g = _collapse(table)
     # Where the table holds each group's probability itself (a calibrated table's ``prob``, a distinct-score
     # probability table's score), use it: ``sum_q / n`` can be one ulp off, which moves a tie at an edge.
-    exact = next((c for c in ("prob", "score_probability") if c in table.columns), None)
-    if exact:
+    exact = next((c for c in EXACT_PROB if c in table.columns), None)
+    if exact and in_group_order(table):  # _collapse kept the rows as they are: no groupby
+        g["p"] = table[exact].to_numpy(np.float64)
+    elif exact:
         g["p"] = table.groupby(["bucket", "label"], sort=True)[exact].first().to_numpy(np.float64)
     else:
         g["p"] = np.clip(g["sum_q"].to_numpy() / g["n"].to_numpy(), 0.0, 1.0)
-    return g[g["n"] > 0].reset_index(drop=True)
+    empty = g["n"].to_numpy() <= 0
+    # filtering copies every column (the replicates too): only when some group is empty
+    return g[~empty].reset_index(drop=True) if empty.any() else g
 
 
 def _block_starts(bucket: np.ndarray) -> np.ndarray:
@@ -115,9 +120,11 @@ def cumulative_from_table(table: pd.DataFrame, g: pd.DataFrame | None = None) ->
 
 
 def ks_replicates(table: pd.DataFrame, g: pd.DataFrame | None = None) -> np.ndarray:
-    """KS on each Poisson replicate's counts (the interval's draws), one replicate at a time."""
+    """KS on each Poisson replicate's counts (the interval's draws): one compiled pass per replicate
+    (``replicates.replicate_metrics``), equal to ``ks_from_groups`` up to summation order."""
     g = groups(table) if g is None else g
-    return np.array([ks_from_groups(g, g[c].to_numpy()) for c in _replicate_cols(g)])
+    reps = _replicate_cols(g)
+    return replicate_metrics(g, reps, 1)["ks"] if reps else np.empty(0)
 
 
 # ---- smooth ECE and the log-loss miscalibration term ------------------------------------------------------
@@ -220,7 +227,9 @@ def selection_from_table(
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
     g = groups(table) if g is None else g
-    g = g.iloc[np.argsort(-g["p"].to_numpy(), kind="stable")]
+    # only the columns used here: the replicate counts would make the reorder a copy of the whole table
+    order = np.argsort(-g["p"].to_numpy(), kind="stable")
+    g = g[["n", "label", "p", "sum_q", "sum_q2", "sum_ll"]].iloc[order]
     n, y, p = g["n"].to_numpy(), g["label"].to_numpy(), g["p"].to_numpy()
     k = math.ceil(alpha * n.sum())
     # Groups tied in p at the boundary share it pro rata: fraction of each tie block taken.

@@ -13,9 +13,12 @@ is the 2.5-97.5 percentile of the replicates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
+from calibflow.aggregate.replicates import in_group_order, replicate_metrics
 from calibflow.metrics import row_log_loss
 
 _METRICS = ("log_loss", "brier", "calibration_ratio", "ece", "mce", "auc")
@@ -28,11 +31,45 @@ def _replicate_cols(table: pd.DataFrame) -> list[str]:
 def _collapse(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (bucket, label), segments summed, sorted by (bucket, label)."""
     cols = ["n", "sum_z", "sum_q", "sum_ll", "sum_q2", *_replicate_cols(table)]
-    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
-    if b.size > 1 and np.all((b[1:] > b[:-1]) | ((b[1:] == b[:-1]) & (y[1:] > y[:-1]))):
+    if in_group_order(table):
         # Already one row per (bucket, label) in order (the pass's ORDER BY, no segments): no groupby.
         return table[["bucket", "label", *cols]].reset_index(drop=True)
-    return table.groupby(["bucket", "label"], sort=True)[cols].sum().reset_index()
+    # Column by column (one groupby of every column first copies them all into one block, then sums it:
+    # on a calibrated distinct-score table ~4x the replicate counts' memory at once). Still pandas' sums
+    # (compensated): a group's sum_q / n that moves by an ulp can move it across an ECE bin edge.
+    by = table.groupby(["bucket", "label"], sort=True)
+    sums = {c: by[c].sum() for c in cols}
+    index = sums["n"].index
+    out = {"bucket": index.get_level_values(0).to_numpy(), "label": index.get_level_values(1).to_numpy()}
+    out.update({c: v.to_numpy() for c, v in sums.items()})
+    return pd.DataFrame(out)
+
+
+def _group_runs(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in (bucket, label) order (stable: ties keep the table's order) and where each group
+    starts in it."""
+    b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
+    order = np.lexsort((y, b))
+    bs, ys = b[order], y[order]
+    return order, np.flatnonzero(np.r_[True, (bs[1:] != bs[:-1]) | (ys[1:] != ys[:-1])])
+
+
+#: Columns holding each group's probability itself (a calibrated table's, a distinct-score table's).
+EXACT_PROB = ("prob", "score_probability")
+
+
+def collapsed(table: pd.DataFrame) -> pd.DataFrame:
+    """``_collapse`` keeping the exact probability column (:data:`EXACT_PROB`) where the table has one
+    (all rows of a (bucket, label) group share it): what every metric and diagnostic reads, so that a
+    caller computing many of them groups a table once, not once per function."""
+    exact = next((c for c in EXACT_PROB if c in table.columns), None)
+    if exact is None or in_group_order(table):
+        g = _collapse(table)
+        return g.assign(**{exact: table[exact].to_numpy()}) if exact else g
+    g = _collapse(table)
+    order, start = _group_runs(table)
+    g[exact] = table[exact].to_numpy(np.float64)[order][start]  # the group's first row's, as groupby.first
+    return g
 
 
 def _point(g: pd.DataFrame, n: np.ndarray, n_bins: int, exact: bool) -> dict[str, float]:
@@ -69,7 +106,7 @@ def _point(g: pd.DataFrame, n: np.ndarray, n_bins: int, exact: bool) -> dict[str
     return {k: float(v) for k, v in out.items()}
 
 
-def _interval(values: list[float], a: float) -> list[float]:
+def _interval(values: Sequence[float] | np.ndarray, a: float) -> list[float]:
     """The central interval of the replicates that saw any row (NaN when none did)."""
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
@@ -77,14 +114,22 @@ def _interval(values: list[float], a: float) -> list[float]:
 
 
 def _with_intervals(g: pd.DataFrame, n_bins: int, level: float) -> dict:
+    return overall_and_draws(g, n_bins, level)[0]
+
+
+def overall_and_draws(g: pd.DataFrame, n_bins: int, level: float) -> tuple[dict, dict[str, np.ndarray]]:
+    """The overall block of :func:`metrics_from_table` for collapsed groups ``g``, and each replicate's
+    metrics (``replicates.REPLICATE_METRICS``, KS included: a caller needing KS's interval reuses them)."""
     res = _point(g, g["n"].to_numpy(), n_bins, exact=True)
     reps = _replicate_cols(g)
+    draws: dict[str, np.ndarray] = {}
     if reps:
-        draws = [_point(g, g[c].to_numpy(), n_bins, exact=False) for c in reps]
+        # one compiled pass per replicate (calibflow.aggregate.replicates), not _point's numpy passes
+        draws = replicate_metrics(g, reps, n_bins)
         a = (1 - level) / 2
-        res["ci"] = {m: _interval([d[m] for d in draws], a) for m in _METRICS}
+        res["ci"] = {m: _interval(draws[m], a) for m in _METRICS}
         res["replicates"] = len(reps)
-    return res
+    return res, draws
 
 
 def metrics_from_table(
@@ -112,7 +157,9 @@ def calibrated_table(table: pd.DataFrame, cal, kind: str = "probability") -> pd.
     """
     from scipy.special import expit
 
-    t = table.copy()
+    # A shallow copy: the columns replaced below are new arrays, the replicate counts (most of the table)
+    # stay shared with ``table`` (copy-on-write), so a method's table costs its five columns, not a copy.
+    t = table.copy(deep=False)
     mean_z = t["sum_z"] / t["n"]
     s = expit(mean_z) if kind == "probability" else mean_z
     if f"score_{kind}" in t.columns:  # a distinct-score table: each group's own score, not a mean

@@ -179,6 +179,7 @@ def fit_files(  # noqa: PLR0913
             "score_kind": kind,
             "methods": {},
         }
+        del ctab  # fitted: a distinct-score calibration table (~1e6 groups) need not outlive the fits
         seg_rows = pd.DataFrame()
         if test:
             ttab = tables_for(test, score, label, engine, client=client, replicates=replicates, seed=seed,

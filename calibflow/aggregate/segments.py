@@ -129,13 +129,20 @@ def _nanquantile_cols(draws: np.ndarray, q: float) -> np.ndarray:
 
 
 def segment_records(
-    unc: pd.DataFrame, cal: pd.DataFrame | None, column: str, top: int | None = None, **opts: Any
+    unc: pd.DataFrame,
+    cal: pd.DataFrame | None,
+    column: str,
+    top: int | None = None,
+    unc_metrics: pd.DataFrame | None = None,
+    **opts: Any,
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
     ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``) and
     ``flagged`` (the interval excludes 1). Values past the ``top`` largest that are not flagged are pooled
-    into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's."""
-    mu = segment_metrics(unc, **opts)
+    into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's.
+    ``unc_metrics``: ``segment_metrics(unc, **opts)`` computed before (select compares every method with
+    the same uncalibrated table)."""
+    mu = segment_metrics(unc, **opts) if unc_metrics is None else unc_metrics
     mc = segment_metrics(cal, **opts) if cal is not None else mu
     return records_from_metrics(mu, mc, column, top)
 

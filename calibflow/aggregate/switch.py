@@ -24,8 +24,8 @@ class ScaleConfig:
     z_max: float = 16.0
     replicates: int = 32
     seed: int = 0
-    #: At most this many distinct scores (HyperLogLog estimate): one group per distinct score, so step
-    #: maps (isotonic, histogram, scaling_binning, bbq) fit as on the rows; 0 turns it off.
+    #: At most this many distinct scores (exactly: ``table.is_distinct``): one group per distinct score, so
+    #: step maps (isotonic, histogram, scaling_binning, bbq) fit as on the rows; 0 turns it off.
     distinct_max: int = 1_048_576
     #: Coarse cells per segment value in the per-segment tables (fewer when many values: SEG_KEYS_MAX).
     cells: int = 256

@@ -189,6 +189,10 @@ def _seg_list(segments: Sequence[str]) -> str:
     return ", ".join(f"seg_{i}" for i in range(len(segments)))
 
 
+#: Groups per slice of :func:`add_replicates`' draws.
+REPLICATE_SLICE = 1 << 16
+
+
 def add_replicates(table: pd.DataFrame, replicates: int, seed: int = 0) -> pd.DataFrame:
     """Poisson-bootstrap replicate counts ``b0..b{R-1}`` of each group (Chamandy et al. 2012).
 
@@ -204,8 +208,16 @@ def add_replicates(table: pd.DataFrame, replicates: int, seed: int = 0) -> pd.Da
         return table.assign(**{f"b{r}": np.zeros(len(table)) for r in range(max(replicates, 0))})
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5CA1E]))
     n = np.clip(table["n"].to_numpy(np.float64), 0.0, None)
-    draws = rng.poisson(n[:, None], size=(n.size, replicates)).astype(np.float64)
-    return table.assign(**{f"b{r}": draws[:, r] for r in range(replicates)})
+    # Drawn in slices of groups (the generator fills in C order, so the draws are those of one
+    # (groups x replicates) call) into one (replicates x groups) block: each replicate's column is
+    # contiguous for the metrics' passes, and no int64 matrix and float copy of it exist at once
+    # (1e6 groups x 32 replicates: 256 MB, not 512).
+    draws = np.empty((replicates, n.size))
+    for i in range(0, n.size, REPLICATE_SLICE):
+        j = min(n.size, i + REPLICATE_SLICE)
+        draws[:, i:j] = rng.poisson(n[i:j, None], size=(j - i, replicates)).T
+    block = pd.DataFrame(draws.T, columns=[f"b{r}" for r in range(replicates)], index=table.index, copy=False)
+    return pd.concat([table, block], axis=1)
 
 
 def distinct_column(kind: str) -> str:
@@ -216,6 +228,31 @@ def distinct_column(kind: str) -> str:
 def distinct_scores_sql(source: str, score: str) -> str:
     """HyperLogLog estimate of the number of distinct scores (constant memory, a few % error)."""
     return f"SELECT approx_count_distinct(CAST({quote_ident(score)} AS DOUBLE)) FROM {source}"
+
+
+#: Where the HyperLogLog estimate falls within this factor of ``distinct_max``, the scores are counted
+#: exactly (:func:`is_distinct`). DuckDB's estimate is deterministic (the same for any thread count or
+#: part order: its sketches merge by register maxima) but a few % off (measured 2-4% at 1e6), so near the
+#: limit the estimate alone would put two sources with the same distinct count on different paths.
+DISTINCT_MARGIN = 1.25
+
+
+def is_distinct(
+    con: duckdb.DuckDBPyConnection, source: str, params: dict, score: str, distinct_max: int
+) -> bool:
+    """Whether ``source`` holds at most ``distinct_max`` distinct scores: the distinct-score table's switch.
+
+    Exact: the estimate decides only when it is more than :data:`DISTINCT_MARGIN` away from the limit
+    (an HLL error that large is far outside its few %); in between, ``count(DISTINCT ...)`` does (one hash
+    table of at most ~1.25 x ``distinct_max`` doubles, ~40 MB at 2^20).
+    """
+    if distinct_max <= 0:
+        return False
+    est = con.execute(distinct_scores_sql(source, score), params).fetchall()[0][0]
+    if est * DISTINCT_MARGIN < distinct_max or est > distinct_max * DISTINCT_MARGIN:
+        return est <= distinct_max
+    exact = f"SELECT count(DISTINCT CAST({quote_ident(score)} AS DOUBLE)) FROM {source}"
+    return con.execute(exact, params).fetchall()[0][0] <= distinct_max
 
 
 def expand(paths: str | Sequence[str]) -> list[str]:
@@ -353,8 +390,8 @@ def aggregate_query(
 ) -> pd.DataFrame:
     """The bucket table of DuckDB FROM item ``source`` (with its query ``params``) in one pass.
 
-    ``distinct_max`` > 0: when the source holds at most that many distinct scores (HyperLogLog estimate
-    first), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
+    ``distinct_max`` > 0: when the source holds at most that many distinct scores (:func:`is_distinct`:
+    exact), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
     compiled kernel when the key space fits ``KEYS_MAX``, else the GROUP BY), "kernel" or "sql".
     """
     if engine not in ("auto", "kernel", "sql"):
@@ -362,9 +399,7 @@ def aggregate_query(
     _z_q_ll(kind)  # validates kind
     con = con or duckdb.connect()
     _check_columns(con, source, params, [score, label, *segments, *([weight] if weight else [])])
-    distinct = bool(distinct_max) and (
-        con.execute(distinct_scores_sql(source, score), params).fetchall()[0][0] <= distinct_max
-    )
+    distinct = is_distinct(con, source, params, score, distinct_max)
     levels = _levels(con, source, params, segments) if segments and not distinct and engine != "sql" else None
     keys = (len(levels) if levels is not None else 1) * grid.n_buckets * 2
     args = (con, source, params, score, label, kind, segments, weight, grid)

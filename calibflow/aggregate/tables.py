@@ -46,8 +46,8 @@ from calibflow.aggregate.table import (
     _sql_pass,
     _z_q_ll,
     add_replicates,
-    distinct_scores_sql,
     expand,
+    is_distinct,
 )
 from calibflow.sources import parquet_rows, quote_ident, register_stores
 
@@ -468,9 +468,8 @@ def aggregate_tables(  # noqa: PLR0913
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
     # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
     # would read every row), so the Dask engine keeps the logit grid, as the first aggregate engine did.
-    distinct = bool(distinct_max) and client is None and transform is None and (
-        con.execute(distinct_scores_sql(whole.sql, score), whole.params).fetchall()[0][0] <= distinct_max
-    )
+    distinct = client is None and transform is None and is_distinct(con, whole.sql, whole.params, score,
+                                                                     distinct_max)
     spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
                                      ece_bins, threads, client, transform)
     if segments or not distinct:
@@ -605,9 +604,7 @@ def aggregate_split_tables(  # noqa: PLR0913
     tabbed = f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})"
     of, col, prm = (tabbed, score, whole.params) if distinct_of is None else (
         distinct_of[0].sql, distinct_of[1], distinct_of[0].params)
-    distinct = bool(distinct_max) and client is None and (
-        con.execute(distinct_scores_sql(of, col), prm).fetchall()[0][0] <= distinct_max
-    )
+    distinct = client is None and is_distinct(con, of, prm, col, distinct_max)
     spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
                                      ece_bins, threads, client, None, splits, n_tab)
     fine, seg, bad = _run(parts, spec, workers, client, con)

@@ -14,6 +14,7 @@ paired comparisons of select use the same replicate weights for both probability
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,10 +22,17 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from calibflow.aggregate import diagnostics as agg_diag
-from calibflow.aggregate import metrics_from_table
-from calibflow.aggregate.metrics import _collapse, _point, _replicate_cols, calibrated_table
+from calibflow.aggregate.metrics import (
+    _collapse,
+    _point,
+    _replicate_cols,
+    calibrated_table,
+    collapsed,
+    overall_and_draws,
+)
+from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
-from calibflow.aggregate.segments import segment_records
+from calibflow.aggregate.segments import segment_metrics, segment_records
 from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
 from calibflow.aggregate.table import add_replicates
 from calibflow.aggregate.tables import TABLES_META, Tables
@@ -151,18 +159,24 @@ def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates
     return _MEMO[key].copy()
 
 
-def segment_tables_ratios(
-    tabs: Tables, text: str, input_kind: str, level: float, top: int, replicates: int, seed: int
+def segment_tables_ratios(  # noqa: PLR0913
+    tabs: Tables, text: Any, input_kind: str, level: float, top: int, replicates: int, seed: int,
+    memo: dict[str, pd.DataFrame] | None = None,
 ) -> list[dict[str, Any]]:
-    """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``), per
-    segment column from its coarse table, the largest ``top`` values of each, with paired Poisson
-    intervals (``calibflow.aggregate.segments``)."""
+    """Select's per-segment ``sum p / sum y`` before and after the calibrator (JSON ``text``, or the
+    calibrator itself), per segment column from its coarse table, the largest ``top`` values of each,
+    with paired Poisson intervals (``calibflow.aggregate.segments``). ``memo``: a dict kept across the
+    calls of one table (per column, the uncalibrated metrics: the same for every method)."""
     from calibflow.calibrators import from_json
 
-    cal = tabs.calibrated_segments(from_json(text), input_kind)
+    cal = tabs.calibrated_segments(from_json(text) if isinstance(text, str) else text, input_kind)
+    memo = {} if memo is None else memo
+    opts = {"replicates": replicates, "seed": seed, "level": level}
     out = []
     for col, t in tabs.segments.items():
-        out += segment_records(t, cal[col], col, top, replicates=replicates, seed=seed, level=level)
+        if col not in memo:
+            memo[col] = segment_metrics(t, **opts)
+        out += segment_records(t, cal[col], col, top, unc_metrics=memo[col], **opts)
     return out
 
 
@@ -198,11 +212,13 @@ def _metric_record(res: dict[str, Any], level: float) -> dict[str, Any]:
 
 
 def diagnostics_record(
-    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None
+    t: pd.DataFrame, selection_alpha: float | None, level: float, g: pd.DataFrame | None = None,
+    ks_draws: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The row path's binning-free keys from the table (``calibflow.aggregate.diagnostics``): KS with its
     bucket bound, smooth ECE, the Kuiper p-value (and the lowest the rows allow), the log-loss
-    miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval."""
+    miscalibration term (a lower bound on the logit grid), the selection-set metrics, KS's interval
+    (from ``ks_draws``, the replicates' KS, where the caller has them)."""
     g = agg_diag.groups(t) if g is None else g
     cum = agg_diag.cumulative_from_table(t, g)
     rec: dict[str, Any] = {
@@ -213,7 +229,7 @@ def diagnostics_record(
         "kuiper_pvalue_low": cum["kuiper_pvalue_low"],
         "log_loss_miscalibration": agg_diag.log_loss_miscalibration_from_table(t, g),
     }
-    reps = agg_diag.ks_replicates(t, g)
+    reps = agg_diag.ks_replicates(t, g) if ks_draws is None else ks_draws
     reps = reps[np.isfinite(reps)]
     if reps.size:
         tail = (1.0 - level) / 2.0
@@ -269,7 +285,7 @@ def histogram_from_table(t: pd.DataFrame, bins: int) -> list[dict[str, float]]:
 
 
 def evaluate_tables(
-    tables: dict[str, pd.DataFrame], cfg: Evaluate
+    tables: Mapping[str, pd.DataFrame], cfg: Evaluate
 ) -> dict[str, tuple[dict, list, list]]:
     """Evaluate's ``(record, reliability, histogram)`` per method, each from its (calibrated) test table,
     with the row path's keys (``evaluate.reliability_bins``: quantile or uniform, as on the rows)."""
@@ -279,11 +295,14 @@ def evaluate_tables(
     if strategy not in ("quantile", "uniform"):
         raise StageError(f"params: evaluate.reliability_bins is {strategy!r}; use quantile or uniform")
     out = {}
-    for m, t in tables.items():
-        res = metrics_from_table(t, n_bins=n_bins, level=level)["overall"]
+    for m in tables:
+        # grouped once (a calibrated table with ties is a groupby of every column); the table itself is
+        # dropped before the next method's is built (``tables`` may build them on access)
+        t = collapsed(tables[m])
+        res, draws = overall_and_draws(t, n_bins, level)  # t is in group order: _collapse(t) is t
         rec = _metric_record(res, level)
         g = agg_diag.groups(t)
-        diag = diagnostics_record(t, cfg.selection_alpha, level, g)
+        diag = diagnostics_record(t, cfg.selection_alpha, level, g, draws.get("ks"))
         ks_ci = diag.pop("ks_ci", None)
         rec.update(diag)
         if ks_ci and "ci" in rec:
@@ -293,6 +312,33 @@ def evaluate_tables(
     return out
 
 
+class CalibratedTables(Mapping[str, pd.DataFrame]):
+    """The test table under each fitted calibrator (JSON text), the calibrator applied at group means,
+    built when asked for and not kept: each shares the test table's replicate columns, and holding
+    every method's new columns at once would cost methods x groups x 5 columns (1e6 groups, 15
+    methods: ~540 MB). ``extra``: tables already built (the uncalibrated one, segmented methods'), listed
+    after the calibrators' unless ``order`` says otherwise."""
+
+    def __init__(self, test: pd.DataFrame, texts: dict[str, str], input_kind: str,
+                 extra: dict[str, pd.DataFrame] | None = None, order: list[str] | None = None) -> None:
+        self.test, self.texts, self.kind = test, texts, input_kind
+        self.extra = dict(extra or {})
+        self.order = order or [*texts, *(m for m in self.extra if m not in texts)]
+
+    def __getitem__(self, m: str) -> pd.DataFrame:
+        from calibflow.calibrators import from_json
+
+        if m in self.extra:
+            return self.extra[m]
+        return calibrated_table(self.test, from_json(self.texts[m]), self.kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
 def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str) -> dict[str, pd.DataFrame]:
     """The test table under each fitted calibrator (JSON text), the calibrator applied at group means."""
     from calibflow.calibrators import from_json
@@ -300,24 +346,31 @@ def calibrated_tables(test: pd.DataFrame, texts: dict[str, str], input_kind: str
     return {m: calibrated_table(test, from_json(t), input_kind) for m, t in texts.items()}
 
 
-def compare_tables(unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float) -> dict[str, Any]:
-    """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights)."""
-
-    gu, gc = _collapse(unc), _collapse(cal)
-    pu, pc = _point(gu, gu["n"].to_numpy(), n_bins, False), _point(gc, gc["n"].to_numpy(), n_bins, False)
-    reps = _replicate_cols(gu)
-    du = [_point(gu, gu[c].to_numpy(), n_bins, False) for c in reps]
-    dc = [_point(gc, gc[c].to_numpy(), n_bins, False) for c in reps]
+def compare_tables(
+    unc: pd.DataFrame, cal: pd.DataFrame, n_bins: int, level: float, memo: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Select's card ``metrics`` from two tables; the replicates are paired (same Poisson weights).
+    ``memo``: a dict kept across calls with the same ``unc`` (its metrics are computed once)."""
+    memo = {} if memo is None else memo
+    if "unc" not in memo:
+        gu = _collapse(unc)
+        memo["unc"] = (_point(gu, gu["n"].to_numpy(), n_bins, False),
+                       replicate_metrics(gu, _replicate_cols(gu), n_bins))
+    pu, du = memo["unc"]
+    gc = _collapse(cal)
+    pc = _point(gc, gc["n"].to_numpy(), n_bins, False)
+    reps = _replicate_cols(gc)
+    dc = replicate_metrics(gc, reps, n_bins)
     out: dict[str, Any] = {}
     for m in ("log_loss", "ece", "brier"):
-        diff = np.array([c[m] - u[m] for u, c in zip(du, dc, strict=True)])
+        diff = dc[m] - du[m]
         out[m] = {
             "uncalibrated": pu[m],
             "calibrated": pc[m],
             "delta": pc[m] - pu[m],
             "delta_ci": percentile_interval(diff, level) if reps else None,
         }
-    ratio = np.array([c["calibration_ratio"] for c in dc])
+    ratio = dc["calibration_ratio"]
     out["calibration_ratio"] = {
         "uncalibrated": pu["calibration_ratio"],
         "calibrated": pc["calibration_ratio"],
@@ -334,5 +387,5 @@ def segment_ratios(
 
 
 def table_log_loss(t: pd.DataFrame) -> float:
-    g = _collapse(t)
-    return float(g["sum_ll"].sum() / g["n"].sum())
+    # sums over the table's rows: grouping them by (bucket, label) first changes nothing but the cost
+    return float(t["sum_ll"].sum() / t["n"].sum())

@@ -167,11 +167,14 @@ def evaluate_aggregate(lay: Layout, params: Params, name: str, method_list: list
         m: require(lay.calibrated_method(m) / f"{name}.json", "calibrator", f"calibrate@{m}").read_text()
         for m in method_list
     }
-    tables = {UNCALIBRATED: test, **_aggregate.calibrated_tables(test, texts, input_kind)}
+    extra = {UNCALIBRATED: test}
     # a segmented calibrator's probabilities need each row's segments: its test predictions file (written
     # by calibrate_segments) goes through the same pass, on its probabilities
     for m, f in segmented_files(lay, params, name).items():
-        tables[m] = _aggregate.probability_table(f, scale, scale.replicates)
+        extra[m] = _aggregate.probability_table(f, scale, scale.replicates)
+    # the methods' tables are built one at a time as evaluate_tables reaches them (memory: one at a time)
+    order = [UNCALIBRATED, *texts, *(m for m in extra if m != UNCALIBRATED)]
+    tables = _aggregate.CalibratedTables(test, texts, input_kind, extra, order)
     return _aggregate.evaluate_tables(tables, params.evaluate)
 
 

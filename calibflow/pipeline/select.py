@@ -33,7 +33,7 @@ from calibflow import metrics, selection
 from calibflow import segments as seg
 from calibflow.aggregate import segment_compare
 from calibflow.aggregate.table import add_replicates
-from calibflow.calibrators import get_class, make
+from calibflow.calibrators import from_json, get_class, make
 from calibflow.intervals import percentile_interval, resample_counts, resample_metrics, resampled
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
@@ -250,15 +250,23 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
         for m in methods(params)
     }
     texts[selection.IDENTITY] = _calibrator_text(lay, params, name, selection.IDENTITY)  # "keep"
-    tables = _aggregate.calibrated_tables(test, texts, input_kind)
-    ll = {m: _aggregate.table_log_loss(t) for m, t in tables.items()}
+    # Each calibrator parsed once; each method's table built when used and not kept (it shares the test
+    # table's replicate counts; all of them at once cost methods x groups x 5 columns).
+    cals = {m: from_json(t) for m, t in texts.items()}
+
+    def table(m: str) -> pd.DataFrame:
+        return _aggregate.calibrated_table(test, cals[m], input_kind)
+
+    ll = {m: _aggregate.table_log_loss(table(m)) for m in cals}
     n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
+    memo: dict[str, Any] = {}  # the uncalibrated table's metrics: the same for every method
+    seg_memo: dict[str, pd.DataFrame] = {}
 
     def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         segs = _aggregate.segment_tables_ratios(
-            tabs, texts[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed
+            tabs, cals[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed, seg_memo
         )
-        return _aggregate.compare_tables(test, tables[m], n_bins, level), segs
+        return _aggregate.compare_tables(test, table(m), n_bins, level, memo), segs
 
     return ll, compare_for
 
@@ -412,8 +420,6 @@ def _segmented_pass(
     """The aggregate path's segmented challenge (:func:`segmented_challenge`'s decision and record), from
     one pass over the test rows (``calibflow.aggregate.segment_compare``); when the segmented method
     wins, also the card's metrics, per-segment rows and reliability bins for it. None without fits."""
-    from calibflow.calibrators import from_json
-
     fits = {m: lay.calibrated_segments / m / f"{name}.json" for m in segmented_methods(params)}
     fits = {m: p for m, p in fits.items() if p.is_file()}
     if not fits:
@@ -630,7 +636,6 @@ def _card(
 def with_score_kind(text: str, kind: str, column: str | None = None) -> str:
     """The calibrator's JSON with the scale of the user's score (and its column) recorded in it (what
     `calibflow apply` reads; the card alone could be separated from the file)."""
-    from calibflow.calibrators import from_json
     from calibflow.sources import record_score_kind
 
     return record_score_kind(from_json(text), kind, column).to_json()
