@@ -72,8 +72,9 @@ def test_large_windows_stream_and_score_as_the_rows_do(project, tmp_path, loads)
     assert len(res["windows"]) == 10 and a["processed"] == b["processed"]
     assert all(b["windows"][k]["scored_from"] == "tables" for k in b["processed"])
     assert all("scored_from" not in a["windows"][k] for k in a["processed"])
-    assert [b["windows"][k]["rows"] for k in b["processed"]] == [a["windows"][k]["rows"] for k in a["processed"]]
-    assert [(r["window"], r["segment"]) for r in a["history"]] == [(r["window"], r["segment"]) for r in b["history"]]
+    assert all(b["windows"][k]["rows"] == a["windows"][k]["rows"] for k in b["processed"])
+    keys = [(r["window"], r["segment"]) for r in a["history"]]
+    assert keys == [(r["window"], r["segment"]) for r in b["history"]]
     for ra, rb in zip(a["history"], b["history"], strict=True):
         assert (ra["n"], ra["positives"], ra["skipped"]) == (rb["n"], rb["positives"], rb["skipped"])
         if ra["skipped"]:
@@ -100,7 +101,8 @@ def test_the_gate_of_a_large_window_sees_a_bounded_seeded_sample(project, tmp_pa
     _run(two, table_rows=1000, gate_rows=400)
     assert loads == []
     a = _state(one)
-    assert (one / "monitoring/ads/state.json").read_bytes() == (two / "monitoring/ads/state.json").read_bytes()
+    state = "monitoring/ads/state.json"
+    assert (one / state).read_bytes() == (two / state).read_bytes()
     for k in a["processed"]:
         s = a["windows"][k]["gate_sample"]
         assert 0 < s["window"] <= 600 and s["window"] < a["windows"][k]["rows"]  # Bernoulli(400/3000)
