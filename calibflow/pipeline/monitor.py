@@ -462,8 +462,9 @@ def _stream(
         rows=int(sum(counts)), files=inv.feeds().get(w.key, []), scored_from="tables",
         gate_sample={"window": int(len(frame)), "calib": int(len(calib)), "calib_rows": int(n_calib)},
     )
-    state.gates[-1]["sample"] = (f"gate on a seeded sample: {len(frame)} of {sum(counts)} window rows, "
-                                 f"{len(calib)} of {n_calib} trailing rows")
+    if "challengers" in state.gates[-1]:  # the gate compared: say on how many rows
+        state.gates[-1]["sample"] = (f"gate on a seeded sample: {len(frame)} of {sum(counts)} window rows, "
+                                     f"{len(calib)} of {n_calib} trailing rows")
     save(paths, state, spec)
     log.info("monitor %s: window %s scored from its tables (champion v%d)", spec.name, w.key, state.champion)
     return True, state, []
