@@ -16,8 +16,8 @@ rows or more (by the inventory's count, known before anything is loaded) the sta
 - :func:`sample_frame`: the gate's rows, a seeded Bernoulli sample of at most about ``rows`` usable rows
   (``hash(file, row number, seed)``: the same rows whatever the threads), read into pandas. The gate
   (challengers fitted on the trailing windows, paired bootstrap on this window) then runs on the sample,
-  so its memory is bounded by ``rows``, not by the day; its interval is that of the sample (wider than
-  the whole window's would be: a promotion needs more evidence, never less).
+  so its memory is bounded by ``rows``, not by the day; its interval is the sample's (it holds at its
+  level but is wider than the whole window's, so a small real gain can go unpromoted).
 """
 
 from __future__ import annotations
