@@ -140,3 +140,28 @@ def test_a_text_time_column_keeps_the_row_path_with_a_note(project, tmp_path, lo
     assert loads and len(s["processed"]) == 10
     assert any("read as rows" in n and "time column" in n for n in s["notes"])
     assert all("scored_from" not in s["windows"][k] for k in s["processed"])
+
+
+@pytest.mark.parametrize("kind", ["epoch_ms", "zoned"])
+def test_epoch_and_zoned_times_stream_into_the_row_paths_windows(project, tmp_path, loads, kind):
+    """DuckDB's time filter places every row where the inventory (pandas) does: epoch milliseconds (the
+    unit from the file's magnitude) and a zoned timestamp (converted to UTC)."""
+    rows, tables = _copy(project, tmp_path, "rows"), _copy(project, tmp_path, "tables")
+    for root in (rows, tables):
+        for path in sorted((root / "data" / "stream").glob("*.parquet")):
+            df = pd.read_parquet(path)
+            t = df["time"].astype("datetime64[ns]")
+            if kind == "epoch_ms":
+                df["time"] = t.astype("int64") // 10**6
+            else:
+                df["time"] = t.dt.tz_localize("UTC").dt.tz_convert("America/New_York")
+            df.to_parquet(path, index=False)
+    _run(rows)
+    loads.clear()
+    _run(tables, table_rows=1000, gate_rows=10**9)
+    assert loads == []
+    a, b = _state(rows), _state(tables)
+    assert a["processed"] == b["processed"] and len(b["processed"]) == 10
+    assert all(b["windows"][k]["scored_from"] == "tables" for k in b["processed"])
+    assert [(r["segment"], r["n"], r["positives"]) for r in a["history"]] == [
+        (r["segment"], r["n"], r["positives"]) for r in b["history"]]
