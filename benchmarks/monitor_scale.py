@@ -9,6 +9,15 @@ segment values), a Platt champion fitted on 5,000 rows of a warm-up day. Timed: 
 ``monitoring.score`` per segment mask, ``n_bootstrap`` row resamples) on the first ``--row-rows`` rows of
 the same window, and the table path on those rows too, so the two paths compare on equal rows. Wall and
 process CPU seconds; peak RSS of the process at the end.
+
+    python -m benchmarks.monitor_scale --stage /tmp/monproj --rows 10000000 --days 4 \
+        --code new=. --code old=/tmp/calibflow-before
+
+The stage from files: ``--days`` daily Parquet files of ``--rows`` rows each (written in 1e6-row chunks,
+the "stable" stream's law: score ~ N(0, 1), P(y=1) = sigmoid(-2.5 + 1.2 score), segment A/B), a Platt
+champion, then ``python -m calibflow.pipeline.monitor`` scoring the last day only (the others are its
+trailing calibration windows) under ``/usr/bin/time -v``, once per ``--code LABEL=PYTHONPATH`` (each on a
+fresh ``monitoring/`` folder): wall seconds, peak RSS, and the window's overall scores from the state.
 """
 
 from __future__ import annotations
@@ -26,6 +35,101 @@ def _timed(fn):
     return out, round(time.perf_counter() - t, 2), round(time.process_time() - c, 2)
 
 
+def write_project(root, rows: int, days: int, seed: int = 0) -> None:
+    """Daily Parquet files of ``rows`` rows, a Platt champion and params.yaml (skipped when written)."""
+    from pathlib import Path
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+    from scipy.special import expit
+
+    from calibflow import calibrators as C
+    from calibflow.experiments.monitoring import DAY0
+
+    root = Path(root)
+    marker = root / f".written-{rows}-{days}-{seed}"
+    if marker.exists():
+        return
+    folder = root / "data" / "stream"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    chunk = 1_000_000
+    start0 = np.datetime64(DAY0.to_datetime64(), "us")
+    for d in range(days):
+        with pq.ParquetWriter(folder / f"day={d:03d}.parquet", pa.schema(
+                [("time", pa.timestamp("us")), ("score", pa.float64()), ("label", pa.int8()),
+                 ("segment", pa.string())])) as w:
+            for lo in range(0, rows, chunk):
+                n = min(chunk, rows - lo)
+                x = rng.normal(size=n)
+                us = (rng.uniform(0, 86_399, n) * 1e6).astype(np.int64)
+                t = start0 + np.timedelta64(d, "D") + us.astype("timedelta64[us]")
+                y = (rng.random(n) < expit(-2.5 + 1.2 * x)).astype(np.int8)
+                seg = np.where(rng.random(n) < 0.5, "A", "B")
+                w.write_table(pa.table({"time": t, "score": x, "label": y, "segment": seg}))
+    warm = np.random.default_rng(seed + 1).normal(size=5000)
+    yw = (np.random.default_rng(seed + 2).random(5000) < expit(-2.5 + 1.2 * warm)).astype(float)
+    (root / "models" / "ads").mkdir(parents=True, exist_ok=True)
+    (root / "models" / "ads" / "calibrator.json").write_text(C.make("platt").fit(warm, yw).to_json())
+    params = {"seed": 0, "sources": {"ads": {"path": "data/stream", "label": "label", "score": "score",
+                                             "score_kind": "score", "time": "time", "segments": ["segment"]}},
+              "monitor": {"sources": ["ads"], "n_bootstrap": 200}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    marker.write_text("")
+
+
+def run_stage(root, label: str, pythonpath: str, days: int) -> dict:
+    """The stage on the last day under ``/usr/bin/time -v`` with ``pythonpath``'s calibflow."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from calibflow.experiments.monitoring import DAY0
+
+    root = Path(root)
+    for d in ("monitoring", "plots", "metrics", "reports"):
+        shutil.rmtree(root / d, ignore_errors=True)
+    last = DAY0 + pd.Timedelta(days=days - 1)
+    now = last + pd.Timedelta(days=3)
+    env = {**os.environ, "PYTHONPATH": str(Path(pythonpath).resolve())}
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "calibflow.pipeline.monitor", "--source", "ads",
+           "--now", now.isoformat(), "--start", last.isoformat(), "--params", str(root / "params.yaml"),
+           "--root", str(root)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
+    out = {"code": label, "rc": proc.returncode, "wall_s": round(time.perf_counter() - t, 1)}
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    cpu = [float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", proc.stderr)]
+    out.update(peak_mb=int(rss.group(1)) // 1024 if rss else None, cpu_s=round(sum(cpu), 1))
+    if proc.returncode != 0:
+        out["tail"] = proc.stdout[-1500:] + proc.stderr[-1500:]
+        return out
+    state = json.loads((root / "monitoring" / "ads" / "state.json").read_text())
+    row = next(r for r in state["history"] if r["segment"] == "all")
+    win = state["windows"][row["window"]]
+    out.update({k: row.get(k) for k in ("n", "calibration_ratio", "ratio_low", "ratio_high", "ece")})
+    out.update(scored_from=win.get("scored_from", "rows"), gate=state["gates"][-1].get("reason"),
+               gate_sample=state["gates"][-1].get("sample"))
+    return out
+
+
+def stage_main(a) -> None:
+    write_project(a.stage, a.rows, a.days)
+    res = {"rows_per_day": a.rows, "days": a.days, "load": os.getloadavg(), "runs": []}
+    for spec in a.code:
+        label, path = spec.split("=", 1)
+        res["runs"].append(run_stage(a.stage, label, path, a.days))
+        print(json.dumps(res["runs"][-1], default=float), flush=True)
+    res["load_after"] = os.getloadavg()
+    print(json.dumps(res, indent=1, default=float))
+
+
 def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
@@ -38,7 +142,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--row-rows", type=int, default=1_000_000)
     ap.add_argument("--bootstrap", type=int, default=200)
+    ap.add_argument("--stage", help="project folder: run the monitor stage from files (see the docstring)")
+    ap.add_argument("--days", type=int, default=4, help="--stage: daily files (the last one is scored)")
+    ap.add_argument("--code", action="append", default=[], help="--stage: LABEL=PYTHONPATH, repeatable")
     a = ap.parse_args(argv)
+    if a.stage:
+        stage_main(a)
+        return
     df = simulate_stream("stable", 0, days=1, rows=a.rows, warmup=0)
     champ = C.make("platt").fit(df["score"].to_numpy()[:5000], df["label"].to_numpy()[:5000])
     cfg = mon.MonitorConfig(n_bootstrap=a.bootstrap)

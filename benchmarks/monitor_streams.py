@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,9 +45,20 @@ class Plan:
     calib_windows: int | None = None  # monitor.calib_windows (None: the default)
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+def free_port() -> int:
+    """A port nothing listens on now: two runs on one machine must not share the server's port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(root: Path, *args: str, api_port: int | None = None) -> subprocess.CompletedProcess:
+    """The CLI in the project; ``api_port``: report to the project's server there (``PREFECT_API_URL``,
+    as the CLI documents), else no API is set and each command finds its own."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PREFECT_HOME": str(root / ".prefect")}
     env.pop("PREFECT_API_URL", None)
+    if api_port is not None:
+        env["PREFECT_API_URL"] = f"http://127.0.0.1:{api_port}/api"
     return subprocess.run(
         [sys.executable, "-m", "calibflow.flows.cli", *args],
         cwd=root, env=env, capture_output=True, text=True,
@@ -66,8 +78,9 @@ def _deliver_bad(folder: Path, day: int, plan: Plan) -> None:
     df.to_parquet(path, index=False)
 
 
-def setup(root: Path, plan: Plan) -> None:
-    """The project: history days, one ``init --monitor`` per source, ``calibflow run``."""
+def setup(root: Path, plan: Plan, port: int) -> None:
+    """The project: history days, one ``init --monitor`` per source, ``calibflow run``; the project's
+    server on ``port`` (a free one: the default 4200 may be another run's)."""
     root.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     for name in (*M.STREAMS, "broken"):
@@ -87,8 +100,8 @@ def setup(root: Path, plan: Plan) -> None:
     subprocess.run(["git", "commit", "-qm", "project"], cwd=root, check=True)
     # One project server for the whole run (README: `calibflow server start`): every daily command
     # talks to it instead of starting a temporary one.
-    _ok(_cli(root, "server", "start"), "calibflow server start")
-    _ok(_cli(root, "run", "--quiet"), "calibflow run")
+    _ok(_cli(root, "server", "start", "--port", str(port), "--no-ui"), "calibflow server start")
+    _ok(_cli(root, "run", "--quiet", "--port", str(port)), "calibflow run")
 
 
 def teardown(root: Path) -> None:
@@ -110,8 +123,9 @@ def deliveries(plan: Plan, d: int) -> list[tuple[str, int, bool]]:
     return out
 
 
-def run_days(root: Path, plan: Plan) -> dict[str, Any]:
-    """Deliver and monitor every day; the served champion's ratio on each next day."""
+def run_days(root: Path, plan: Plan, port: int) -> dict[str, Any]:
+    """Deliver and monitor every day (each run reports to the project's server on ``port``); the served
+    champion's ratio on each next day."""
     served: dict[str, dict[int, dict[str, float]]] = {n: {} for n in (*M.STREAMS, "broken")}
     runs = []
     first = {n: (root / "models" / n / "calibrator.json").read_text() for n in served}
@@ -127,7 +141,7 @@ def run_days(root: Path, plan: Plan) -> dict[str, Any]:
         now = (M.START + pd.Timedelta(days=d + 1, hours=6)).isoformat()
         t0 = time.perf_counter()
         start = M.START.date().isoformat()
-        proc = _cli(root, "monitor", "run", "--now", now, "--start", start, "--no-commit")
+        proc = _cli(root, "monitor", "run", "--now", now, "--start", start, "--no-commit", api_port=port)
         runs.append(
             {"day": d, "rc": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
              "output": (proc.stdout + proc.stderr)[-4000:], "stderr_lines": len(proc.stderr.splitlines())}
@@ -163,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calib-windows", type=int)
     ap.add_argument("--folder", help="the project folder (default: a new temporary one)")
     ap.add_argument("--out", default="reports/monitor-streams.json")
+    ap.add_argument("--port", type=int, help="the project server's port (default: a free one)")
     ap.add_argument("--table", help="print the docs table of an existing JSON and exit")
     a = ap.parse_args(argv)
     if a.table:
@@ -170,9 +185,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     plan = Plan(days=a.days, rows=a.rows, shift_day=a.shift_day, calib_windows=a.calib_windows)
     root = Path(a.folder) if a.folder else Path(tempfile.mkdtemp(prefix="calibflow-streams-")) / "project"
+    port = a.port or free_port()
     try:
-        setup(root, plan)
-        res = run_days(root, plan)
+        setup(root, plan, port)
+        res = run_days(root, plan, port)
     finally:
         teardown(root)
     f = collect(root, plan, res)

@@ -95,6 +95,10 @@ class Inventory:
         """Window key -> one digest of its feeding files (shown on the page and in the state)."""
         return {k: hashlib.sha256("\n".join(v).encode()).hexdigest()[:16] for k, v in self.feeds().items()}
 
+    def rows(self, key: str) -> int:
+        """Rows the good files hold in window ``key`` (known before any row is loaded)."""
+        return sum(f.windows.get(key, 0) for f in self.good)
+
     def feeding(self, key: str) -> list[str]:
         return sorted(f.rel for f in self.good if key in f.windows)
 
@@ -122,17 +126,14 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
         cols = list(rel.columns)
         if spec.time not in cols:
             f.placed = False
-        t = to_times(S.scan(one, [spec.time])[spec.time].to_pandas()) if f.placed else None
+        counted = _window_counts(one, cfg) if f.placed else None
     except (ValueError, FileNotFoundError) as exc:
         f.placed, f.problem = False, f"source {spec.name!r}: file {f.rel}: {exc}; fix or remove it"
         return
     missing = [c for c in role_columns(spec) if c not in cols]
     n = int(rel.aggregate("count(*)").fetchall()[0][0])
-    if t is not None:
-        ks = window_index(t.dropna(), cfg)
-        keys, counts = np.unique(ks, return_counts=True)
-        f.windows = {window_at(int(k), cfg).key: int(c) for k, c in zip(keys, counts, strict=True)}
-        bad_t = int(t.isna().sum())
+    if counted is not None:
+        f.windows, bad_t = counted
         if bad_t:
             f.placed = False
             f.problem = (
@@ -145,6 +146,40 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
             + (f"; also {missing[1:]}" if len(missing) > 1 else "")
             + "); the file is not used and its windows stay pending until it is fixed"
         )
+
+
+#: Rows of the time column read at once when placing a file (memory bounded by this, not by the file).
+PLACE_BATCH = 1_000_000
+
+
+def _max_abs(one: S.SourceSpec) -> float:
+    """The largest magnitude of a numeric time column (its epoch unit), one DuckDB scan."""
+    col = S.quote_ident(one.time or "")
+    top = S.relation(one).aggregate(f"max(abs(CAST({col} AS DOUBLE)))").fetchall()[0][0]
+    return float(top or 0.0)
+
+
+def _window_counts(one: S.SourceSpec, cfg: MonitorConfig) -> tuple[dict[str, int], int]:
+    """Rows per window of one file and its count of times that do not parse, read in batches; numbers
+    are epochs in the unit of the file's largest magnitude (one unit per file, as ``to_times`` reads the
+    whole column)."""
+    col = one.time or ""
+    unit = None
+    counts: dict[int, int] = {}
+    bad = 0
+    for batch in S.batches(one, [col], PLACE_BATCH):
+        values = batch.column(0).to_pandas()
+        if unit is None and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            unit = timesplit.epoch_unit([_max_abs(one)])
+        if unit is not None:
+            t = pd.Series(pd.to_datetime(values, unit=unit, errors="coerce"))
+        else:
+            t = to_times(values)
+        bad += int(t.isna().sum())
+        keys, c = np.unique(window_index(t.dropna(), cfg), return_counts=True)
+        for k, v in zip(keys, c, strict=True):
+            counts[int(k)] = counts.get(int(k), 0) + int(v)
+    return {window_at(k, cfg).key: v for k, v in sorted(counts.items())}, bad
 
 
 def inventory(

@@ -31,10 +31,13 @@ import pandas as pd
 from calibflow import monitoring as mon
 from calibflow import sources as S
 from calibflow.aggregate import tables as T
-from calibflow.aggregate.segments import segment_metrics
+from calibflow.aggregate.segments import _by_value, segment_metrics
 
 #: Windows with at least this many rows are scored from their tables (the stage's switch).
 AGGREGATE_ROWS = 1_000_000
+#: Such a window's gate is judged on a seeded sample of about this many of its rows (and as many of its
+#: trailing windows' rows): the gate's memory stays that of a 1e6-row window whatever the day holds.
+GATE_ROWS = 1_000_000
 
 
 def aggregable(champion: Any) -> bool:
@@ -70,7 +73,22 @@ def window_seed(cfg: mon.MonitorConfig, window: mon.Window) -> int:
     return int(seq.generate_state(1)[0])
 
 
-def _row(m: pd.Series, cfg: mon.MonitorConfig) -> dict[str, Any]:
+def ratio_se(table: pd.DataFrame) -> np.ndarray:
+    """Per value (``segment_metrics``' order) ``monitoring.ratio_se`` from the table's sums: with
+    ``R = sum p / sum y``, ``n var(p - R y) = sum p^2 - 2 R sum p y + R^2 sum y`` (``sum (p - R y)`` is 0),
+    so the practical limit judges a table-scored window by the same standard error as a row-scored one."""
+    v, values = _by_value(table)
+    m = values.size
+    n, y = table["n"].to_numpy(np.float64), table["label"].to_numpy(np.float64)
+    sq, sq2 = table["sum_q"].to_numpy(np.float64), table["sum_q2"].to_numpy(np.float64)
+    pos, s_q = np.bincount(v, n * y, m), np.bincount(v, sq, m)
+    s_qy, s_q2 = np.bincount(v, sq * y, m), np.bincount(v, sq2, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = s_q / pos
+        return np.sqrt(np.clip(s_q2 - 2 * r * s_qy + r * r * pos, 0.0, None)) / pos
+
+
+def _row(m: pd.Series, cfg: mon.MonitorConfig, se: float = float("nan")) -> dict[str, Any]:
     """``monitoring.score``'s row from one value's metrics."""
     pos = float(m["positives"])
     row: dict[str, Any] = {"n": int(round(float(m["n"]))), "positives": int(round(pos))}
@@ -82,6 +100,7 @@ def _row(m: pd.Series, cfg: mon.MonitorConfig) -> dict[str, Any]:
         calibration_ratio=float(m["calibration_ratio"]),
         ratio_low=float(m["calibration_ratio_low"]),
         ratio_high=float(m["calibration_ratio_high"]),
+        ratio_se=float(se),
         ece=float(m["ece"]),
         log_loss=float(m["log_loss"]),
         brier=float(m["brier"]),
@@ -95,12 +114,12 @@ def window_scores(tabs: T.Tables, cfg: mon.MonitorConfig, seed: int) -> dict[str
     the champion's row, from :func:`window_tables`'s tables; replicates seeded by ``seed``."""
     opts = {"n_bins": cfg.n_bins, "replicates": cfg.n_bootstrap, "seed": seed, "level": cfg.ci_level}
     overall = tabs.fine.assign(seg_0=mon.ALL, code=0)
-    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg)}
+    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg, ratio_se(overall)[0])}
     for col, table in tabs.segments.items():
-        m = segment_metrics(table, **opts)
+        m, se = segment_metrics(table, **opts), ratio_se(table)
         names = [f"{col}={v}" for v in m["value"].astype(str)]
         for name, i in sorted(zip(names, range(len(m)), strict=True)):
-            out[name] = _row(m.iloc[i], cfg)
+            out[name] = _row(m.iloc[i], cfg, se[i])
     return out
 
 

@@ -39,6 +39,7 @@ from calibflow import calibrators as C
 from calibflow import deliveries as D
 from calibflow import monitoring as mon
 from calibflow import monitoring_scale as MS
+from calibflow import monitoring_stream as MST
 from calibflow import sources as S
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline._common import (
@@ -269,8 +270,14 @@ def run(
     render: bool = True,
     rescore_from: str | None = None,
     start: str | None = None,
+    table_rows: int | None = None,
+    gate_rows: int | None = None,
 ) -> dict[str, Any]:
-    """Process every pending window of ``source`` (at most ``max_windows``); return what happened."""
+    """Process every pending window of ``source`` (at most ``max_windows``); return what happened.
+
+    ``table_rows``: a window with this many rows or more is read by DuckDB only and scored from its
+    tables, its gate judged on seeded samples of about ``gate_rows`` rows (defaults:
+    ``monitoring_scale.AGGREGATE_ROWS`` and ``GATE_ROWS``)."""
     params = as_params(params)
     cfg = config(params, params.seed)
     paths = Paths(Path(root), source)
@@ -290,7 +297,7 @@ def run(
     state, inv, todo, lines, refused = _take_stock(spec, cfg, state, now, rescore_from)
     todo = todo[: max_windows or None]
     if todo:
-        todo, more = _score(paths, spec, cfg, state, inv, todo)
+        todo, more = _score(paths, spec, cfg, state, inv, todo, table_rows, gate_rows)
         state, refused = more[0], refused + more[1]
     state.files = D.cache_of(inv)
     save(paths, state, spec)
@@ -338,13 +345,53 @@ def _score(
     state: mon.MonitorState,
     inv: D.Inventory,
     todo: list[mon.Window],
+    table_rows: int | None = None,
+    gate_rows: int | None = None,
 ) -> tuple[list[mon.Window], tuple[mon.MonitorState, list[str]]]:
     """Score ``todo`` (matured windows, held ones already out); rows refused here keep their window
-    pending. Saves after every window (the resume point)."""
+    pending. Saves after every window (the resume point). A window of ``table_rows`` rows or more (the
+    inventory's count; default ``monitoring_scale.AGGREGATE_ROWS``) is read by DuckDB only (``_stream``);
+    when there is none, the row path below is the whole run."""
+    table_rows = MS.AGGREGATE_ROWS if table_rows is None else int(table_rows)
+    if all(inv.rows(w.key) < table_rows for w in todo):
+        return _score_rows(paths, spec, cfg, state, inv, todo)
+    done: list[mon.Window] = []
+    lines: list[str] = []
+    held: set[str] = set()
+    for w in todo:
+        if state.processed and w.key < state.processed[-1]:
+            continue  # a held window sits between: it is rescored once its file is fixed
+        scored: bool | None = None
+        if inv.rows(w.key) >= table_rows:
+            scored, state, more = _stream(paths, spec, cfg, state, inv, w, held, gate_rows)
+            lines += more
+        if scored is None:  # small, or cannot stream: its rows (and its trailing windows') in pandas
+            one, (state, more) = _score_rows(paths, spec, cfg, state, inv, [w], held)
+            lines += more
+            scored = bool(one)
+        if scored:
+            done.append(w)
+        else:
+            held.add(w.key)
+    return done, (state, lines)
+
+
+def _score_rows(
+    paths: Paths,
+    spec: S.SourceSpec,
+    cfg: mon.MonitorConfig,
+    state: mon.MonitorState,
+    inv: D.Inventory,
+    todo: list[mon.Window],
+    held_before: set[str] | frozenset[str] = frozenset(),
+) -> tuple[list[mon.Window], tuple[mon.MonitorState, list[str]]]:
+    """The row path: the windows' rows and their trailing calibration windows' in pandas
+    (``deliveries.load``); ``held_before``: windows held earlier in this run (their rows feed no gate)."""
     span = cfg.calib_windows * pd.Timedelta(cfg.period)
     df = D.load(spec, inv, todo[0].start - span, todo[-1].end, cfg)
     held, lines = D.check_matured(spec, df, [w.key for w in todo], cfg)
     todo = [w for w in todo if w.key not in held]
+    held = held | set(held_before)
     wkeys = pd.Series([mon.window_at(int(k), cfg).key for k in mon.window_index(df["time"], cfg)], dtype=str)
     usable = df["label"].isin([0.0, 1.0]) & df["score"].notna() & ~wkeys.isin(held).to_numpy()
     known = df[usable.to_numpy()]  # held windows' rows never feed a challenger either
@@ -362,6 +409,98 @@ def _score(
         done.append(w)
         log.info("monitor %s: window %s scored (champion v%d)", spec.name, w.key, state.champion)
     return done, (state, lines)
+
+
+def _stream(
+    paths: Paths,
+    spec: S.SourceSpec,
+    cfg: mon.MonitorConfig,
+    state: mon.MonitorState,
+    inv: D.Inventory,
+    w: mon.Window,
+    held: set[str],
+    gate_rows: int | None = None,
+) -> tuple[bool | None, mon.MonitorState, list[str]]:
+    """One large window read by DuckDB only: checks from counts, the champion's scores from the pass's
+    tables, the gate on seeded samples of at most ``monitoring_scale.GATE_ROWS`` rows of the window and of
+    its trailing windows. Returns (scored: True, held: False, cannot stream: None), the state, lines."""
+    gate_rows = MS.GATE_ROWS if gate_rows is None else int(gate_rows)
+    champ = state.calibrator()
+    feeding = MST.files_in(inv.good, w.start, w.end)
+    con = S.connect(1)
+    try:
+        everything = MST.window_parts(spec, [f.path for f in feeding], w.start, w.end, usable=False, con=con)
+        if everything is None or not MS.aggregable(champ):
+            why = "a per-segment champion is applied to rows" if everything is not None else (
+                "its files are not Parquet with a TIMESTAMP, DATE or numeric time column")
+            state.notes.append(f"{w.key} read as rows ({inv.rows(w.key)} rows): {why}")
+            return None, state, []
+        counts = MST.window_counts(everything, con)
+        expected = [f.windows.get(w.key, 0) for f in feeding]
+        if counts != expected:  # the SQL time filter must place every row where the inventory did
+            state.notes.append(f"{w.key} read as rows: DuckDB placed {sum(counts)} rows in the window, the "
+                               f"inventory {sum(expected)}")
+            return None, state, []
+        rels = [f.rel for f in feeding]
+        is_held, lines = MST.check_window(spec, w.key, everything, rels, con)
+        if is_held:
+            return False, state, lines
+        frame_parts = MST.window_parts(spec, [f.path for f in feeding], w.start, w.end, con=con)
+        assert frame_parts is not None
+        seed = MS.window_seed(cfg, w)
+        tabs = MS.window_tables(frame_parts, champ, state.score_kind, tuple(spec.segments), cfg.n_bins,
+                                threads=None)
+        scores = MS.window_scores(tabs, cfg, seed)
+        frame = MST.sample_frame(spec, frame_parts, rels, sum(counts), gate_rows, seed, con)
+        calib = _trailing_sample(spec, cfg, inv, w, held, seed, gate_rows, con)
+    finally:
+        con.close()
+    n_calib = sum(inv.rows(k) for k in _trailing_keys(cfg, w) if k not in held)
+    state = mon.process_window(state, w, frame, calib, cfg, spec.segments, inv.fingerprints().get(w.key),
+                               scores)
+    state.windows[w.key].update(
+        rows=int(sum(counts)), files=inv.feeds().get(w.key, []), scored_from="tables",
+        gate_sample={"window": int(len(frame)), "calib": int(len(calib)), "calib_rows": int(n_calib)},
+    )
+    if "challengers" in state.gates[-1]:  # the gate compared: say on how many rows
+        state.gates[-1]["sample"] = (f"gate on a seeded sample: {len(frame)} of {sum(counts)} window rows, "
+                                     f"{len(calib)} of {n_calib} trailing rows")
+    save(paths, state, spec)
+    log.info("monitor %s: window %s scored from its tables (champion v%d)", spec.name, w.key, state.champion)
+    return True, state, []
+
+
+def _trailing_keys(cfg: mon.MonitorConfig, w: mon.Window) -> list[str]:
+    step = pd.Timedelta(cfg.period)
+    return [(w.start - k * step).isoformat() for k in range(1, cfg.calib_windows + 1)]
+
+
+def _trailing_sample(
+    spec: S.SourceSpec,
+    cfg: mon.MonitorConfig,
+    inv: D.Inventory,
+    w: mon.Window,
+    held: set[str],
+    seed: int,
+    rows: int,
+    con: Any,
+) -> pd.DataFrame:
+    """A seeded sample of the usable rows of the ``calib_windows`` periods before ``w`` (windows held in
+    this run left out), about ``rows`` rows at most whatever the days hold."""
+    parts, rels, total = [], [], 0
+    for k in _trailing_keys(cfg, w):
+        if k in held:
+            continue
+        start = pd.Timestamp(k)
+        feeding = MST.files_in(inv.good, start, start + pd.Timedelta(cfg.period))
+        got = MST.window_parts(spec, [f.path for f in feeding], start, start + pd.Timedelta(cfg.period),
+                               con=con)
+        if got is None:  # a trailing file that cannot stream: no sample from it (noted by the gate's size)
+            continue
+        parts += got
+        rels += [f.rel for f in feeding]
+        total += sum(f.windows.get(k, 0) for f in feeding)
+    return MST.sample_frame(spec, parts, rels, total, rows, seed + 1, con)
 
 
 def _scores_from_tables(

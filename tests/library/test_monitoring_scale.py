@@ -15,7 +15,7 @@ from calibflow import monitoring_scale as MS
 from calibflow.experiments.monitoring import DAY0, simulate_stream
 from calibflow.pipeline import monitor as stage
 
-EXACT = ("calibration_ratio", "log_loss", "brier")
+EXACT = ("calibration_ratio", "ratio_se", "log_loss", "brier")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.monitor_streams import Plan, collect, run_days, setup, teardown
+from benchmarks.monitor_streams import Plan, collect, free_port, run_days, setup, teardown
 from calibflow.experiments import monitor_streams as M
 
 pytestmark = [pytest.mark.slow, pytest.mark.dvc, pytest.mark.server]
@@ -17,9 +17,10 @@ PLAN = Plan(days=20, rows=40_000, history=21, shift_day=11, late_day=4, bad_day=
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
     root = tmp_path_factory.mktemp("streams") / "project"
+    port = free_port()  # not 4200: two CI runs on one machine collided there ("port taken")
     try:
-        setup(root, PLAN)
-        res = run_days(root, PLAN)
+        setup(root, PLAN, port)
+        res = run_days(root, PLAN, port)
     finally:
         teardown(root)
     yield collect(root, PLAN, res), res

@@ -1,0 +1,191 @@
+"""A large monitor window read only by DuckDB: its checks, its tables' FROM items and a bounded gate sample.
+
+``calibflow.deliveries.load`` reads a window's rows (and its trailing calibration windows') into pandas,
+so the memory of a run grows with the rows of a day. For a window of ``monitoring_scale.AGGREGATE_ROWS``
+rows or more (by the inventory's count, known before anything is loaded) the stage uses this module:
+
+- :func:`window_parts`: one DuckDB FROM item per delivered file, the rows of ``[lo, hi)`` as ``time,
+  score, label, <segments>`` with the semantics of ``deliveries.load`` (label 0/1 through ``positive``,
+  NULL kept; segments as text, NULL as ``<missing>``; times UTC-naive, numbers as epochs in the unit of
+  the file's largest magnitude, as ``timesplit.epoch_unit``). Only typed times (TIMESTAMP, DATE, numbers)
+  and Parquet files stream; anything else returns None and the window keeps the row path.
+- :func:`window_counts`: rows per file in the window, which the stage compares with the inventory's
+  (pandas) placement before trusting the SQL time filter; a difference sends the window to the rows.
+- :func:`check_window`: ``deliveries.check_matured`` as counts (labels outside {0, 1}, non-finite or
+  out-of-range scores, NULL labels): the same held windows and the same lines.
+- :func:`sample_frame`: the gate's rows, a seeded Bernoulli sample of at most about ``rows`` usable rows
+  (``hash(file, row number, seed)``: the same rows whatever the threads), read into pandas. The gate
+  (challengers fitted on the trailing windows, paired bootstrap on this window) then runs on the sample,
+  so its memory is bounded by ``rows``, not by the day; its interval is the sample's (it holds at its
+  level but is wider than the whole window's, so a small real gain can go unpromoted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import duckdb
+import pandas as pd
+
+from calibflow import sources as S
+from calibflow import timesplit
+from calibflow.aggregate.tables import Part, _union
+from calibflow.sources import SourceSpec, quote_ident
+
+MISSING = "<missing>"  # a NULL segment value, as deliveries.load writes it
+
+
+def _lit(value: object) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _ts(t: pd.Timestamp) -> str:
+    return f"TIMESTAMP '{pd.Timestamp(t).isoformat(sep=' ')}'"
+
+
+def _types(con: duckdb.DuckDBPyConnection, path: str) -> dict[str, str]:
+    rows = con.execute("SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet($p))",
+                       {"p": path}).fetchall()
+    return {str(c): str(t) for c, t in rows}
+
+
+def time_sql(con: duckdb.DuckDBPyConnection, path: str, col: str, typ: str) -> str | None:
+    """The time column of one file as a UTC-naive TIMESTAMP, as ``deliveries.to_times`` reads it; None
+    for text (pandas parses text per value; DuckDB's reading of it is not the same)."""
+    c, t = quote_ident(col), typ.upper()
+    if "WITH TIME ZONE" in t or t == "TIMESTAMPTZ":
+        return f"timezone('UTC', {c})"
+    if t.startswith(("TIMESTAMP", "DATE")):
+        return f"CAST({c} AS TIMESTAMP)"
+    if not S.is_numeric_type(typ):
+        return None
+    top = con.execute(f"SELECT max(abs(CAST({c} AS DOUBLE))) FROM read_parquet($p)", {"p": path})
+    top = top.fetchone()[0]
+    per_us = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}[timesplit.epoch_unit([top or 0.0])]
+    return f"make_timestamp(CAST(round(CAST({c} AS DOUBLE) * {per_us!r}) AS BIGINT))"
+
+
+def _label_sql(spec: SourceSpec, typ: str) -> str:
+    """The label as 0/1 (NULL: not known yet; -1: a value that is no label), as ``deliveries._label``."""
+    lab = quote_ident(spec.label)
+    if spec.positive is not None:
+        pos = spec.positive
+        numeric = S.is_numeric_type(typ) and isinstance(pos, int | float)
+        hit = f"{lab} = {float(pos)!r}" if numeric else f"CAST({lab} AS VARCHAR) = {_lit(pos)}"
+        return f"CASE WHEN {lab} IS NULL THEN NULL WHEN {hit} THEN 1.0 ELSE 0.0 END"
+    if typ.upper() == "BOOLEAN":
+        return f"CAST({lab} AS DOUBLE)"
+    return f"CASE WHEN {lab} IS NULL THEN NULL ELSE coalesce(TRY_CAST({lab} AS DOUBLE), -1.0) END"
+
+
+def _segment_sql(col: str, typ: str) -> str:
+    c = quote_ident(col)
+    if typ.upper() == "BOOLEAN":  # pandas writes True/False, DuckDB true/false
+        return f"coalesce(CASE WHEN {c} THEN 'True' ELSE 'False' END, {_lit(MISSING)})"
+    return f"coalesce(CAST({c} AS VARCHAR), {_lit(MISSING)})"
+
+
+def file_rows_sql(spec: SourceSpec, con: duckdb.DuckDBPyConnection, path: str) -> str | None:
+    """``SELECT time, score, label, <segments>, _rn`` over one Parquet file (``_rn``: its row number), or
+    None when the file cannot stream (not Parquet, a text time column)."""
+    if S._fmt(path) != "parquet":
+        return None
+    types = _types(con, path)
+    t = time_sql(con, path, spec.time or "", types[spec.time or ""])
+    if t is None:
+        return None
+    segs = [f"{_segment_sql(c, types[c])} AS {quote_ident(c)}" for c in spec.segments]
+    cols = [f"{t} AS time", f"TRY_CAST({quote_ident(spec.score or '')} AS DOUBLE) AS score",
+            f"{_label_sql(spec, types[spec.label])} AS label", *segs, "file_row_number AS _rn"]
+    return f"SELECT {', '.join(cols)} FROM read_parquet($path, file_row_number = true)"
+
+
+def window_parts(
+    spec: SourceSpec, files: Sequence[str], lo: pd.Timestamp, hi: pd.Timestamp, usable: bool = True,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[Part] | None:
+    """One FROM item per file: its rows with ``lo <= time < hi`` (``usable``: only labels in {0, 1} and
+    finite scores, the rows the row path keeps); None when a file cannot stream."""
+    con = con or S.connect(1)
+    parts = []
+    keep = " AND label IN (0, 1) AND isfinite(score)" if usable else ""
+    for path in files:
+        sql = file_rows_sql(spec, con, path)
+        if sql is None:
+            return None
+        where = f"time >= {_ts(lo)} AND time < {_ts(hi)}{keep}"
+        parts.append(Part(f"(SELECT * FROM ({sql}) WHERE {where})", {"path": path}))
+    return parts
+
+
+def window_counts(parts: Sequence[Part], con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Rows of each part (the stage compares them with the inventory's placement)."""
+    return [int(con.execute(f"SELECT count(*) FROM {p.sql}", p.params).fetchone()[0]) for p in parts]
+
+
+def check_window(
+    spec: SourceSpec, key: str, parts: Sequence[Part], rels: Sequence[str], con: duckdb.DuckDBPyConnection
+) -> tuple[bool, list[str]]:
+    """``deliveries.check_matured`` for one window from counts: (held, its lines)."""
+    bad_s = "NOT coalesce(isfinite(score), false)"
+    what_s = "score(s) not finite"
+    if spec.score_kind == "probability":
+        bad_s += " OR score < 0 OR score > 1"
+        what_s += " or outside [0, 1]"
+    counts = []
+    for p in parts:
+        counts.append(con.execute(
+            f"SELECT count(*) FILTER (WHERE label IS NOT NULL AND label NOT IN (0, 1)), "
+            f"count(*) FILTER (WHERE {bad_s}), count(*) FILTER (WHERE label IS NULL) FROM {p.sql}",
+            p.params).fetchone())
+    lines = []
+    for i, (col, what) in enumerate(((spec.label, "label value(s) outside {0, 1}"), (spec.score, what_s))):
+        for rel, c in sorted(zip(rels, counts, strict=True)):
+            if c[i]:
+                lines.append(f"source {spec.name!r}: file {rel}: column {col!r} has {int(c[i])} {what}; fix "
+                             f"the file (window(s) {key[:10]} stay pending)")
+    if lines:
+        return True, lines
+    unknown = sum(int(c[2]) for c in counts)
+    if unknown:
+        files = ", ".join(sorted(r for r, c in zip(rels, counts, strict=True) if c[2]))
+        lines.append(f"source {spec.name!r}: window {key[:10]}: {unknown} row(s) without a label yet in "
+                     f"{files} (column {spec.label!r}); the window stays pending until its labels are in")
+    return bool(lines), lines
+
+
+def _salt(seed: int, rel: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{rel}".encode()).digest()[:8], "little") >> 1
+
+
+def sample_frame(
+    spec: SourceSpec, parts: Sequence[Part], rels: Sequence[str], total: int, rows: int, seed: int,
+    con: duckdb.DuckDBPyConnection,
+) -> pd.DataFrame:
+    """A seeded Bernoulli sample (rate ``rows / total``, all rows when ``total <= rows``) of the parts'
+    rows as ``time, score, label, <segments>, file``, sorted as ``deliveries.load`` sorts."""
+    rate = 1.0 if total <= rows else rows / total
+    cut = f"hash(xor(hash(_rn), CAST($salt AS UBIGINT))) < {rate * 2.0**64!r}" if rate < 1 else "true"
+    sampled = [Part(f"(SELECT *, {_lit(rel)} AS file FROM {p.sql} WHERE {cut})",
+                    {**p.params, **({"salt": _salt(seed, rel)} if rate < 1 else {})})
+               for p, rel in zip(parts, rels, strict=True)]
+    cols = ["time", "score", "label", *spec.segments, "file"]
+    if not sampled:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
+    whole = _union(sampled)
+    order = "time, file, _rn"
+    sel = ", ".join(quote_ident(c) for c in cols)
+    df = con.execute(f"SELECT {sel} FROM {whole.sql} ORDER BY {order}", whole.params).df()
+    df["time"] = pd.to_datetime(df["time"]).astype("datetime64[ns]")
+    df["label"] = df["label"].astype(float)
+    for c in spec.segments:
+        df[c] = df[c].astype(str)
+    return df.reset_index(drop=True)
+
+
+def files_in(inv_good: Sequence, lo: pd.Timestamp, hi: pd.Timestamp) -> list:
+    """The inventory's good files with rows in ``[lo, hi)`` (as ``deliveries.load`` picks them)."""
+    lo_k, hi_k = lo.isoformat(), hi.isoformat()
+    return [f for f in inv_good if any(lo_k <= k < hi_k for k in f.windows)]
+
