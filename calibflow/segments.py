@@ -178,6 +178,9 @@ def segment_check(
             rng = np.random.default_rng([seed, j, len(per_value)])
             label = f"{OTHER_LEVEL} x{len(rest)}"
             shown.append(_segment_row(name, label, yy[m], pb[m], pa[m], n_boot, rng, level))
+            pooled = set(rest)
+            tested = [r["ratio_ci"] is not None for r in per_value if str(r["value"]) in pooled]
+            shown[-1]["tested"] = sum(tested)
         rows.extend(shown)
     return rows
 
@@ -261,9 +264,17 @@ def segment_reliability(
     return out
 
 
+def tested_intervals(rows: list[dict[str, Any]]) -> int:
+    """How many ratio intervals were tested to find the flags: every row's own interval, plus the values a
+    pooled row (:data:`OTHER_LEVEL`) holds, each tested on its own before it was pooled (``tested``)."""
+    return sum(int(r.get("ratio_ci") is not None) + int(r.get("tested") or 0) for r in rows)
+
+
 def chance_flags(rows: list[dict[str, Any]], level: float) -> float:
-    """How many of ``rows`` a perfectly calibrated model would still flag, on average (``1 - level`` each)."""
-    return (1.0 - level) * sum(r.get("ratio_ci") is not None for r in rows)
+    """How many of the intervals tested a perfectly calibrated model would still flag, on average
+    (``1 - level`` each). Counted over every value tested, not the rows shown: the shown rows are the
+    largest values and the flagged ones, so counting them alone would understate what chance explains."""
+    return (1.0 - level) * tested_intervals(rows)
 
 
 def _nll(y: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:

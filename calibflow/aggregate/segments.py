@@ -186,7 +186,10 @@ def _pooled(mu: pd.DataFrame, mc: pd.DataFrame, idx: list[int], column: str) -> 
     sp_c = float((mc["calibration_ratio"].iloc[idx] * mc["positives"].iloc[idx]).sum())
     return {"column": column, "value": f"{OTHER_LEVEL} x{len(idx)}", "n": int(round(n)),
             "positives": int(round(pos)), "ratio_uncalibrated": sp_u / pos if pos else None,
-            "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False}
+            "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False,
+            # each pooled value's interval was tested (none flagged): chance_flags counts them
+            "tested": int(np.isfinite(mc["calibration_ratio_low"].iloc[idx]).sum())
+            if "calibration_ratio_low" in mc.columns else 0}
 
 
 def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.ndarray) -> pd.DataFrame:

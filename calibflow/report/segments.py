@@ -13,7 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e
-from calibflow.segments import NULL_LEVEL
+from calibflow.segments import NULL_LEVEL, tested_intervals
 
 
 def _ratio(v: Any, ci: Any) -> str:
@@ -93,7 +93,7 @@ def segment_section(card: dict[str, Any]) -> str:
         if isinstance(chance, int | float):
             parts.append(
                 f'<p class="muted">A calibrated model would see about {chance:.1f} of the '
-                f"{sum(s.get('ratio_ci') is not None for s in segs)} intervals exclude 1 by chance.</p>"
+                f"{tested_intervals(segs)} intervals tested exclude 1 by chance.</p>"
             )
     else:
         parts.append(

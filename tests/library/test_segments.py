@@ -173,7 +173,9 @@ def test_segment_check_counts_add_up_and_flags(rng):
     flagged = [r["value"] for r in rows if r["flagged"]]
     # A is off by 50%; the others are calibrated, so only chance flags them (95% intervals: ~5% of them)
     assert "A" in flagged and len(flagged) - 1 <= 3
-    assert S.chance_flags(rows, 0.95) == pytest.approx(0.05 * len(rows))
+    # chance counts every value tested (33 values, then the pooled row's own interval), not the rows shown
+    assert len(rows) < 33 and S.tested_intervals(rows) == 33 + 1
+    assert S.chance_flags(rows, 0.95) == pytest.approx(0.05 * 34)
     lines = S.flag_lines(rows)
     assert lines[0].startswith("c = A: sum p / sum y 1.5") and len(lines) == len(flagged)
     # paired test: the good probabilities beat the bad ones; the same ones do not beat themselves
@@ -329,3 +331,20 @@ def test_params_segmented_names_only_segmented_methods():
     params["calibrate"]["segmented"] = ["platt"]
     with pytest.raises(ParamsError, match="'platt' is not a segmented method"):
         validate_params(params)
+
+
+def test_aggregate_records_count_the_pooled_values_as_tested():
+    """The table path's records pool values past ``top``; each was tested, so chance counts them all."""
+    import pandas as pd
+
+    from calibflow.aggregate.segments import records_from_metrics
+
+    k = 200
+    mu = pd.DataFrame({"value": [f"c{i}" for i in range(k)], "n": np.arange(k, 0, -1) * 100.0,
+                       "positives": np.arange(k, 0, -1) * 30.0, "calibration_ratio": np.ones(k)})
+    mc = mu.assign(calibration_ratio_low=0.98, calibration_ratio_high=1.02)
+    mc.loc[150, ["calibration_ratio_low", "calibration_ratio_high"]] = [1.01, 1.05]  # one flagged, past top
+    rows = records_from_metrics(mu, mc, "country", top=20)
+    assert len(rows) == 20 + 1 + 1 and rows[-1]["value"].startswith(S.OTHER_LEVEL)
+    assert rows[-1]["tested"] == k - 21 and S.tested_intervals(rows) == k
+    assert S.chance_flags(rows, 0.95) == pytest.approx(0.05 * k)
