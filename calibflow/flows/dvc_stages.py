@@ -161,18 +161,14 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _stream(
-    argv: list[str], root: Path, on_line: Callable[[str], None] | None = None, grace: float = 5.0
-) -> tuple[int, str]:
-    """Run ``argv`` (no shell) in its own process group, passing each output line to ``on_line``.
-
-    On any exception here (Ctrl-C's KeyboardInterrupt included) the whole group gets SIGINT, then
-    SIGKILL after ``grace`` seconds, so an interrupted run exits in seconds and leaves no stage behind.
-    """
+def _spawn(argv: list[str], root: Path, stdin: bool = False) -> subprocess.Popen[str]:
+    """A stage process (no shell): its own process group, line-buffered text output with stderr merged,
+    registered in RUNNING so Ctrl-C and the API watchdog stop its whole group."""
     proc = subprocess.Popen(
         argv,
         cwd=root,
         env=stage_env(),
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -181,6 +177,18 @@ def _stream(
     )
     with _RUNNING_GUARD:
         RUNNING.add(proc)
+    return proc
+
+
+def _stream(
+    argv: list[str], root: Path, on_line: Callable[[str], None] | None = None, grace: float = 5.0
+) -> tuple[int, str]:
+    """Run ``argv`` (no shell) in its own process group, passing each output line to ``on_line``.
+
+    On any exception here (Ctrl-C's KeyboardInterrupt included) the whole group gets SIGINT, then
+    SIGKILL after ``grace`` seconds, so an interrupted run exits in seconds and leaves no stage behind.
+    """
+    proc = _spawn(argv, root)
     note_stage(root, proc.pid)  # a later run stops this group if we die without doing it ourselves
     lines: list[str] = []
     try:
@@ -260,19 +268,7 @@ class DvcWorker:
 
         self.root = root
         self.done = DONE
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"],
-            cwd=root,
-            env=stage_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            bufsize=1,
-        )
-        with _RUNNING_GUARD:
-            RUNNING.add(self.proc)
+        self.proc = _spawn([sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"], root, stdin=True)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -8,6 +8,7 @@ import yaml
 
 from calibflow.pipeline import (
     calibrate,
+    calibrate_segments,
     evaluate,
     fetch,
     fingerprint,
@@ -50,8 +51,9 @@ def source_params(path: str, with_features: bool = True) -> dict:
     return params
 
 
-def run_pipeline(params: dict, root: Path, with_report: bool = True) -> None:
-    """The stages in dvc.yaml's order, in-process (as `dvc repro` would run them)."""
+def run_pipeline(params: dict, root: Path, with_report: bool = True, segments: bool = False) -> None:
+    """The stages in dvc.yaml's order, in-process (as `dvc repro` would run them); ``segments``: the
+    calibrate_segments stage too (per-segment fits of the sources' segment columns)."""
     for name in params["sources"]:
         fingerprint.run(name, params, root)
     fetch.run(params, root)
@@ -59,8 +61,10 @@ def run_pipeline(params: dict, root: Path, with_report: bool = True) -> None:
     prepare.run(params, root)
     validate.run("prepared", params, root)
     train.run(params, root)
-    for m in METHODS:
+    for m in params["calibrate"]["methods"]:
         calibrate.run(m, params, root)
+    if segments:
+        calibrate_segments.run(params, root)
     validate.run("calibrated", params, root)
     evaluate.run(params, root)
     select.run(params, root)

@@ -11,24 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers.sources_pipeline import run_pipeline
 from scipy.special import expit, logit
 from typer.testing import CliRunner
 
 from calibflow import calibrators as C
 from calibflow import segments as S
 from calibflow.io import read_json
-from calibflow.pipeline import (
-    calibrate,
-    calibrate_segments,
-    evaluate,
-    fetch,
-    fingerprint,
-    prepare,
-    report,
-    select,
-    train,
-    validate,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -220,20 +209,7 @@ def seg_run(tmp_path_factory):
     for name, frame in frames.items():
         frame.to_parquet(root / "userdata" / f"{name}.parquet", index=False)
     params = _params({n: f"userdata/{n}.parquet" for n in frames})
-    for name in params["sources"]:
-        fingerprint.run(name, params, root)
-    fetch.run(params, root)
-    validate.run("raw", params, root)
-    prepare.run(params, root)
-    validate.run("prepared", params, root)
-    train.run(params, root)
-    for m in params["calibrate"]["methods"]:
-        calibrate.run(m, params, root)
-    calibrate_segments.run(params, root)
-    validate.run("calibrated", params, root)
-    evaluate.run(params, root)
-    select.run(params, root)
-    report.run(params, root)
+    run_pipeline(params, root, segments=True)
     return root, frames
 
 

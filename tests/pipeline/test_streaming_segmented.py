@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.sources_pipeline import source_params
+from helpers.sources_pipeline import run_pipeline, source_params
 from scipy.special import expit
 
 from calibflow import selection
@@ -26,16 +26,8 @@ from calibflow.calibrators import from_json
 from calibflow.metrics import row_log_loss
 from calibflow.pipeline import (
     _sources,
-    calibrate,
-    calibrate_segments,
-    evaluate,
-    fetch,
-    fingerprint,
-    prepare,
     report,
     select,
-    train,
-    validate,
 )
 from calibflow.pipeline._common import StageError
 
@@ -63,19 +55,7 @@ def _run(root: Path, effect: float) -> dict:
     ctr(N, 3, effect).to_parquet(root / "userdata/scores.parquet", index=False)
     params = source_params("userdata/scores.parquet", with_features=False)
     params["scale"] = {"row_threshold": 1000, "replicates": 20}
-    fingerprint.run("ads", params, root)
-    fetch.run(params, root)
-    validate.run("raw", params, root)
-    prepare.run(params, root)
-    validate.run("prepared", params, root)
-    train.run(params, root)
-    for m in METHODS:
-        calibrate.run(m, params, root)
-    calibrate_segments.run(params, root)
-    validate.run("calibrated", params, root)
-    evaluate.run(params, root)
-    select.run(params, root)
-    report.run(params, root)
+    run_pipeline(params, root, segments=True)
     return params
 
 
