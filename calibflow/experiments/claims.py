@@ -454,6 +454,23 @@ def held_out_claims(check: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# Seeds chosen when the robust rule was written and looked at only after it: the clean held-out seeds. Any
+# other checked seed (4242, the reviewer's) was seen under the earlier K-1-of-K rule, so it informed this one.
+CLEAN_HELD_OUT_SEEDS = frozenset({31337})
+
+
+def _held_out_status(seeds: Sequence[int]) -> str:
+    """Which checked seeds are clean held-out seeds and which were seen before the rule was fixed."""
+    clean = [str(s) for s in seeds if s in CLEAN_HELD_OUT_SEEDS]
+    seen = [str(s) for s in seeds if s not in CLEAN_HELD_OUT_SEEDS]
+    parts = ["not the project's"]
+    if clean:
+        parts.append(f"{' and '.join(clean)} used to choose nothing")
+    if seen:
+        parts.append(f"{' and '.join(seen)} seen under the earlier rule, before this one was written")
+    return "; ".join(parts)
+
+
 def agreement_line(meta: dict[str, Any], checks: Sequence[tuple[int, dict[str, Any]]]) -> str:
     """'held-out seeds A and B agree with k of n robust claims' (and which disagree) for a page."""
     if not checks:
@@ -465,7 +482,7 @@ def agreement_line(meta: dict[str, Any], checks: Sequence[tuple[int, dict[str, A
         bad += [f"`{r['id']}` (seed {seed})" for r in rows if not r["agrees"]]
     seeds = " and ".join(str(s) for s, _, _ in parts)
     counts = "; ".join(f"{s}: {k} of {n}" for s, k, n in parts)
-    line = f"Held-out seeds {seeds} (not the project's, used to choose nothing) agree with the robust and "
+    line = f"Held-out seeds {seeds} ({_held_out_status([s for s, _, _ in parts])}) agree with the robust and "
     line += f"robust-null claims: {counts}."
     if bad:
         line += " Disagreements: " + ", ".join(bad) + "."

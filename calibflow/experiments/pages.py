@@ -13,6 +13,9 @@ A page keeps its prose by hand; its numbers live in blocks that name their sourc
     <!-- /generated -->
 
 Paths are relative to the working folder the command runs in (the project root).
+
+The summary table of ``docs/reproductions.md`` is prose too, but every figure in a row's headline must be
+one its page states: ``unsupported_figures`` lists those that are not (a test keeps the list empty).
 """
 
 from __future__ import annotations
@@ -77,6 +80,25 @@ def held_out_checks(meta_path: str) -> list[tuple[int, dict[str, Any]]]:
 def regenerate(page: str) -> str:
     """``page`` with every generated block's body rewritten from its source."""
     return BLOCK.sub(lambda m: m.group(1) + render(m.group("spec")) + "\n" + m.group(4), page)
+
+
+# A figure a headline quotes: "74 of 80", "+4.8%", "-0.34%", "0.049-0.051", "3-4x", "8.68%".
+FIGURE = re.compile(
+    r"(?<![\w.])(?:\d+ of \d+|[+-]?\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?:%|x\b)|\d+\.\d+(?:-\d+\.\d+)?)"
+)
+SUMMARY_ROW = re.compile(r"^\|.*\]\((?P<page>reproductions/[\w-]+\.md)\) \| (?P<headline>.*) \|$", re.M)
+
+
+def unsupported_figures(index: str | Path) -> dict[str, list[str]]:
+    """For each summary row of the index page, the figures of its headline that its page does not state."""
+    index = Path(index)
+    out: dict[str, list[str]] = {}
+    for m in SUMMARY_ROW.finditer(index.read_text()):
+        page = (index.parent / m.group("page")).read_text()
+        missing = [f for f in FIGURE.findall(m.group("headline")) if f not in page]
+        if missing:
+            out[m.group("page")] = missing
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -323,3 +323,25 @@ def test_stored_pages_match_their_stored_meta_runs_and_checks():
         m = json.loads(meta.read_text())
         assert m["rule"] == CL.RULE and m["verdicts"] == CL.verdict_counts(m["claims"])
         assert m["verdicts"] == CL.reclassify(json.loads(meta.read_text()))["verdicts"]  # judged by this rule
+
+
+def test_summary_headlines_quote_only_figures_their_pages_state(tmp_path: Path):
+    # docs/reproductions.md's summary table drifted from its pages once (60 vs 74 of 80 cells): every figure
+    # a headline quotes must be one its page states.
+    from calibflow.experiments import pages
+
+    assert pages.unsupported_figures("docs/reproductions.md") == {}
+    (tmp_path / "reproductions").mkdir()
+    (tmp_path / "reproductions" / "k.md").write_text("GAM-EM is better in 74 of 80 cells, mean +4.8%.\n")
+    (tmp_path / "index.md").write_text(
+        "| `k` | paper | `k` | [k.md](reproductions/k.md) | in 60 of 80 cells (mean +4.8%, 0.049-0.051) |\n"
+    )
+    missing = {"reproductions/k.md": ["60 of 80", "0.049-0.051"]}
+    assert pages.unsupported_figures(tmp_path / "index.md") == missing
+
+
+def test_held_out_wording_names_the_one_clean_seed():
+    assert CL._held_out_status([4242, 31337]) == (
+        "not the project's; 31337 used to choose nothing; "
+        "4242 seen under the earlier rule, before this one was written"
+    )
