@@ -50,8 +50,8 @@ from calibflow.sources import SourceSpec, quote_ident
 
 #: How the per-segment ratio intervals of a pass are computed (stated on the card and in the docs).
 RATIO_INTERVAL = (
-    "large-sample (delta method on log(sum p / sum y), normal), from the pass's per-value sums; "
-    "not the row bootstrap"
+    "exact Poisson on the positives (Garwood, scaled to sum p(1-p)), from the pass's per-value sums: "
+    "the rows' own interval"
 )
 
 

@@ -89,7 +89,8 @@ def compare(
     out["calibration_ratio"] = {
         "uncalibrated": point["unc"]["calibration_ratio"],
         "calibrated": point["cal"]["calibration_ratio"],
-        "ci": percentile_interval(boot["cal"]["calibration_ratio"], level),
+        # the counts' interval (exact Poisson, coverage measured), as each segment's: not the bootstrap
+        "ci": seg.count_interval(y, np.asarray(p_cal, np.float64), level),
     }
     return out
 
@@ -354,6 +355,10 @@ def _with_segments(
         card["segment_flags"] = seg.flag_lines(segs)
         # with many segments some intervals exclude 1 by chance alone: say how many to expect
         card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.ci_level))
+        card["segment_min_positives"] = seg.MIN_POSITIVES
+        too_few = seg.too_few_line(segs)  # listed, not flagged and not hidden
+        if too_few:
+            card["segment_too_few"] = too_few
     return card
 
 def _select_aggregate(
