@@ -86,10 +86,41 @@ def verdict(rows: list[dict]) -> list[str]:
     return lines
 
 
+def null_flags(seeds: int, n_seg: int = 300, rate: float = 0.005) -> dict:
+    """The issue's null table, ``seeds`` times: 300 shops with Zipf sizes 1e5..10 rows, scores right per
+    shop (each shop's offset is in its score), base rate 0.5%; Platt fitted on a second draw, then
+    ``segment_check``. Flags and the stated chance count summed over the seeds, and per seed whether the
+    flags fall inside the binomial 95% band of that seed's chance count."""
+    from calibflow.calibrators import make
+    from calibflow.segments import chance_flags, segment_check, tested_intervals
+
+    def frame(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        sizes = np.round(1e5 * np.arange(1, n_seg + 1) ** (-np.log(1e4) / np.log(n_seg))).astype(int)
+        shop = np.repeat(np.array([f"shop_{i}" for i in range(n_seg)], dtype=object), sizes)
+        offset = np.repeat(rng.normal(0, 0.5, n_seg), sizes)
+        z = np.log(rate / (1 - rate)) + offset + rng.normal(0, 0.8, shop.size)
+        p = 1 / (1 + np.exp(-z))
+        return p, (rng.random(shop.size) < p).astype(float), shop
+
+    flags = stated = tested = inside = 0
+    for s in range(seeds):
+        pc, yc, _ = frame(1000 + s)
+        p, y, shop = frame(s)
+        q = make("platt", input="probability").fit(pc, yc).predict(p)
+        rows = segment_check(y, p, q, {"shop": shop}, top=20)
+        f, t = sum(r["flagged"] for r in rows), tested_intervals(rows)
+        lo, hi = stats.binom.interval(0.95, t, 0.05)
+        flags, stated, tested = flags + f, stated + chance_flags(rows, 0.95), tested + t
+        inside += int(lo <= f <= hi)
+    return {"seeds": seeds, "flags": flags, "stated": stated, "tested": tested, "inside_band": inside}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--null-seeds", type=int, default=20)
     a = ap.parse_args(argv)
     ok = True
     for weighted in (False, True):
@@ -108,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {r:.1%} | " + " | ".join(
                     f"{c['flag_rate']:.3f} ({c['tested']:.2f}, {c['false_alarm_tested']:.2f})" for c in cells)
                     + " |")
+    if a.null_seeds:
+        r = null_flags(a.null_seeds)
+        lo, hi = stats.binom.interval(0.95, r["tested"], 0.05)
+        print(f"\nnull table (300 shops, Zipf 1e5..10 rows, 0.5%), {r['seeds']} seeds: {r['flags']} flags "
+              f"against {r['stated']:.1f} stated by chance ({r['tested']} tests; band of the total "
+              f"[{lo:.0f}, {hi:.0f}]); inside each seed's band {r['inside_band']} of {r['seeds']}")
     return 0 if ok else 1
 
 

@@ -185,10 +185,11 @@ def segment_check(
     pb, pa = np.asarray(p_before, dtype=np.float64), np.asarray(p_after, dtype=np.float64)
     names, cols = segment_matrix(segments, yy.size)
     rows: list[dict[str, Any]] = []
-    for j, (name, col) in enumerate(zip(names, cols, strict=True)):
+    del n_boot, seed  # kept for callers: the intervals are exact now
+    for name, col in zip(names, cols, strict=True):
         counts = pd.Series(col).value_counts(sort=True)
         per_value = []
-        for i, value in enumerate(counts.index):
+        for value in counts.index:
             m = col == value
             per_value.append(_segment_row(name, str(value), yy[m], pb[m], pa[m], level))
         shown = [r for k, r in enumerate(per_value) if k < top or r["flagged"]]
@@ -314,7 +315,7 @@ def too_few_line(rows: list[dict[str, Any]], limit: int = 12) -> str | None:
     if not shown and not pooled:
         return None
     names = ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
-    more = f"{' and ' if shown else ''}{pooled} pooled value(s)" if pooled else ""
+    more = f"{', and ' if shown else ''}{pooled} in the pooled row" if pooled else ""
     return (f"Too few positives to tell (under {MIN_POSITIVES}; not tested, not flagged): "
             f"{names}{more}.")
 

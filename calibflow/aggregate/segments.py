@@ -147,7 +147,8 @@ def segment_records(
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
     ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``),
-    ``flagged`` (the interval excludes 1 and the value has the positives to tell) and ``too_few``. Values past the ``top`` largest that are not flagged are pooled
+    ``flagged`` (the interval excludes 1 and the value has the positives to tell) and ``too_few``.
+    Values past the ``top`` largest that are not flagged are pooled
     into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's.
     ``unc_metrics``: ``segment_metrics(unc, **opts)`` computed before (select compares every method with
     the same uncalibrated table)."""

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
-from calibflow import metrics, selection
+from calibflow import diagnostics, metrics, selection
 from calibflow import segments as seg
 from calibflow.aggregate import segment_compare
 from calibflow.aggregate.table import add_replicates
@@ -231,6 +232,16 @@ def _input_record(params: Params, name: str, is_source: bool) -> dict[str, Any]:
     }
 
 
+def _calib_rate(lay: Layout, name: str) -> float:
+    """The calibration split's base rate (weighted where the rows carry weights): the constant a card
+    compares the chosen map with."""
+    path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
+    cols = [c for c in ("y", "weight") if c in pq.ParquetFile(path).schema_arrow.names]
+    c = pd.read_parquet(path, columns=cols, filters=[("split", "==", "calib")])
+    w = c["weight"].to_numpy(np.float64) if "weight" in c.columns else np.ones(len(c))
+    return float(w @ c["y"].to_numpy(np.float64) / w.sum()) if len(c) and w.sum() > 0 else float("nan")
+
+
 def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
     path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
     preds = pd.read_parquet(path)
@@ -313,6 +324,10 @@ def select_one(
     segs = segment_ratios(test, p_chosen, cfg, int(params.seed))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
     card = _with_decision(card, decision, rule, level)
+    rate = _calib_rate(lay, name)
+    note = diagnostics.ranking_note(y, p_unc, p_chosen, rate, decision.margin, method, level)
+    if note is not None:  # the report says it first
+        card["ranking"] = note
     card = _with_segments(card, challenge, segs, text, cfg)
     if segs:  # the report draws the worst segments' reliability and checks the rows add up
         card["segment_reliability"] = _worst_reliability(test, p_chosen, segs, level)
@@ -617,11 +632,12 @@ def _card(
     how: str,
     text: str,
 ) -> dict[str, Any]:
+    payload = json.loads(text)
     card = {
         "name": name,
         "kind": "source" if is_source else "dataset",
         "method": method,
-        "params": json.loads(text).get("params", {}),
+        "params": payload.get("params", {}),
         "rule": rule,
         "reason": "",
         "metrics": met,
@@ -635,6 +651,9 @@ def _card(
         "calibflow_version": im.version("calibflow"),
         "path": how,
     }
+    if payload.get("state", {}).get("targets_") == "prior":  # stated: not the plain maximum likelihood
+        card["platt_targets"] = ("Platt fitted on Platt's prior-corrected targets ((N+ + 1)/(N+ + 2) and "
+                                 "1/(N- + 2)): the calibration set is small or separable")
     return card
 
 

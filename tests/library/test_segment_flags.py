@@ -121,3 +121,31 @@ def test_flags_rank_by_effect_size():
     q = p * np.array([off[v] for v in col])
     lines = S.flag_lines(S.segment_check(y, p, q, {"s": col}))
     assert [ln.split(":")[0] for ln in lines] == ["s = b", "s = c", "s = a"]
+
+
+def test_click_log_says_the_model_barely_ranks_and_flags_no_item_on_a_click_or_two():
+    """Open Bandit (random policy, all campaigns; 0.4% clicks, 80 items): a logistic model on the
+    user-item affinities and position, Platt on the next quarter by time, checked on the last quarter."""
+    from sklearn.linear_model import LogisticRegression
+
+    from calibflow.datasets import load_obd
+    from calibflow.diagnostics import ranking_note
+
+    df = load_obd("random", "all").sort_values("timestamp", kind="stable").reset_index(drop=True)
+    X = np.column_stack([df.filter(like="user-item_affinity").to_numpy(float),
+                         np.eye(3)[df["position"].to_numpy() - 1]])
+    y = df["click"].to_numpy(float)
+    n = len(df)
+    tr, ca, te = slice(0, n // 2), slice(n // 2, 3 * n // 4), slice(3 * n // 4, n)
+    model = LogisticRegression(max_iter=1000).fit(X[tr], y[tr])
+    z = model.decision_function(X)
+    cal = make("platt", input="logit").fit(z[ca], y[ca])
+    p_te = cal.predict(z[te])
+    rows = S.segment_check(y[te], 1 / (1 + np.exp(-z[te])), p_te, {"item": df["item_id"].to_numpy()[te]})
+    assert not [r for r in rows if r["flagged"] and r["positives"] < S.MIN_POSITIVES]
+    one_click = [r for r in rows if r["positives"] in (1, 2)]
+    assert one_click and all(r["too_few"] and not r["flagged"] for r in one_click)
+    assert "Too few positives" in (S.too_few_line(rows) or "")
+    note = ranking_note(y[te], 1 / (1 + np.exp(-z[te])), p_te, float(y[ca].mean()), 1e-4, "platt")
+    assert note is not None and note["barely_ranks"], note
+    assert note["statement"].startswith("The model barely ranks")
