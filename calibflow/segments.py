@@ -355,6 +355,10 @@ def paired_log_loss(
 
 #: The segmented methods the pipeline fits for a source that declares segments (``calibrate.segmented``).
 SEGMENTED_METHODS = ("partial_pooling", "multicalibration")
+#: The ones fitted unless ``calibrate.segmented`` says otherwise. ``multicalibration`` is out (issue 36): it
+#: has a higher held-out log loss than MCGrad on 3 of the 4 benchmark tables (docs/benchmarks/segments.md)
+#: and a worse worst segment at 1e5; name it in ``calibrate.segmented`` to fit it.
+DEFAULT_SEGMENTED_METHODS = ("partial_pooling",)
 
 
 def fit_segmented(

@@ -56,6 +56,12 @@ class ParamsError(ValueError):
     """Invalid params: the message names each bad key and, where it can, the fix."""
 
 
+def _default_segmented() -> tuple[str, ...]:
+    from calibflow.segments import DEFAULT_SEGMENTED_METHODS  # lazy, as the registries below
+
+    return DEFAULT_SEGMENTED_METHODS
+
+
 def _segmented_methods() -> tuple[str, ...]:
     from calibflow.segments import SEGMENTED_METHODS  # lazy, as the registries below
 
@@ -174,7 +180,7 @@ class Calibrate(_Strict):
     # per-method constructor arguments, e.g. {histogram: {n_bins: 15}}
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # the segmented methods fitted for sources that declare segments (stage calibrate_segments)
-    segmented: list[str] = Field(default_factory=lambda: list(_segmented_methods()))
+    segmented: list[str] = Field(default_factory=lambda: list(_default_segmented()))
 
     @field_validator("methods")
     @classmethod
