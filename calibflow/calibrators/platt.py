@@ -43,8 +43,9 @@ class PlattCalibrator(LikelihoodCalibrator):
     likelihood returns 0 and 1 (issue 36: 1.0, 1.3e-36 and 6.7e-11 on scikit-learn's own three-point case,
     0.589, 0.188, 0.389 with the prior), and the labels elsewhere. ``targets_`` says which were fitted.
     Scores with no spread (all the same) get the constant map at the base rate, never a slope
-    fitted to rounding. Monotone when A >= 0; ``monotone`` is declared True because a negative A only
-    arises for anti-correlated scores.
+    fitted to rounding. Monotone: ``fit`` keeps A >= 0 (a negative slope, which scores that do not rank
+    give by chance, becomes the constant at the base rate: the likelihood's best with A >= 0); only the
+    two-weight fit (UERM, CalEM) leaves A free.
     """
 
     expects = "logit"
@@ -79,6 +80,12 @@ class PlattCalibrator(LikelihoodCalibrator):
             return
         self._fit_ab(s, a, b, None)
         self.targets_ = "prior" if prior else "ml"
+        if self.coef_ < 0.0:
+            # Scores that do not rank (noise, or too few labels) can tip the slope below 0 by chance; the
+            # likelihood is concave, so the best map with A >= 0 is then A = 0: the (target) base rate.
+            # A decreasing map is never written (it fails the monotone check and reverses the ranking).
+            rate = float(a.sum() / (a.sum() + b.sum()))
+            self.coef_, self.intercept_ = 0.0, float(np.log(rate) - np.log1p(-rate))
 
     def fit_counts(self, scores, y, counts) -> PlattCalibrator:
         """``fit`` where the weights are row counts (a table's groups: ``calibflow.aggregate.fit``), so

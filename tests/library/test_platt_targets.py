@@ -72,3 +72,20 @@ def test_one_class_in_effect_is_refused_or_flat():
     w = np.r_[np.ones(9), 1e-12]
     cal = make("platt", input="logit").fit(np.arange(10.0), np.r_[np.zeros(9), 1.0], sample_weight=w)
     assert cal.targets_ == "prior" and 0.0 <= cal.coef_ < 1e-6
+
+
+def test_noise_scores_never_give_a_decreasing_map():
+    """Scores that rank nothing tip the free slope below 0 about half the time: the fit keeps A >= 0."""
+    slopes = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        s, y = rng.normal(size=3000), (rng.random(3000) < 0.1).astype(float)
+        cal = make("platt", input="logit").fit(s, y)
+        free = make("platt", input="logit").fit_two_weight(s, y, 1 - y)  # the unconstrained fit
+        slopes.append(free.coef_)
+        assert cal.coef_ >= 0.0
+        if free.coef_ < 0:
+            assert cal.coef_ == 0.0 and cal.predict([0.0])[0] == pytest.approx(y.mean(), rel=1e-9)
+        else:
+            assert cal.coef_ == pytest.approx(free.coef_, rel=1e-9)
+    assert min(slopes) < 0 < max(slopes)  # both cases were exercised

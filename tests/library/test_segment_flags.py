@@ -149,3 +149,42 @@ def test_click_log_says_the_model_barely_ranks_and_flags_no_item_on_a_click_or_t
     note = ranking_note(y[te], 1 / (1 + np.exp(-z[te])), p_te, float(y[ca].mean()), 1e-4, "platt")
     assert note is not None and note["barely_ranks"], note
     assert note["statement"].startswith("The model barely ranks")
+
+
+def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path):
+    """A source whose score is noise around the base rate: select's card carries ``ranking`` and the
+    report puts its statement before the card's reason; every country with under 10 clicks is listed."""
+    from pathlib import Path
+
+    import pandas as pd
+    import yaml
+    from helpers.sources_pipeline import run_pipeline
+
+    from calibflow.io import read_json
+
+    repo = Path(__file__).resolve().parents[2]
+    rng = np.random.default_rng(7)
+    n = 12_000
+    days = pd.Timestamp("2026-09-01") + pd.to_timedelta(np.sort(rng.integers(0, 28, n)), unit="D")
+    frame = pd.DataFrame({
+        "date": days.date,
+        "country": rng.choice(np.array([f"c{i}" for i in range(40)], dtype=object), n),
+        "p_model": np.clip(rng.normal(0.01, 0.003, n), 1e-4, None),  # noise: ranks nothing
+        "clicked": (rng.random(n) < 0.01).astype(int),
+    })
+    (tmp_path / "userdata").mkdir()
+    frame.to_parquet(tmp_path / "userdata" / "noise.parquet", index=False)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["datasets"]["names"], params["papers"] = [], []
+    params["calibrate"]["methods"] = ["platt"]
+    params["evaluate"].update(n_bootstrap=50, n_bins=10)
+    params["sources"] = {"noise": {"path": "userdata/noise.parquet", "label": "clicked", "score": "p_model",
+                                   "score_kind": "probability", "time": "date", "segments": ["country"]}}
+    run_pipeline(params, tmp_path)
+    card = read_json(tmp_path / "models/noise/card.json")
+    note = card["ranking"]
+    assert note["barely_ranks"] and note["statement"].startswith("The model barely ranks")
+    assert "Too few positives" in card["segment_too_few"] and not card["segment_flags"]
+    html = (tmp_path / "reports/index.html").read_text()
+    block = html[html.index('data-card="noise"'):]
+    assert block.index("The model barely ranks") < block.index("<h4>")
