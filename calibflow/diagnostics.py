@@ -356,12 +356,23 @@ def ranking_note(
     if n1 == 0 or n0 == 0:
         return None
     auc = float(roc_auc_score(yy, np.asarray(p_model, dtype=np.float64)))
-    noise = float(stats.norm.ppf(0.5 + level / 2.0) * np.sqrt((n1 + n0 + 1.0) / (12.0 * n1 * n0)))
     rate = float(np.clip(calib_rate, 1e-15, 1 - 1e-15))
     ll_const = float(row_log_loss(yy, np.full(yy.size, rate)).mean())
     ll_chosen = float(row_log_loss(yy, np.asarray(p_chosen, dtype=np.float64)).mean())
+    return ranking_note_from(auc, n1, n0, ll_const, ll_chosen, rate, margin, method, level)
+
+
+def ranking_note_from(
+    auc: float, n1: float, n0: float, ll_const: float | None, ll_chosen: float, rate: float, margin: float,
+    method: str, level: float = 0.95,
+) -> dict | None:
+    """:func:`ranking_note` from its numbers (what a table gives: the aggregate path); ``ll_const`` None
+    skips the constant's check."""
+    if n1 <= 0 or n0 <= 0 or not np.isfinite(auc):
+        return None
+    noise = float(stats.norm.ppf(0.5 + level / 2.0) * np.sqrt((n1 + n0 + 1.0) / (12.0 * n1 * n0)))
     barely = abs(auc - 0.5) <= noise
-    close = ll_const - ll_chosen <= margin
+    close = ll_const is not None and ll_const - ll_chosen <= margin
     if not (barely or close):
         return None
     parts = []
@@ -374,5 +385,6 @@ def ranking_note(
         parts.append(f"A constant at the calibration base rate ({rate:.4g}) has test log loss "
                      f"{ll_const:.5f} against {ll_chosen:.5f} for {method}, within the margin "
                      f"({margin:.2g}): the probabilities say little more than the base rate.")
-    return {"auc": auc, "auc_noise": noise, "log_loss_constant": ll_const, "log_loss_chosen": ll_chosen,
-            "barely_ranks": bool(barely), "constant_close": bool(close), "statement": " ".join(parts)}
+    return {"auc": float(auc), "auc_noise": noise, "log_loss_constant": ll_const,
+            "log_loss_chosen": ll_chosen, "barely_ranks": bool(barely), "constant_close": bool(close),
+            "statement": " ".join(parts)}

@@ -401,3 +401,12 @@ def segment_ratios(
 def table_log_loss(t: pd.DataFrame) -> float:
     # sums over the table's rows: grouping them by (bucket, label) first changes nothing but the cost
     return float(t["sum_ll"].sum() / t["n"].sum())
+
+
+
+def test_auc(t: pd.DataFrame, n_bins: int) -> tuple[float, float, float]:
+    """The uncalibrated scores' AUC over a test table's cells (ties inside a cell counted half), its
+    positives and negatives: what ``diagnostics.ranking_note_from`` needs on this path."""
+    g = _collapse(t)
+    n, y = g["n"].to_numpy(np.float64), g["label"].to_numpy(np.float64)
+    return float(_point(g, g["n"].to_numpy(), n_bins, False)["auc"]), float(n @ y), float(n @ (1 - y))

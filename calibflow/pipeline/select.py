@@ -280,6 +280,7 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
         )
         return _aggregate.compare_tables(test, table(m), n_bins, level, memo), segs
 
+    compare_for.test_auc = _aggregate.test_auc(test, n_bins)  # type: ignore[attr-defined]
     return ll, compare_for
 
 
@@ -401,6 +402,13 @@ def _select_aggregate(
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
     card = _with_decision(card, decision, rule, level)
     card = _with_segments(card, challenge, segs, text, params.evaluate)
+    # AUC only here: the constant's check needs the calibration split's base rate, not read on this path
+    auc, n1, n0 = compare_for.test_auc  # type: ignore[attr-defined]
+    ll_chosen = float(met.get("log_loss", {}).get("calibrated") or 0.0)
+    note = diagnostics.ranking_note_from(auc, n1, n0, None, ll_chosen, float("nan"), decision.margin, method,
+                                         level)
+    if note is not None:  # the report says it first
+        card["ranking"] = note
     if challenge is not None and challenge["chosen"]:
         card["segment_interval"] = segment_compare.RATIO_INTERVAL
         card["chosen_reliability"] = challenge["reliability"]

@@ -151,9 +151,11 @@ def test_click_log_says_the_model_barely_ranks_and_flags_no_item_on_a_click_or_t
     assert note["statement"].startswith("The model barely ranks")
 
 
-def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path):
+@pytest.mark.parametrize("path", ["rows", "aggregate"])
+def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path, path):
     """A source whose score is noise around the base rate: select's card carries ``ranking`` and the
-    report puts its statement before the card's reason; every country with under 10 clicks is listed."""
+    report puts its statement before the card's reason; every country with under 10 clicks is listed.
+    The aggregate path (bucket tables) checks the AUC only."""
     from pathlib import Path
 
     import pandas as pd
@@ -180,8 +182,11 @@ def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path):
     params["evaluate"].update(n_bootstrap=50, n_bins=10)
     params["sources"] = {"noise": {"path": "userdata/noise.parquet", "label": "clicked", "score": "p_model",
                                    "score_kind": "probability", "time": "date", "segments": ["country"]}}
+    if path == "aggregate":
+        params["scale"] = {"row_threshold": 1000, "replicates": 40}
     run_pipeline(params, tmp_path)
     card = read_json(tmp_path / "models/noise/card.json")
+    assert card["path"] == path
     note = card["ranking"]
     assert note["barely_ranks"] and note["statement"].startswith("The model barely ranks")
     assert "Too few positives" in card["segment_too_few"] and not card["segment_flags"]
