@@ -189,12 +189,15 @@ def bootstrap_intervals(
     y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, level: float, chunk: int = 50
 ) -> dict[str, dict[str, float]]:
     """Percentile bootstrap interval ``{"low", "high"}`` of each metric (metrics with no finite resample
-    are left out)."""
+    are left out); ``calibration_ratio``'s is :func:`ratio_interval` (the same on the aggregate path)."""
     out = {}
     for k, arr in resampled(y, p, counts, n_bins, METRIC_KEYS, chunk).items():
         ci = percentile_interval(arr, level)
         if ci is not None:
             out[k] = {"low": ci[0], "high": ci[1]}
+    if y.sum() > 0:  # sum p / sum y: the counts' interval (coverage measured), not the percentile one
+        lo, hi = ratio_interval(float(y.sum()), float(p.sum()), float(p @ (1.0 - p)), level)
+        out["calibration_ratio"] = {"low": float(lo), "high": float(hi)}
     return out
 
 
