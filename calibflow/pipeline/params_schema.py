@@ -172,6 +172,8 @@ DEFAULT_METHODS = (
     "beta", "centered_isotonic", "gamma", "gaussian", "histogram", "isotonic", "minmax", "platt",
     "quadratic", "scaling_binning", "sigmoid", "spline", "temperature", "venn_abers",
 )
+#: The standard methods left out of ``DEFAULT_METHODS``, each with why (they still fit when named).
+OUT_OF_DEFAULTS = {"bbq": "higher held-out log loss than probcal's BBQ in 14 of 18 runs (issue 36)"}
 
 
 class Calibrate(_Strict):
