@@ -193,3 +193,21 @@ def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path, path):
     html = (tmp_path / "reports/index.html").read_text()
     block = html[html.index('data-card="noise"'):]
     assert block.index("The model barely ranks") < block.index("<h4>")
+
+
+def test_table_path_interval_is_the_rows(tmp_path):
+    """On the raw scores a segment table's sums are exact, so its interval is the rows' to rounding."""
+    from calibflow.aggregate.segments import segment_metrics
+
+    p, y, shop = _null_frame(5, n_seg=40)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"score": p, "label": y.astype(np.int8), "shop": shop.astype(str)}), path)
+    tab = T.aggregate_files([str(path)], "score", "label", segments=["shop"], threads=1).segments["shop"]
+    m = segment_metrics(tab, replicates=4)
+    for _, r in m.iterrows():
+        rows = shop == r["value"]
+        want = S.count_interval(y[rows], p[rows], 0.95)
+        if want is None:
+            assert np.isnan(r["calibration_ratio_low"])
+        else:
+            assert [r["calibration_ratio_low"], r["calibration_ratio_high"]] == pytest.approx(want, rel=1e-9)
