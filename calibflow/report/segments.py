@@ -13,7 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e
-from calibflow.segments import NULL_LEVEL, tested_intervals
+from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, tested_intervals
 
 
 def _ratio(v: Any, ci: Any) -> str:
@@ -35,7 +35,8 @@ def _row(s: dict[str, Any]) -> str:
 def _mark(s: dict[str, Any]) -> str:
     if s.get("flagged"):
         return " flagged"
-    return " <small>too few positives</small>" if s.get("too_few") and s.get("ratio_ci") else ""
+    pooled = str(s.get("value", "")).startswith(OTHER_LEVEL)  # a sum of values, each marked on its own
+    return " <small>too few positives</small>" if s.get("too_few") and not pooled else ""
 
 
 def _reliability_figure(card: dict[str, Any]) -> str:
