@@ -330,3 +330,61 @@ __all__ = [
     "smooth_ece_at",
     "summary",
 ]
+
+
+def ranking_note(
+    y: ArrayLike,
+    p_model: ArrayLike,
+    p_chosen: ArrayLike,
+    calib_rate: float,
+    margin: float,
+    method: str,
+    level: float = 0.95,
+) -> dict | None:
+    """Whether the model barely ranks, in words: what a card says first (issue 36).
+
+    Two checks on the test rows: the model's AUC within noise of 0.5 (``|AUC - 0.5| <= z sd0``, ``sd0``
+    the Mann-Whitney statistic's sd under no ranking, ``sqrt((n1 + n0 + 1) / (12 n1 n0))``), and a
+    constant at the calibration split's base rate within ``margin`` (absolute log loss) of the chosen
+    map. None when neither holds; else ``auc``, ``auc_noise`` (``z sd0``), ``log_loss_constant``,
+    ``log_loss_chosen``, ``barely_ranks``, ``constant_close`` and ``statement``.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    yy = np.asarray(y, dtype=np.float64)
+    n1, n0 = float(yy.sum()), float(yy.size - yy.sum())
+    if n1 == 0 or n0 == 0:
+        return None
+    auc = float(roc_auc_score(yy, np.asarray(p_model, dtype=np.float64)))
+    rate = float(np.clip(calib_rate, 1e-15, 1 - 1e-15))
+    ll_const = float(row_log_loss(yy, np.full(yy.size, rate)).mean())
+    ll_chosen = float(row_log_loss(yy, np.asarray(p_chosen, dtype=np.float64)).mean())
+    return ranking_note_from(auc, n1, n0, ll_const, ll_chosen, rate, margin, method, level)
+
+
+def ranking_note_from(
+    auc: float, n1: float, n0: float, ll_const: float | None, ll_chosen: float, rate: float, margin: float,
+    method: str, level: float = 0.95,
+) -> dict | None:
+    """:func:`ranking_note` from its numbers (what a table gives: the aggregate path); ``ll_const`` None
+    skips the constant's check."""
+    if n1 <= 0 or n0 <= 0 or not np.isfinite(auc):
+        return None
+    noise = float(stats.norm.ppf(0.5 + level / 2.0) * np.sqrt((n1 + n0 + 1.0) / (12.0 * n1 * n0)))
+    barely = abs(auc - 0.5) <= noise
+    close = ll_const is not None and ll_const - ll_chosen <= margin
+    if not (barely or close):
+        return None
+    parts = []
+    if barely:
+        parts.append(f"The model barely ranks: its test AUC {auc:.3f} is within noise of 0.5 "
+                     f"(+/- {noise:.3f} at {level:.0%}, {int(n1):,} positives).")
+    else:
+        parts.append(f"The model ranks little: test AUC {auc:.3f}.")
+    if close:
+        parts.append(f"A constant at the calibration base rate ({rate:.4g}) has test log loss "
+                     f"{ll_const:.5f} against {ll_chosen:.5f} for {method}, within the margin "
+                     f"({margin:.2g}): the probabilities say little more than the base rate.")
+    return {"auc": float(auc), "auc_noise": noise, "log_loss_constant": ll_const,
+            "log_loss_chosen": ll_chosen, "barely_ranks": bool(barely), "constant_close": bool(close),
+            "statement": " ".join(parts)}

@@ -1,6 +1,9 @@
 """Intervals the stages, the monitor and the report share: one home for each rule.
 
 - ``jeffreys_interval``: a binomial rate's interval (reliability bins, per-segment rates).
+- ``ratio_interval``: the interval of ``sum p / sum y`` (a segment's or the whole test's) from the counts:
+  Garwood's exact Poisson interval on the observed positives, scaled to the Poisson-binomial's variance;
+  its coverage is measured per (base rate, rows) cell in ``benchmarks/segment_coverage.py``.
 - ``percentile_interval``: the percentile interval of bootstrap (or Poisson-replicate) statistics.
 - ``normal_mean_interval``: the CLT interval of a (weighted) mean, e.g. of paired per-row loss differences:
   deterministic, so a verdict drawn from it cannot flip with the bootstrap's seed or count.
@@ -37,6 +40,39 @@ def jeffreys_interval(
     lo = stats.beta.ppf(tail, positives + 0.5, count - positives + 0.5)
     hi = stats.beta.ppf(1.0 - tail, positives + 0.5, count - positives + 0.5)
     return np.where(positives > 0, lo, 0.0), np.where(positives < count, hi, 1.0)
+
+
+def ratio_interval(
+    positives: np.ndarray | float,
+    expected: np.ndarray | float,
+    variance: np.ndarray | float,
+    level: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interval of ``expected / positives`` (``sum p / sum y``) when ``y`` are Bernoulli draws.
+
+    ``positives``: ``sum w y``; ``expected``: ``sum w p``; ``variance``: ``sum w^2 p (1 - p)`` (with row
+    counts as ``w``, ``sum_p - sum_p2``). The true ratio is ``sum p / mu`` with ``mu = E[sum y]``; ``sum y``
+    is Poisson-binomial with variance ``phi * mu``, ``phi = variance / expected`` (1 at small ``p``, 1/2 at
+    ``p = 1/2``, and the effective-count factor with weights). So ``sum y / phi`` is taken as Poisson with
+    mean ``mu / phi`` (same mean and variance) and ``mu`` gets Garwood's exact interval on that count:
+    ``[Gamma(k).ppf(a/2), Gamma(k + 1).ppf(1 - a/2)] * phi``, lower end 0 at ``k = 0``. Why not the
+    bootstrap: a percentile bootstrap of a ratio has no coverage at a handful of positives (resamples with
+    no positive are dropped, and one row gives a zero-width interval); this one never has zero width, its
+    upper end is ``inf`` with no positive, and its coverage is measured (docs/benchmarks/segments.md).
+    NaN where ``expected <= 0`` (no prediction to test).
+    """
+    k_obs = np.asarray(positives, dtype=np.float64)
+    e_sum = np.asarray(expected, dtype=np.float64)
+    var = np.asarray(variance, dtype=np.float64)
+    tail = (1.0 - level) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = np.clip(np.where(e_sum > 0, var / e_sum, 1.0), 1e-12, None)
+        k = np.clip(k_obs, 0.0, None) / phi
+        mu_lo = np.where(k > 0, stats.gamma.ppf(tail, np.where(k > 0, k, 1.0)), 0.0) * phi
+        mu_hi = stats.gamma.ppf(1.0 - tail, k + 1.0) * phi
+        lo = np.where(e_sum > 0, e_sum / mu_hi, np.nan)
+        hi = np.where(e_sum > 0, np.where(mu_lo > 0, e_sum / np.where(mu_lo > 0, mu_lo, 1.0), np.inf), np.nan)
+    return lo, hi
 
 
 def percentile_interval(values: np.ndarray, level: float) -> list[float] | None:
@@ -153,12 +189,15 @@ def bootstrap_intervals(
     y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_bins: int, level: float, chunk: int = 50
 ) -> dict[str, dict[str, float]]:
     """Percentile bootstrap interval ``{"low", "high"}`` of each metric (metrics with no finite resample
-    are left out)."""
+    are left out); ``calibration_ratio``'s is :func:`ratio_interval` (the same on the aggregate path)."""
     out = {}
     for k, arr in resampled(y, p, counts, n_bins, METRIC_KEYS, chunk).items():
         ci = percentile_interval(arr, level)
         if ci is not None:
             out[k] = {"low": ci[0], "high": ci[1]}
+    if y.sum() > 0:  # sum p / sum y: the counts' interval (coverage measured), not the percentile one
+        lo, hi = ratio_interval(float(y.sum()), float(p.sum()), float(p @ (1.0 - p)), level)
+        out["calibration_ratio"] = {"low": float(lo), "high": float(hi)}
     return out
 
 

@@ -26,6 +26,13 @@ from calibflow.metrics import row_log_loss
 
 #: The level a null segment value gets (its own level: rows with no country are a segment too).
 NULL_LEVEL = "(null)"
+#: Fewest positives for a segment's ratio to be tested (flagged when its interval excludes 1): under it a
+#: segment is listed as "too few positives", neither flagged nor hidden. Why 10: the coverage study
+#: (benchmarks/segment_coverage.py) meets its targets at any count, but a segment selected for having
+#: positives is tested on the lower tail only at a handful of them; at 10 the false-alarm rate among the
+#: tested segments stays at or under the stated 5% in every cell, and on a click log an item with 1-9
+#: clicks is not called "off" (issue 36).
+MIN_POSITIVES = 10
 #: The label of the pooled row of a column's values past the ``top`` largest.
 OTHER_LEVEL = "(other values)"
 
@@ -127,18 +134,28 @@ def _ci(values: NDArray[np.float64], level: float) -> list[float] | None:
     return [float(lo), float(hi)]
 
 
-def _ratio_boot(
-    y: NDArray[np.float64], ps: list[NDArray[np.float64]], n_boot: int, rng: np.random.Generator
-) -> list[NDArray[np.float64]]:
-    """Bootstrap ``sum p / sum y`` of each of ``ps`` on the same resamples of the rows."""
-    n = y.size
-    out = [np.empty(n_boot) for _ in ps]
-    for b in range(n_boot):
-        c = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(np.float64)
-        sy = c @ y
-        for k, p in enumerate(ps):
-            out[k][b] = c @ p / sy if sy > 0 else np.nan
-    return out
+def enough_evidence(positives: float) -> bool:
+    """Whether a segment has the positives (:data:`MIN_POSITIVES`) for its ratio to be tested."""
+    return positives >= MIN_POSITIVES
+
+
+def is_flagged(ci: list[float] | None, positives: float) -> bool:
+    """Off after calibration: the ratio's interval excludes 1 and the segment has the evidence to tell."""
+    return bool(ci is not None and enough_evidence(positives) and (ci[0] > 1.0 or ci[1] < 1.0))
+
+
+def count_interval(
+    y: NDArray[np.float64], p: NDArray[np.float64], level: float
+) -> list[float] | None:
+    """``sum p / sum y``'s interval on rows ``y``, ``p`` (:func:`calibflow.intervals.ratio_interval`);
+    None with no positive (no ratio), the upper end may be ``inf`` only then, so never here."""
+    from calibflow.intervals import ratio_interval
+
+    pos = float(y.sum())
+    if pos <= 0:
+        return None
+    lo, hi = ratio_interval(pos, float(p.sum()), float(p @ (1.0 - p)), level)
+    return [float(lo), float(hi)] if np.isfinite(lo) else None
 
 
 def segment_check(
@@ -152,35 +169,40 @@ def segment_check(
     level: float = 0.95,
     top: int = 50,
 ) -> list[dict[str, Any]]:
-    """Per segment value: ``n``, ``positives``, ``sum p / sum y`` before and after, intervals, ``flagged``.
+    """Per segment value: ``n``, ``positives``, ``sum p / sum y`` before and after, intervals, ``flagged``,
+    ``too_few``.
 
-    ``flagged`` is True where the interval of the ratio after calibration excludes 1 (the calibrated
-    probabilities are off on that segment beyond sampling noise). Per column, the ``top`` largest values and
-    every flagged value get a row each, the rest one :data:`OTHER_LEVEL` row, so each column's ``n`` adds up
-    to the rows. Intervals: percentile bootstrap over the segment's rows (``n_boot`` resamples, seeded per
-    column and value).
+    ``flagged`` is True where the interval of the ratio after calibration excludes 1 and the value has at
+    least :data:`MIN_POSITIVES` positives (the calibrated probabilities are off on that segment beyond
+    sampling noise); under that the value is ``too_few`` (too few positives to tell), never flagged. Per
+    column, the ``top`` largest values and every flagged value get a row each, the rest one
+    :data:`OTHER_LEVEL` row, so each column's ``n`` adds up to the rows. Intervals:
+    :func:`calibflow.intervals.ratio_interval` (exact Poisson, coverage measured in
+    ``benchmarks/segment_coverage.py``); ``n_boot`` and ``seed`` are kept for callers and no longer used
+    (a percentile bootstrap of the ratio had no coverage at a handful of positives).
     """
     yy = np.asarray(y, dtype=np.float64)
     pb, pa = np.asarray(p_before, dtype=np.float64), np.asarray(p_after, dtype=np.float64)
     names, cols = segment_matrix(segments, yy.size)
     rows: list[dict[str, Any]] = []
-    for j, (name, col) in enumerate(zip(names, cols, strict=True)):
+    del n_boot, seed  # kept for callers: the intervals are exact now
+    for name, col in zip(names, cols, strict=True):
         counts = pd.Series(col).value_counts(sort=True)
         per_value = []
-        for i, value in enumerate(counts.index):
+        for value in counts.index:
             m = col == value
-            rng = np.random.default_rng([seed, j, i])
-            per_value.append(_segment_row(name, str(value), yy[m], pb[m], pa[m], n_boot, rng, level))
+            per_value.append(_segment_row(name, str(value), yy[m], pb[m], pa[m], level))
         shown = [r for k, r in enumerate(per_value) if k < top or r["flagged"]]
         rest = [str(r["value"]) for k, r in enumerate(per_value) if not (k < top or r["flagged"])]
         if rest:
             m = np.isin(col, rest)
-            rng = np.random.default_rng([seed, j, len(per_value)])
             label = f"{OTHER_LEVEL} x{len(rest)}"
-            shown.append(_segment_row(name, label, yy[m], pb[m], pa[m], n_boot, rng, level))
+            shown.append(_segment_row(name, label, yy[m], pb[m], pa[m], level))
             pooled = set(rest)
-            tested = [r["ratio_ci"] is not None for r in per_value if str(r["value"]) in pooled]
-            shown[-1]["tested"] = sum(tested)
+            inner = [r for r in per_value if str(r["value"]) in pooled]
+            # its values were tested one by one before pooling (the pooled row's own interval is one more)
+            shown[-1].update(tested=sum(r["ratio_ci"] is not None and not r["too_few"] for r in inner),
+                             too_few_pooled=sum(bool(r["too_few"]) for r in inner))
         rows.extend(shown)
     return rows
 
@@ -191,30 +213,29 @@ def _segment_row(
     y: NDArray[np.float64],
     pb: NDArray[np.float64],
     pa: NDArray[np.float64],
-    n_boot: int,
-    rng: np.random.Generator,
     level: float,
 ) -> dict[str, Any]:
     pos = float(y.sum())
-    boot_b, boot_a = _ratio_boot(y, [pb, pa], n_boot, rng) if n_boot > 0 and pos > 0 else ([], [])
-    ci_a = _ci(np.asarray(boot_a), level) if pos > 0 else None
+    ci_a = count_interval(y, pa, level)
     return {
         "column": name,
         "value": value,
         "n": int(y.size),
         "positives": int(pos),
         "ratio_uncalibrated": float(pb.sum() / pos) if pos else None,
-        "ratio_uncalibrated_ci": _ci(np.asarray(boot_b), level) if pos > 0 else None,
+        "ratio_uncalibrated_ci": count_interval(y, pb, level),
         "ratio": float(pa.sum() / pos) if pos else None,
         "ratio_ci": ci_a,
-        "flagged": bool(ci_a is not None and (ci_a[0] > 1.0 or ci_a[1] < 1.0)),
+        "flagged": is_flagged(ci_a, pos),
+        "too_few": not enough_evidence(pos),
     }
 
 
 def flag_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per flagged segment, worst first: ``country = BR: sum p / sum y 0.756 [0.70, 0.81] ...``."""
+    """One line per flagged segment, furthest off first (``|log(sum p / sum y)|``: 0.5 and 2 are as far
+    off): ``country = BR: sum p / sum y 0.756 [0.70, 0.81] ...``."""
     flagged = [r for r in rows if r.get("flagged")]
-    flagged.sort(key=lambda r: -abs(float(r["ratio"]) - 1.0))
+    flagged.sort(key=lambda r: (-abs(np.log(max(float(r["ratio"]), 1e-300))), r["column"], r["value"]))
     return [
         f"{r['column']} = {r['value']}: sum p / sum y {r['ratio']:.3f} "
         f"[{r['ratio_ci'][0]:.3f}, {r['ratio_ci'][1]:.3f}] after calibration "
@@ -265,9 +286,38 @@ def segment_reliability(
 
 
 def tested_intervals(rows: list[dict[str, Any]]) -> int:
-    """How many ratio intervals were tested to find the flags: every row's own interval, plus the values a
-    pooled row (:data:`OTHER_LEVEL`) holds, each tested on its own before it was pooled (``tested``)."""
-    return sum(int(r.get("ratio_ci") is not None) + int(r.get("tested") or 0) for r in rows)
+    """How many ratio intervals were tested to find the flags: every row's own interval where the value
+    has the evidence (:data:`MIN_POSITIVES`), plus the values a pooled row (:data:`OTHER_LEVEL`) holds,
+    each tested on its own before it was pooled (``tested``)."""
+    own = sum(int(r.get("ratio_ci") is not None and not _too_few(r)) for r in rows)
+    return own + sum(int(r.get("tested") or 0) for r in rows)
+
+
+def _pooled_row(r: dict[str, Any]) -> bool:
+    return str(r.get("value", "")).startswith(OTHER_LEVEL)
+
+
+def _too_few(r: dict[str, Any]) -> bool:
+    # cards written before the rule have no ``too_few``: the positives decide
+    return bool(r["too_few"]) if "too_few" in r else not enough_evidence(float(r.get("positives") or 0))
+
+
+def too_few_values(rows: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """The values shown with too few positives to tell (``column = value``) and how many more a pooled row
+    holds: what the card lists instead of flagging them."""
+    shown = [f"{r['column']} = {r['value']}" for r in rows if not _pooled_row(r) and _too_few(r)]
+    return shown, sum(int(r.get("too_few_pooled") or 0) for r in rows)
+
+
+def too_few_line(rows: list[dict[str, Any]], limit: int = 12) -> str | None:
+    """One line naming the values with too few positives (never flagged, never hidden), or None."""
+    shown, pooled = too_few_values(rows)
+    if not shown and not pooled:
+        return None
+    names = ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
+    more = f"{', and ' if shown else ''}{pooled} in the pooled row" if pooled else ""
+    return (f"Too few positives to tell (under {MIN_POSITIVES}; not tested, not flagged): "
+            f"{names}{more}.")
 
 
 def chance_flags(rows: list[dict[str, Any]], level: float) -> float:
@@ -305,6 +355,10 @@ def paired_log_loss(
 
 #: The segmented methods the pipeline fits for a source that declares segments (``calibrate.segmented``).
 SEGMENTED_METHODS = ("partial_pooling", "multicalibration")
+#: The ones fitted unless ``calibrate.segmented`` says otherwise. ``multicalibration`` is out (issue 36): it
+#: has a higher held-out log loss than MCGrad on 3 of the 4 benchmark tables (docs/benchmarks/segments.md)
+#: and a worse worst segment at 1e5; name it in ``calibrate.segmented`` to fit it.
+DEFAULT_SEGMENTED_METHODS = ("partial_pooling",)
 
 
 def fit_segmented(

@@ -264,24 +264,21 @@ def segment_ratios(
 ) -> list[dict]:
     """Per value of each segment column ``seg_i`` (named ``names[i]``), the largest ``top`` first: rows,
     positives, ``sum p / sum y`` before (``unc``) and after (``cal``, the same groups calibrated) and the
-    after-ratio's interval from the Poisson replicates (the row path: a bootstrap over the segment's rows).
-    """
-    reps = _replicate_cols(cal)
+    after-ratio's interval from the counts (``calibflow.intervals.ratio_interval``, as the row path's)."""
+    from calibflow.intervals import ratio_interval
+    from calibflow.segments import enough_evidence, is_flagged
+
     y = cal["label"].to_numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_cal = np.where(cal["n"] > 0, cal["sum_q"] / cal["n"], 0.0)
-    frame = pd.DataFrame({"n": cal["n"], "pos": cal["n"] * y, "su": unc["sum_q"], "sc": cal["sum_q"]})
-    for c in reps:
-        frame[f"py_{c}"], frame[f"pp_{c}"] = cal[c] * y, cal[c] * p_cal
-    tail = (1.0 - level) / 2.0
+    frame = pd.DataFrame({"n": cal["n"], "pos": cal["n"] * y, "su": unc["sum_q"], "sc": cal["sum_q"],
+                          "sc2": cal["sum_q2"]})
     out = []
     for i, name in enumerate(names):
         by = frame.groupby(cal[f"seg_{i}"].astype(str), sort=True).sum()
         by = by.sort_values("n", ascending=False, kind="stable").head(top)
         for value, r in by.iterrows():
             pos = float(r["pos"])
-            draws = np.array([r[f"pp_{c}"] / r[f"py_{c}"] for c in reps if r[f"py_{c}"] > 0])
-            ci = np.quantile(draws, [tail, 1 - tail]).tolist() if draws.size else None
+            lo, hi = ratio_interval(pos, float(r["sc"]), max(float(r["sc"] - r["sc2"]), 0.0), level)
+            ci = [float(lo), float(hi)] if pos > 0 and np.isfinite(lo) else None
             out.append({
                 "column": name,
                 "value": str(value),
@@ -289,6 +286,8 @@ def segment_ratios(
                 "positives": int(round(pos)),
                 "ratio_uncalibrated": float(r["su"] / pos) if pos else None,
                 "ratio": float(r["sc"] / pos) if pos else None,
-                "ratio_ci": [float(v) for v in ci] if ci else None,
+                "ratio_ci": ci,
+                "flagged": is_flagged(ci, pos),
+                "too_few": not enough_evidence(pos),
             })
     return out

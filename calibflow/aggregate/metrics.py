@@ -113,6 +113,19 @@ def _interval(values: Sequence[float] | np.ndarray, a: float) -> list[float]:
     return [float(np.quantile(v, a)), float(np.quantile(v, 1 - a))] if v.size else [float("nan")] * 2
 
 
+def _ratio_ci(g: pd.DataFrame, level: float) -> list[float]:
+    """``sum p / sum y``'s interval from the groups' counts (``calibflow.intervals.ratio_interval``: exact
+    Poisson on the positives, coverage measured), as the row path's."""
+    from calibflow.intervals import ratio_interval
+
+    n, y = g["n"].to_numpy(np.float64), g["label"].to_numpy(np.float64)
+    pos, sq = float(n @ y), float(g["sum_q"].sum())
+    if pos <= 0:
+        return [float("nan")] * 2
+    lo, hi = ratio_interval(pos, sq, max(sq - float(g["sum_q2"].sum()), 0.0), level)
+    return [float(lo), float(hi)]
+
+
 def _with_intervals(g: pd.DataFrame, n_bins: int, level: float) -> dict:
     return overall_and_draws(g, n_bins, level)[0]
 
@@ -128,6 +141,7 @@ def overall_and_draws(g: pd.DataFrame, n_bins: int, level: float) -> tuple[dict,
         draws = replicate_metrics(g, reps, n_bins)
         a = (1 - level) / 2
         res["ci"] = {m: _interval(draws[m], a) for m in _METRICS}
+        res["ci"]["calibration_ratio"] = _ratio_ci(g, level)  # the rows' interval, not the replicates'
         res["replicates"] = len(reps)
     return res, draws
 

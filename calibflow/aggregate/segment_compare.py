@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import stats
 
+from calibflow import intervals
 from calibflow import sources as src
 from calibflow.aggregate import kernel
 from calibflow.aggregate.segments import records_from_metrics
@@ -50,8 +50,8 @@ from calibflow.sources import SourceSpec, quote_ident
 
 #: How the per-segment ratio intervals of a pass are computed (stated on the card and in the docs).
 RATIO_INTERVAL = (
-    "large-sample (delta method on log(sum p / sum y), normal), from the pass's per-value sums; "
-    "not the row bootstrap"
+    "exact Poisson on the positives (Garwood, scaled to sum p(1-p)), from the pass's per-value sums: "
+    "the rows' own interval"
 )
 
 
@@ -299,18 +299,14 @@ def _values_frame(v: _Values, methods: list[str]) -> pd.DataFrame:
 
 def ratio_interval(n: np.ndarray, sy: np.ndarray, sp: np.ndarray, sp2: np.ndarray, spy: np.ndarray,
                    level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Large-sample interval of ``sum p / sum y`` per value from the sums: the ratio estimator's delta
-    method, ``var(R) = n / (n - 1) * sum (p - R y)^2 / (sum y)^2``, on the log scale (the interval stays
-    positive and is asymmetric as a ratio's is). NaN where there is no positive or fewer than 2 rows."""
-    z = float(stats.norm.ppf(0.5 + level / 2.0))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = sp / sy
-        resid = np.clip(sp2 - 2.0 * r * spy + r * r * sy, 0.0, None)  # y in {0, 1}: sum y^2 = sum y
-        se_log = np.sqrt(n / (n - 1.0) * resid) / sy / r
-        ok = (sy > 0) & (n > 1) & (r > 0)
-        lo = np.where(ok, r * np.exp(-z * se_log), np.nan)
-        hi = np.where(ok, r * np.exp(z * se_log), np.nan)
-    return lo, hi
+    """Interval of ``sum p / sum y`` per value from the pass's sums: the row path's
+    (:func:`calibflow.intervals.ratio_interval`, exact Poisson on the positives with the variance
+    ``sum p (1 - p) = sum p - sum p^2``). NaN where there is no positive (no ratio); ``n`` and ``spy`` are
+    kept for callers (the delta method used them and under-covered at a handful of positives)."""
+    del n, spy
+    lo, hi = intervals.ratio_interval(sy, sp, np.clip(sp - sp2, 0.0, None), level)
+    ok = np.asarray(sy) > 0
+    return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
 
 
 def segment_ratio_records(

@@ -12,7 +12,9 @@ error bound is measured in docs/benchmarks/scale.md) and AUC (ties inside a cell
 Calibrated tables (``metrics.calibrated_table``) apply the calibrator at each group's mean score, so a
 segment's calibrated sums are approximations inside a cell (measured against the rows in the tests).
 
-Intervals: Poisson-bootstrap replicates drawn per group on the fly (``Poisson(n)``, the law of the sum
+Intervals: ``sum p / sum y``'s from the counts (``calibflow.intervals.ratio_interval``, what the row path
+computes too: exact Poisson on the positives, coverage measured in benchmarks/segment_coverage.py); the
+log loss's from Poisson-bootstrap replicates drawn per group on the fly (``Poisson(n)``, the law of the sum
 of the group's rows' Poisson(1) weights; :func:`calibflow.aggregate.table.add_replicates`), one
 replicate at a time, so memory is the table plus values x replicates. A seed gives the same draws for
 an uncalibrated table and its calibrated copy (same groups, same order): paired intervals.
@@ -25,8 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibflow.intervals import ratio_interval
 from calibflow.metrics import clip_probability, expit
-from calibflow.segments import NULL_LEVEL, OTHER_LEVEL
+from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, enough_evidence, is_flagged
 
 
 def _by_value(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +94,12 @@ def segment_metrics(
     out["auc"], out["auc_tie_bound"] = _auc(v, table["bucket"].to_numpy(np.int64), y, n, m)
     if replicates > 0:
         out = out.join(_intervals(v, y, n, sq, sll, m, replicates, seed, level))
+        # the ratio's interval from the counts, as the row path's (the replicates' percentile interval
+        # dropped the draws with no positive and had no measured coverage)
+        var = np.clip(sum_q - np.bincount(v, sq2, m), 0.0, None)  # sum p (1 - p) over the value's rows
+        lo, hi = ratio_interval(pos, sum_q, var, level)
+        out["calibration_ratio_low"] = np.where(pos > 0, lo, np.nan)
+        out["calibration_ratio_high"] = np.where(pos > 0, hi, np.nan)
     return out
 
 
@@ -137,8 +146,9 @@ def segment_records(
     **opts: Any,
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
-    ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``) and
-    ``flagged`` (the interval excludes 1). Values past the ``top`` largest that are not flagged are pooled
+    ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``),
+    ``flagged`` (the interval excludes 1 and the value has the positives to tell) and ``too_few``.
+    Values past the ``top`` largest that are not flagged are pooled
     into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's.
     ``unc_metrics``: ``segment_metrics(unc, **opts)`` computed before (select compares every method with
     the same uncalibrated table)."""
@@ -159,11 +169,11 @@ def records_from_metrics(
         ci = None
         if "calibration_ratio_low" in mc.columns and np.isfinite(mc["calibration_ratio_low"].iloc[i]):
             ci = [float(mc["calibration_ratio_low"].iloc[i]), float(mc["calibration_ratio_high"].iloc[i])]
-        flagged = bool(ci is not None and (ci[0] > 1.0 or ci[1] < 1.0))
+        pos = float(mu["positives"].iloc[i])
+        flagged = is_flagged(ci, pos)
         if top and rank >= top and not flagged:
             rest.append(i)
             continue
-        pos = float(mu["positives"].iloc[i])
         out.append({
             "column": column,
             "value": NULL_LEVEL if pd.isna(mu["value"].iloc[i]) else str(mu["value"].iloc[i]),
@@ -173,6 +183,7 @@ def records_from_metrics(
             "ratio": float(mc["calibration_ratio"].iloc[i]) if pos else None,
             "ratio_ci": ci,
             "flagged": flagged,
+            "too_few": not enough_evidence(pos),
         })
     if rest:
         out.append(_pooled(mu, mc, rest, column))
@@ -182,14 +193,16 @@ def records_from_metrics(
 def _pooled(mu: pd.DataFrame, mc: pd.DataFrame, idx: list[int], column: str) -> dict[str, Any]:
     """One row for the values ``idx``: rows and positives summed, ratios from the summed ``sum p``."""
     n, pos = float(mu["n"].iloc[idx].sum()), float(mu["positives"].iloc[idx].sum())
+    enough = np.array([enough_evidence(float(k)) for k in mu["positives"].iloc[idx]], dtype=bool)
     sp_u = float((mu["calibration_ratio"].iloc[idx] * mu["positives"].iloc[idx]).sum())
     sp_c = float((mc["calibration_ratio"].iloc[idx] * mc["positives"].iloc[idx]).sum())
     return {"column": column, "value": f"{OTHER_LEVEL} x{len(idx)}", "n": int(round(n)),
             "positives": int(round(pos)), "ratio_uncalibrated": sp_u / pos if pos else None,
-            "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False,
-            # each pooled value's interval was tested (none flagged): chance_flags counts them
-            "tested": int(np.isfinite(mc["calibration_ratio_low"].iloc[idx]).sum())
-            if "calibration_ratio_low" in mc.columns else 0}
+            "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False, "too_few": False,
+            # each pooled value with the evidence was tested (none flagged): chance_flags counts them
+            "tested": int((np.isfinite(mc["calibration_ratio_low"].iloc[idx]) & enough).sum())
+            if "calibration_ratio_low" in mc.columns else 0,
+            "too_few_pooled": int((~enough).sum())}
 
 
 def _cell_fit(fine: pd.DataFrame, cal: Any, kind: str, grid: Any, starts: np.ndarray) -> pd.DataFrame:

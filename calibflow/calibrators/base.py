@@ -427,6 +427,8 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         raise
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{method}: invalid params ({exc})") from None
+    if state:  # a field added later (``_optional_state``) has its old meaning in files written before it
+        state = {**{k: v for k, v in getattr(cls, "_optional_state", {}).items() if k not in state}, **state}
     if set(state) != set(cls._state_fields):
         missing, bad = set(cls._state_fields) - set(state), set(state) - set(cls._state_fields)
         what = "empty state: not a fitted calibrator" if not state else f"missing {sorted(missing)[:5]}"

@@ -6,28 +6,95 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
+from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
 from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
+
+#: Fewest positives and negatives (weighted) for ``targets="auto"`` to fit plain maximum likelihood; under
+#: it Platt's prior-corrected targets are used. Their pull on the fitted base rate is about ``1 / N+``,
+#: under a tenth of the sampling error ``1 / sqrt(N+)`` from 100 on, and what keeps a fit on a handful of
+#: labels from 0 and 1 (Platt 1999, Sec. 2.2; Lin, Lin, Weng 2007).
+PRIOR_MIN_COUNT = 50
+
+
+def _separable(s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> bool:
+    """The classes do not overlap in score (either way round): maximum likelihood runs off to infinity."""
+    pos, neg = s[(y == 1) & (w > 0)], s[(y == 0) & (w > 0)]
+    if not pos.size or not neg.size:
+        return True
+    return bool(neg.max() < pos.min() or pos.max() < neg.min())
+
+
+def _no_spread(s: NDArray[np.float64], w: NDArray[np.float64]) -> bool:
+    """Every weighted score the same (to rounding: a table's group means can differ by an ulp)."""
+    v = s[w > 0]
+    return bool(v.size == 0 or np.ptp(v) <= 1e-9 * max(1.0, float(np.abs(v).max())))
 
 
 @register("platt")
 class PlattCalibrator(LikelihoodCalibrator):
     """Platt (1999): ``p = sigma(A s + B)`` on the logit or raw score ``s``.
 
-    Fitted by maximum (weighted) likelihood with the shared fitter. Unlike Platt's paper we do not
-    smooth the targets to (N+ + 1)/(N+ + 2): plain maximum likelihood is what the papers' baselines
-    and an unpenalised ``LogisticRegression`` on the score fit (scikit-learn 1.9.1's
-    ``CalibratedClassifierCV(method="sigmoid")`` does smooth them; tests/library/test_sklearn_api.py).
-    Monotone when A >= 0; ``monotone`` is declared True because a negative A only arises for
-    anti-correlated scores.
+    Fitted by maximum (weighted) likelihood with the shared fitter. ``targets``: ``"ml"`` fits the 0/1
+    labels (what the papers' baselines and an unpenalised ``LogisticRegression`` on the score fit);
+    ``"prior"`` fits Platt's prior-corrected targets ``(N+ + 1)/(N+ + 2)`` and ``1/(N- + 2)`` (what
+    scikit-learn's ``method="sigmoid"`` fits); ``"auto"`` (default) uses the prior's where the calibration
+    set is small (under :data:`PRIOR_MIN_COUNT` positives or negatives) or separable, where plain maximum
+    likelihood returns 0 and 1 (issue 36: 1.0, 1.3e-36 and 6.7e-11 on scikit-learn's own three-point case,
+    0.589, 0.188, 0.389 with the prior), and the labels elsewhere. ``targets_`` says which were fitted.
+    Scores with no spread (all the same) get the constant map at the base rate, never a slope
+    fitted to rounding. Monotone: ``fit`` keeps A >= 0 (a negative slope, which scores that do not rank
+    give by chance, becomes the constant at the base rate: the likelihood's best with A >= 0); only the
+    two-weight fit (UERM, CalEM) leaves A free.
     """
 
     expects = "logit"
-    _state_fields = ("coef_", "intercept_")
-    _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0)}
+    _state_fields = ("targets_", "coef_", "intercept_")
+    _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0), "targets_": ("s", 0)}
+    #: Files written before ``targets_`` was saved fitted the labels.
+    _optional_state = {"targets_": "ml"}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = "score", targets: str = "auto") -> None:
         self.input = input
+        self.targets = targets
+
+    def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
+        if self.targets not in ("auto", "prior", "ml"):
+            raise ValueError(f"targets must be auto, prior or ml, got {self.targets!r}")
+        if getattr(self, "_weights_are_counts", False):
+            n_pos, n_neg = float(w @ y), float(w @ (1.0 - y))
+        else:  # weights are importances (scikit-learn's convention): Platt's N+, N- count rows
+            n_pos, n_neg = float(np.sum((y == 1) & (w > 0))), float(np.sum((y == 0) & (w > 0)))
+        prior = self.targets == "prior" or (
+            self.targets == "auto" and (min(n_pos, n_neg) < PRIOR_MIN_COUNT or _separable(s, y, w))
+        )
+        if prior:
+            t = np.where(y == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+            a, b = w * t, w * (1.0 - t)
+        else:
+            a, b = label_weights(y, w)
+        if _no_spread(s, w):  # nothing to rank: the calibration base rate, not a slope fitted to rounding
+            rate = float(np.clip((w @ y) / w.sum(), 1e-15, 1 - 1e-15))
+            self.coef_, self.intercept_ = 0.0, float(np.log(rate) - np.log1p(-rate))
+            self.targets_ = "constant"
+            return
+        self._fit_ab(s, a, b, None)
+        self.targets_ = "prior" if prior else "ml"
+        if self.coef_ < 0.0:
+            # Scores that do not rank (noise, or too few labels) can tip the slope below 0 by chance; the
+            # likelihood is concave, so the best map with A >= 0 is then A = 0: the (target) base rate.
+            # A decreasing map is never written (it fails the monotone check and reverses the ranking).
+            rate = float(a.sum() / (a.sum() + b.sum()))
+            self.coef_, self.intercept_ = 0.0, float(np.log(rate) - np.log1p(-rate))
+
+    def fit_counts(self, scores, y, counts) -> PlattCalibrator:
+        """``fit`` where the weights are row counts (a table's groups: ``calibflow.aggregate.fit``), so
+        Platt's ``N+``, ``N-`` are their sums, as on the rows the table stands for."""
+        self._weights_are_counts = True
+        try:
+            return self.fit(scores, y, sample_weight=counts)
+        finally:
+            del self._weights_are_counts
 
     def _n_params(self) -> int:
         return 2
@@ -35,6 +102,7 @@ class PlattCalibrator(LikelihoodCalibrator):
     def _fit_ab(self, s, a, b, theta0) -> None:
         fit = fit_logistic_warm(np.column_stack([s, np.ones_like(s)]), a, b, theta0=theta0)
         self.coef_, self.intercept_ = float(fit.theta[0]), float(fit.theta[1])
+        self.targets_ = "ml"  # a two-weight fit fits the weights it is given
 
     def _predict(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         return expit(self.coef_ * s + self.intercept_)

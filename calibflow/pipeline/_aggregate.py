@@ -370,13 +370,25 @@ def compare_tables(
             "delta": pc[m] - pu[m],
             "delta_ci": percentile_interval(diff, level) if reps else None,
         }
-    ratio = dc["calibration_ratio"]
     out["calibration_ratio"] = {
         "uncalibrated": pu["calibration_ratio"],
         "calibrated": pc["calibration_ratio"],
-        "ci": percentile_interval(ratio, level) if reps else None,
+        "ci": _overall_ratio_ci(gc, level) if reps else None,
     }
     return out
+
+
+def _overall_ratio_ci(g: pd.DataFrame, level: float) -> list[float] | None:
+    """The whole test's ``sum p / sum y`` interval from the table's counts: the rows' own interval
+    (``calibflow.intervals.ratio_interval``), not the replicates' percentile interval."""
+    from calibflow.intervals import ratio_interval
+
+    n, y = g["n"].to_numpy(np.float64), g["label"].to_numpy(np.float64)
+    pos, sq = float(n @ y), float(g["sum_q"].sum())
+    if pos <= 0:
+        return None
+    lo, hi = ratio_interval(pos, sq, max(sq - float(g["sum_q2"].sum()), 0.0), level)
+    return [float(lo), float(hi)]
 
 
 def segment_ratios(
@@ -389,3 +401,12 @@ def segment_ratios(
 def table_log_loss(t: pd.DataFrame) -> float:
     # sums over the table's rows: grouping them by (bucket, label) first changes nothing but the cost
     return float(t["sum_ll"].sum() / t["n"].sum())
+
+
+
+def test_auc(t: pd.DataFrame, n_bins: int) -> tuple[float, float, float]:
+    """The uncalibrated scores' AUC over a test table's cells (ties inside a cell counted half), its
+    positives and negatives: what ``diagnostics.ranking_note_from`` needs on this path."""
+    g = _collapse(t)
+    n, y = g["n"].to_numpy(np.float64), g["label"].to_numpy(np.float64)
+    return float(_point(g, g["n"].to_numpy(), n_bins, False)["auc"]), float(n @ y), float(n @ (1 - y))

@@ -1,9 +1,9 @@
 """Stage ``calibrate_segments``: the segmented calibrators, for every source that declares ``segments:``.
 
 ``python -m calibflow.pipeline.calibrate_segments``. For each source whose predictions carry segment columns
-(``s:<column>``) and each method of ``calibrate.segmented`` (default: partial_pooling, multicalibration), the
-method is fitted on the calib rows with those columns (named as in the source, so the saved calibrator names
-the columns ``calibflow apply`` must read) and scored on the test rows. Writes
+(``s:<column>``) and each method of ``calibrate.segmented`` (default: partial_pooling; multicalibration
+when named), the method is fitted on the calib rows with those columns (named as in the source, so the
+saved calibrator names the columns ``calibflow apply`` must read) and scored on the test rows. Writes
 ``data/calibrated_segments/<method>/<name>.json`` and ``<name>.parquet`` (``row``, ``y``, ``margin``,
 ``prob``), and ``fit.json`` (per method and source: test rows, test rows with a value unseen in fitting per
 column). Datasets and sources without segments are skipped. A source on the aggregate path (above

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
-from calibflow import metrics, selection
+from calibflow import diagnostics, metrics, selection
 from calibflow import segments as seg
 from calibflow.aggregate import segment_compare
 from calibflow.aggregate.table import add_replicates
@@ -89,7 +90,8 @@ def compare(
     out["calibration_ratio"] = {
         "uncalibrated": point["unc"]["calibration_ratio"],
         "calibrated": point["cal"]["calibration_ratio"],
-        "ci": percentile_interval(boot["cal"]["calibration_ratio"], level),
+        # the counts' interval (exact Poisson, coverage measured), as each segment's: not the bootstrap
+        "ci": seg.count_interval(y, np.asarray(p_cal, np.float64), level),
     }
     return out
 
@@ -230,6 +232,16 @@ def _input_record(params: Params, name: str, is_source: bool) -> dict[str, Any]:
     }
 
 
+def _calib_rate(lay: Layout, name: str) -> float:
+    """The calibration split's base rate (weighted where the rows carry weights): the constant a card
+    compares the chosen map with."""
+    path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
+    cols = [c for c in ("y", "weight") if c in pq.ParquetFile(path).schema_arrow.names]
+    c = pd.read_parquet(path, columns=cols, filters=[("split", "==", "calib")])
+    w = c["weight"].to_numpy(np.float64) if "weight" in c.columns else np.ones(len(c))
+    return float(w @ c["y"].to_numpy(np.float64) / w.sum()) if len(c) and w.sum() > 0 else float("nan")
+
+
 def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
     path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
     preds = pd.read_parquet(path)
@@ -268,6 +280,7 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
         )
         return _aggregate.compare_tables(test, table(m), n_bins, level, memo), segs
 
+    compare_for.test_auc = _aggregate.test_auc(test, n_bins)  # type: ignore[attr-defined]
     return ll, compare_for
 
 
@@ -312,6 +325,10 @@ def select_one(
     segs = segment_ratios(test, p_chosen, cfg, int(params.seed))
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
     card = _with_decision(card, decision, rule, level)
+    rate = _calib_rate(lay, name)
+    note = diagnostics.ranking_note(y, p_unc, p_chosen, rate, decision.margin, method, level)
+    if note is not None:  # the report says it first
+        card["ranking"] = note
     card = _with_segments(card, challenge, segs, text, cfg)
     if segs:  # the report draws the worst segments' reliability and checks the rows add up
         card["segment_reliability"] = _worst_reliability(test, p_chosen, segs, level)
@@ -354,6 +371,10 @@ def _with_segments(
         card["segment_flags"] = seg.flag_lines(segs)
         # with many segments some intervals exclude 1 by chance alone: say how many to expect
         card["segment_flags_by_chance"] = seg.chance_flags(segs, float(cfg.ci_level))
+        card["segment_min_positives"] = seg.MIN_POSITIVES
+        too_few = seg.too_few_line(segs)  # listed, not flagged and not hidden
+        if too_few:
+            card["segment_too_few"] = too_few
     return card
 
 def _select_aggregate(
@@ -381,6 +402,13 @@ def _select_aggregate(
     card = _card(lay, params, name, is_source, rule, method, met, ll, segs, _aggregate.AGGREGATE, text)
     card = _with_decision(card, decision, rule, level)
     card = _with_segments(card, challenge, segs, text, params.evaluate)
+    # AUC only here: the constant's check needs the calibration split's base rate, not read on this path
+    auc, n1, n0 = compare_for.test_auc  # type: ignore[attr-defined]
+    ll_chosen = float(met.get("log_loss", {}).get("calibrated") or 0.0)
+    note = diagnostics.ranking_note_from(auc, n1, n0, None, ll_chosen, float("nan"), decision.margin, method,
+                                         level)
+    if note is not None:  # the report says it first
+        card["ranking"] = note
     if challenge is not None and challenge["chosen"]:
         card["segment_interval"] = segment_compare.RATIO_INTERVAL
         card["chosen_reliability"] = challenge["reliability"]
@@ -612,11 +640,12 @@ def _card(
     how: str,
     text: str,
 ) -> dict[str, Any]:
+    payload = json.loads(text)
     card = {
         "name": name,
         "kind": "source" if is_source else "dataset",
         "method": method,
-        "params": json.loads(text).get("params", {}),
+        "params": payload.get("params", {}),
         "rule": rule,
         "reason": "",
         "metrics": met,
@@ -630,6 +659,9 @@ def _card(
         "calibflow_version": im.version("calibflow"),
         "path": how,
     }
+    if payload.get("state", {}).get("targets_") == "prior":  # stated: not the plain maximum likelihood
+        card["platt_targets"] = ("Platt fitted on Platt's prior-corrected targets ((N+ + 1)/(N+ + 2) and "
+                                 "1/(N- + 2)): the calibration set is small or separable")
     return card
 
 

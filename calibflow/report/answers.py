@@ -144,6 +144,11 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
     )
     table = f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>" if rows else ""
     reason = f"<p>{e(card['reason'])}</p>" if card.get("reason") else ""
+    ranking = card.get("ranking") if isinstance(card.get("ranking"), dict) else {}
+    if ranking.get("statement"):  # said first: the model barely ranks, whatever the table below shows
+        reason = f'<p class="loss"><b>{e(ranking["statement"])}</b></p>{reason}'
+    if card.get("platt_targets"):
+        reason += f'<p class="muted">{e(card["platt_targets"])}.</p>'
     rule = f'<p class="muted">rule: {e(card["rule"])}</p>' if card.get("rule") else ""
     if card.get("path"):  # rows, or the bucket tables of the aggregate path
         rule += f'<p class="muted">computed from: {e(card["path"])}</p>'

@@ -44,6 +44,9 @@ def render_summary(data: ReportData) -> str:
     out = ["## calibflow report", "", f"- Revision: `{rev}`, seed {seed}.", _validation_line(data)]
     for c in data.cards:
         m = c.get("metrics", {}).get("log_loss", {})
+        note = (c.get("ranking") or {}).get("statement") if isinstance(c.get("ranking"), dict) else None
+        if note:  # said first: the model barely ranks
+            out.append(f"- **{c.get('name')}**: {note}")
         ci = m.get("delta_ci") or [None, None]
         if card_verdict(c) == "keep":  # the reason line names the calibrator turned down and the margin
             out.append(f"- **{c.get('name')}**: keep your scores. {c.get('reason', '')}")

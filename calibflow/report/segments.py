@@ -13,7 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e
-from calibflow.segments import NULL_LEVEL, tested_intervals
+from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, tested_intervals
 
 
 def _ratio(v: Any, ci: Any) -> str:
@@ -28,8 +28,15 @@ def _row(s: dict[str, Any]) -> str:
         f'<tr{mark}><td class="l">{e(s.get("column"))} = {e(s.get("value"))}</td>'
         f"<td>{e(fmt_num(s.get('n')))}</td><td>{e(fmt_num(s.get('positives')))}</td>"
         f"<td>{_ratio(s.get('ratio_uncalibrated'), s.get('ratio_uncalibrated_ci'))}</td>"
-        f"<td>{_ratio(s.get('ratio'), s.get('ratio_ci'))}{' flagged' if s.get('flagged') else ''}</td></tr>"
+        f"<td>{_ratio(s.get('ratio'), s.get('ratio_ci'))}{_mark(s)}</td></tr>"
     )
+
+
+def _mark(s: dict[str, Any]) -> str:
+    if s.get("flagged"):
+        return " flagged"
+    pooled = str(s.get("value", "")).startswith(OTHER_LEVEL)  # a sum of values, each marked on its own
+    return " <small>too few positives</small>" if s.get("too_few") and not pooled else ""
 
 
 def _reliability_figure(card: dict[str, Any]) -> str:
@@ -97,10 +104,13 @@ def segment_section(card: dict[str, Any]) -> str:
             )
     else:
         parts.append(
-            '<p class="gain">Every segment\'s sum p / sum y interval covers 1 after calibration.</p>'
-            if any(s.get("ratio_ci") for s in segs)
+            '<p class="gain">Every segment tested (enough positives) has a sum p / sum y interval that '
+            "covers 1 after calibration.</p>"
+            if tested_intervals(segs)
             else ""
         )
+    if card.get("segment_too_few"):  # listed, never flagged, never hidden
+        parts.append(f'<p class="muted">{e(card["segment_too_few"])}</p>')
     if card.get("segment_interval"):  # not the row bootstrap (a calibrator scored by select's pass)
         parts.append(f'<p class="muted">Intervals after calibration: {e(card["segment_interval"])}.</p>')
     parts.append(_reliability_figure(card))

@@ -108,7 +108,10 @@ def test_intervals_cover_and_are_seeded(big):
     a = segment_metrics(tabs.segments["seg7"], replicates=16, seed=1)
     b = segment_metrics(tabs.segments["seg7"], replicates=16, seed=1)
     c = segment_metrics(tabs.segments["seg7"], replicates=16, seed=2)
-    assert a.equals(b) and not a["calibration_ratio_low"].equals(c["calibration_ratio_low"])
+    # the log loss's interval is from the seeded replicates; the ratio's from the counts (issue 36: exact
+    # Poisson, coverage measured), so the seed no longer moves it
+    assert a.equals(b) and not a["log_loss_low"].equals(c["log_loss_low"])
+    assert a["calibration_ratio_low"].equals(c["calibration_ratio_low"])
     assert (a["calibration_ratio_low"] < a["calibration_ratio"]).all()
     assert (a["calibration_ratio"] < a["calibration_ratio_high"]).all()
     assert (a["calibration_ratio_low"] > 1.0).all()  # the scores over-predict in every segment

@@ -41,6 +41,7 @@ def _params(path: str) -> dict:
     params["datasets"]["names"] = []
     params["papers"] = []
     params["calibrate"]["methods"] = ["platt"]
+    params["calibrate"]["segmented"] = ["partial_pooling", "multicalibration"]  # both paths, both methods
     params["evaluate"].update(n_bootstrap=40, n_bins=10)
     params["model"].update(n_estimators=10, max_depth=3, n_jobs=1)
     params["sources"] = {"ads": {"path": path, "label": "clicked", "score": "p_model", "weight": "weight",

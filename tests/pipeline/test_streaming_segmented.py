@@ -137,14 +137,15 @@ def test_per_segment_ratios_are_the_deployed_calibrators(effect):
     for value in ("BR", "IN"):
         assert abs(segs[value]["ratio_uncalibrated"] - 1) > 0.3
         assert abs(segs[value]["ratio"] - 1) < abs(segs[value]["ratio_uncalibrated"] - 1) / 2
-    assert "large-sample" in card["segment_interval"]
+    # issue 36: the rows' own interval (exact Poisson on the positives), no longer the delta method's
+    assert "exact Poisson" in card["segment_interval"]
 
 
 def test_report_shows_the_deployed_segmented_calibrator(effect):
     root, _ = effect
     html = (root / "reports/index.html").read_text()
     assert "green: partial_pooling" in html  # its reliability bins, from the card (evaluate has none)
-    assert "Intervals after calibration: large-sample" in html
+    assert "Intervals after calibration: exact Poisson" in html
     assert "each adds up to the" in html
 
 
