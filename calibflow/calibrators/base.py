@@ -31,6 +31,7 @@ from sklearn.exceptions import NotFittedError
 
 from calibflow._validation import (
     AUTO,
+    INPUT_KINDS,
     as_1d_float,
     check_labels,
     check_scores,
@@ -166,9 +167,9 @@ class BaseCalibrator(BaseEstimator):
         self._check_fitted()
         state = {k: _to_jsonable(getattr(self, k)) for k in self._state_fields}
         params = self.get_params(deep=False)
-        if "input" in params:  # "auto" is saved as the kind fit decided: a reloaded map reads the same scale
-            params["input"] = self.input_kind
         payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": params, "state": state}
+        if getattr(self, "input", None) == AUTO:  # the kind fit decided: a reloaded map reads the same scale
+            payload["input_kind"] = self.input_kind
         kind = getattr(self, "score_kind_", None)
         if kind is not None:
             payload["score_kind"] = kind
@@ -420,7 +421,7 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"calibrator payload must be a JSON object, got {type(payload).__name__}")
-    extra = set(payload) - {"schema", "method", "params", "state", "score_kind", "score_column"}
+    extra = set(payload) - {"schema", "method", "params", "state", "score_kind", "score_column", "input_kind"}
     if extra:
         raise PayloadError(f"calibrator payload has unknown key(s) {sorted(map(str, extra))[:5]}")
     schema = payload.get("schema")
@@ -456,6 +457,12 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         _check_spec(cls, k, value)
         setattr(obj, k, value)
     obj.fitted_ = True
+    if getattr(obj, "input", None) == AUTO:
+        kind = payload.get("input_kind")
+        if kind not in INPUT_KINDS:
+            want = "|".join(INPUT_KINDS)
+            raise PayloadError(f"input 'auto' needs input_kind, one of {want}, got {str(kind)[:40]!r}")
+        obj.input_ = kind
     if "score_kind" in payload:
         kind = payload["score_kind"]
         if kind not in SCORE_KINDS:

@@ -98,7 +98,7 @@ def _refit(method: str, champion: C.BaseCalibrator, calib: pd.DataFrame) -> C.Ba
     """The daily policy's refit of the gate's best candidate (segmented ones with the segment column)."""
     segs = {c: calib[c].to_numpy(dtype=object) for c in SEGMENTS} if method in SEGMENTED else None
     return mon.fit_challenger(
-        method, str(champion.input), calib["score"].to_numpy(), calib["label"].to_numpy(), "score", segs
+        method, str(champion.input_kind), calib["score"].to_numpy(), calib["label"].to_numpy(), "score", segs
     )
 
 

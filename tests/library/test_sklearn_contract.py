@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -173,7 +174,8 @@ def test_default_input_reads_probabilities_as_probabilities(name):
     np.testing.assert_allclose(auto.predict(p[10_000:]), told.predict(p[10_000:]), atol=1e-12)
     # the saved map carries the kind fit decided: a reloaded one reads the same scale
     again = C.from_json(auto.to_json())
-    assert again.input == "probability"
+    assert again.input == "auto" and again.input_kind == "probability"
+    assert json.loads(auto.to_json())["input_kind"] == "probability"
     np.testing.assert_allclose(again.predict(p[10_000:]), told.predict(p[10_000:]), atol=1e-12)
     # the control: told "score", the same probabilities give another map (temperature: said, not silent)
     if name == "temperature":
