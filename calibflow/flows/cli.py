@@ -102,15 +102,13 @@ def stage_failed(exc: Any) -> tuple[list[str], int]:
     return [*lines, *runlog.note_lines()], exc.code if 0 < exc.code < 256 else 1
 
 
-#: What every project command says outside a project (README's first command).
-INIT_HINT = "make one here with `calibflow init --data FILE --label COLUMN --score COLUMN` (README)"
-
-
 def require_project(root: Path) -> None:
     """A project command outside a calibflow project: one line saying how to make one."""
-    if not ((root / "params.yaml").is_file() and (root / "dvc.yaml").is_file()):
-        missing = " and ".join(n for n in ("params.yaml", "dvc.yaml") if not (root / n).is_file())
-        raise UserError(f"no calibflow project in {root} (no {missing} here or above): {INIT_HINT}")
+    from calibflow.flows.project import outside_message
+
+    message = outside_message(root)
+    if message:
+        raise UserError(message)
 
 
 def check_source_paths(params: dict[str, Any]) -> None:
@@ -517,9 +515,13 @@ def server_status(port: int = typer.Option(4200)) -> None:
 def report(open_: bool = typer.Option(False, "--open", help="Open the report in a browser.")) -> None:
     """Print (or open) the path of the last generated report."""
     root = project_root()
-    _friendly(lambda: require_project(root))
     path = root / REPORT
     if not path.exists():
+        try:
+            require_project(root)
+        except UserError as exc:
+            typer.echo(f"no report: {exc}, then `calibflow run`", err=True)
+            raise typer.Exit(1) from None
         typer.echo(f"no report at {path}: run `calibflow run` first", err=True)
         raise typer.Exit(1)
     typer.echo(str(path))

@@ -195,3 +195,15 @@ def first_commit(folder: Path, data_path: str) -> str:
         if done.returncode == 0:
             return f"committed the project files to git ({', '.join(paths)}); your data stays out of git"
     return f"could not commit the project files (git needs user.name and user.email?): run `{manual}`"
+
+
+#: What every project command says outside a project (the README's first command).
+INIT_HINT = "make one here with `calibflow init --data FILE --label COLUMN --score COLUMN` (README)"
+
+
+def outside_message(root: Path) -> str | None:
+    """The one line a project command prints when ``root`` is no calibflow project, else None."""
+    missing = [n for n in ("params.yaml", "dvc.yaml") if not (root / n).is_file()]
+    if not missing:
+        return None
+    return f"no calibflow project in {root} (no {' and '.join(missing)} here or above): {INIT_HINT}"

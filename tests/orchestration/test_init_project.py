@@ -119,7 +119,7 @@ def test_init_commits_the_project_files_and_never_the_data(tmp_path):
     assert _git(tmp_path, "status", "--porcelain", "--", "params.yaml", "dvc.yaml") == ""
 
 
-@pytest.mark.parametrize("argv", [["run"], ["repro"], ["validate"], ["report"]])
+@pytest.mark.parametrize("argv", [["run"], ["repro"], ["validate"], ["report"], ["monitor", "run"]])
 def test_project_commands_outside_a_project_say_how_to_make_one(tmp_path, monkeypatch, argv):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CALIBFLOW_ROOT", raising=False)
