@@ -165,6 +165,7 @@ def init(
                 raise ValueError("--test-last and --calib-last split by time: pass --time COLUMN too")
             decl["split"] = {k: v for k, v in (("test_last", test_last), ("calib_last", calib_last)) if v}
         nm = source_name(name, data)
+        _say_when_large(data)
         # Everything the run would refuse later is refused now, before params.yaml is touched.
         info = source_checks.inspect_source(src.parse_source(nm, decl).at(base), score_kind, time_format)
         if score is not None:
@@ -187,6 +188,21 @@ def init(
         _print_summary(spec, info, params_file)
 
     guarded(go, input_errors(), debug)
+
+
+#: Above this many bytes `init` says it is reading (one DuckDB pass; ~1 GB a few seconds a core).
+LARGE_BYTES = 256 << 20
+
+
+def _say_when_large(data: str) -> None:
+    """One progress line on stderr before a long inspection (stdout keeps the summary)."""
+    if src.is_url(data):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        found = src.files(data)
+        size = sum(os.path.getsize(f) for f in found)
+        if size > LARGE_BYTES:
+            typer.echo(f"reading {len(found):,} file(s), {size / 2**30:.1f} GiB, with DuckDB ...", err=True)
 
 
 def check_split_fits(name: str, decl: dict[str, Any], info: dict[str, Any]) -> None:
