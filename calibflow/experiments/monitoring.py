@@ -109,7 +109,7 @@ def run_stream(
     champion's served sum p and sum y per segment per day."""
     by_day = {d: g for d, g in df.groupby("day")}
     warm = df[df["day"] < 0]
-    champion = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    champion = C.make("platt", input="score").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
     state = mon.MonitorState.start("sim", champion, {"fitted_on": ["warmup"]})
     decided: dict[int, C.BaseCalibrator] = {}  # calibrator each policy holds after window w
     daily: dict[int, C.BaseCalibrator] = {}
