@@ -178,7 +178,7 @@ def cross_venn_abers(
     members = []
     for train, cal in folds.split(np.zeros(yy.size), yy):
         score = fit_scorer(train)
-        members.append((score, VennAbersCalibrator().fit(score(cal), yy[cal])))
+        members.append((score, VennAbersCalibrator(input="score").fit(score(cal), yy[cal])))
 
     def predict(x_new: ArrayLike):
         pairs = [ivap.predict_interval(score(x_new)) for score, ivap in members]
