@@ -65,10 +65,24 @@ def as_1d_float(x: ArrayLike, name: str) -> NDArray[np.float64]:
     return arr
 
 
+#: ``input="auto"`` (the default of every fit(scores, y) calibrator): decided once, at ``fit``, from the
+#: scores: every finite one in [0, 1] -> "probability" (what a classifier's predict_proba gives, and what
+#: every peer takes), else "score". The fitted calibrator keeps it (``input_``, and in its JSON).
+AUTO = "auto"
+
+
+def resolve_input(scores: NDArray[np.float64], input: str) -> str:
+    """The input kind a calibrator fits with: ``input`` as given, or read from the scores for "auto"."""
+    if input != AUTO:
+        return input
+    finite = scores[np.isfinite(scores)]
+    return "probability" if finite.size and finite.min() >= 0.0 and finite.max() <= 1.0 else "score"
+
+
 def check_scores(scores: ArrayLike, input: str = "score", name: str = "scores") -> NDArray[np.float64]:
-    """Validate scores of the declared kind: probabilities must lie in [0, 1]."""
-    if input not in INPUT_KINDS:
-        raise ValueError(f"input must be one of {INPUT_KINDS}, got {input!r}")
+    """Validate scores of the declared kind: probabilities must lie in [0, 1] ("auto": either)."""
+    if input not in (*INPUT_KINDS, AUTO):
+        raise ValueError(f"input must be one of {INPUT_KINDS} or 'auto', got {input!r}")
     arr = as_1d_float(scores, name)
     if input == "probability" and (arr.min() < 0.0 or arr.max() > 1.0):
         raise ValueError(

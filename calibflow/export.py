@@ -129,7 +129,7 @@ def _map(cal: BaseCalibrator, score_kind: str | None, input_kind: str):
     def f(t: NDArray[np.float64]) -> NDArray[np.float64]:
         raw = expit(t) if input_kind == "probability" else t
         if score_kind is not None:
-            raw = calibrator_input(raw, score_kind, cal.input)
+            raw = calibrator_input(raw, score_kind, cal.input_kind)
         return cal.predict(raw)
 
     return f
@@ -228,7 +228,7 @@ def _input(cal: BaseCalibrator, score_kind: str | None) -> tuple[str, str, float
     if score_kind is not None:
         clip = LOG_LOSS_CLIP  # calibflow.sources.to_margin's clip of a user probability
         return score_kind, f"the user's score ({score_kind}), converted as `calibflow apply` does", clip
-    return cal.input, f"the calibrator's input ({cal.input}), as it was fitted", 1e-12
+    return cal.input_kind, f"the calibrator's input ({cal.input_kind}), as it was fitted", 1e-12
 
 
 def to_table(cal: BaseCalibrator, score_kind: str | None = None, tol: float = DEFAULT_TOL) -> Table:

@@ -404,7 +404,7 @@ def challenge(
         per_seg = "segments" in C.get_class(m).needs
         cols = {c: calib[c].to_numpy(dtype=object) for c in segments} if per_seg else None
         try:
-            cal = fit_challenger(m, str(champion.input), ss, ys, kind, cols)
+            cal = fit_challenger(m, str(champion.input_kind), ss, ys, kind, cols)
         except ValueError as exc:  # e.g. a method that cannot fit this window; recorded, never silent
             rec["challengers"][m] = {"error": str(exc)}
             continue

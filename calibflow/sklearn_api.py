@@ -18,14 +18,16 @@ The fitted calibrators are calibflow calibrators (``calibrators_``): ``to_json``
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.model_selection import check_cv
-from sklearn.utils import _safe_indexing
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils import _safe_indexing, indexable
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.validation import _check_sample_weight, _num_features, check_is_fitted
 
 from calibflow import calibrators as C
 
@@ -63,6 +65,18 @@ class CalibratedModel(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     # ---- fit ------------------------------------------------------------------------------
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> CalibratedModel:
         self._check_params()
+        if y is None:  # scikit-learn's own words for a classifier given no target
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        X, y = indexable(X, y)
+        check_classification_targets(y)
+        kind = type_of_target(y)
+        if kind != "binary":  # scikit-learn's words, so its multiclass check and users read the same line
+            raise ValueError(
+                f"Only binary classification is supported. The type of the target is {kind}: "
+                f"{type(self).__name__} calibrates the positive class of a binary classifier"
+            )
+        if sample_weight is not None:  # a wrong length is a ValueError naming both lengths
+            sample_weight = _check_sample_weight(sample_weight, X)
         if self.cv is None:
             check_is_fitted(self.estimator)
             classes = np.asarray(getattr(self.estimator, "classes_", np.unique(y)))
@@ -73,7 +87,20 @@ class CalibratedModel(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         self.classes_ = classes
         self.estimators_ = [e for e, _ in pairs]
         self.calibrators_ = [c for _, c in pairs]
+        self._set_n_features(X)
         return self
+
+    def _set_n_features(self, X: ArrayLike) -> None:
+        """``n_features_in_`` (and ``feature_names_in_``) as the model saw them, else counted from ``X``."""
+        first = self.estimators_[0]
+        if hasattr(first, "n_features_in_"):
+            self.n_features_in_ = first.n_features_in_
+        else:
+            # text or other inputs a pipeline's first step turns into features have no count
+            with contextlib.suppress(TypeError):
+                self.n_features_in_ = _num_features(X)
+        if hasattr(first, "feature_names_in_"):
+            self.feature_names_in_ = first.feature_names_in_
 
     def _check_params(self) -> None:
         if self.estimator is None:
@@ -90,7 +117,14 @@ class CalibratedModel(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         yy = np.asarray(y)
         splitter = check_cv(self.cv, yy, classifier=True)
         pairs = []
-        for train, test in splitter.split(X, yy):
+        folds = list(splitter.split(X, yy))
+        for k, (train, test) in enumerate(folds, 1):
+            for part, idx in (("training", train), ("held-out", test)):
+                if np.unique(yy[idx]).size < 2:  # scikit-learn names the fold too; no fit on one class
+                    raise ValueError(
+                        f"fold {k} of {len(folds)}: its {part} part ({idx.size} rows) holds one class "
+                        f"({yy[idx][0]!r}); use fewer folds (cv) or more rows of the rarer class"
+                    )
             est = clone(self.estimator)
             fit_kw = {} if sample_weight is None else {"sample_weight": _safe_indexing(sample_weight, train)}
             est.fit(_safe_indexing(X, train), yy[train], **fit_kw)
@@ -114,17 +148,22 @@ class CalibratedModel(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     # ---- predict --------------------------------------------------------------------------
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         """``(n, 2)``: columns ``classes_``; the mean of the folds' calibrated probabilities."""
-        check_is_fitted(self, "calibrators_")
+        check_is_fitted(self)
         p = np.mean([c.predict(_scores(e, X, self.response)[0]) for e, c in self._pairs()], axis=0)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: ArrayLike) -> NDArray:
+        check_is_fitted(self)
         return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
 
     def _pairs(self):
         return zip(self.estimators_, self.calibrators_, strict=True)
 
     # ---- scikit-learn plumbing --------------------------------------------------------------
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted when ``fit`` ran (the wrapped model's own fitted state is not this estimator's)."""
+        return hasattr(self, "calibrators_")
+
     def __sklearn_clone__(self) -> CalibratedModel:
         """Prefit mode keeps the fitted model (``FrozenEstimator``'s rule); cross-fitting clones it."""
         if self.cv is not None:

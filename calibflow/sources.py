@@ -46,6 +46,7 @@ KEYS = (
     "time",
     "time_format",
     "split",
+    "glob",
 )
 RANDOM_KEYS = ("kind", "fractions", "stratify")
 TIME_KEYS = ("kind", "test_last", "calib_last", "calib_start", "test_start", "test_end", "period")
@@ -203,6 +204,35 @@ def _split(name: str, decl: Mapping, time_col: str | None) -> dict:
     return out
 
 
+def _with_glob(name: str, path: str, pattern: Any) -> str:
+    """``path`` with the declaration's ``glob`` (files of that folder matching it) joined on.
+
+    A project's params.yaml names a glob source as its folder plus a pattern (``path: big``, ``glob:
+    "*.parquet"``): DVC depends on the folder (it cannot depend on a glob), the readers on the joined glob.
+    """
+    if pattern is None:
+        return path
+    if not isinstance(pattern, str) or not _is_glob(pattern) or os.path.isabs(pattern):
+        raise _err(name, "glob", f"expected a relative pattern such as '*.parquet', got {pattern!r}",
+                   "files of `path` (a folder) matching it are read")
+    if _is_glob(path):
+        raise _err(name, "path", f"{path!r} is a glob and `glob` is given too", "make `path` the folder")
+    return os.path.join(path, pattern)
+
+
+def split_glob(path: str) -> tuple[str, str | None]:
+    """A glob as (its base folder, the pattern under it); any other path as (itself, None).
+
+    ``big/*.parquet`` -> ``("big", "*.parquet")``;
+    ``logs/day=*/x.parquet`` -> ``("logs", "day=*/x.parquet")``.
+    """
+    if not _is_glob(path):
+        return path, None
+    head = re.split(r"[*?\[]", path, maxsplit=1)[0]
+    base = os.path.dirname(head) or "."
+    return base, os.path.relpath(path, base) if base != "." else path
+
+
 def parse_source(name: str, decl: Mapping) -> SourceSpec:
     """Check one ``sources.<name>`` declaration; a ``ValueError`` names the source, the key and the fix."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -222,6 +252,7 @@ def parse_source(name: str, decl: Mapping) -> SourceSpec:
     path = decl["path"]
     if not isinstance(path, str):
         raise _err(name, "path", f"expected a string, got {path!r}", "a file, a folder or a glob")
+    path = _with_glob(name, path, decl.get("glob"))
     label = _opt_str(name, decl, "label")
     score = _opt_str(name, decl, "score")
     features = _features(name, decl)

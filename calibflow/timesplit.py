@@ -163,3 +163,49 @@ def assign_splits(times: Any, windows: TimeWindows) -> np.ndarray:
     out[((t >= lo) & (t < mid)).to_numpy()] = "calib"
     out[((t >= mid) & (t < hi)).to_numpy()] = "test"
     return out.astype(str)
+
+
+def split_problem(t_min: Any, t_max: Any, cfg: Mapping[str, Any], needs_train: bool = False) -> str | None:
+    """Why a time split does not fit data spanning ``[t_min, t_max]`` (one clause), or None when it fits.
+
+    Fits: the windows are in order, the test window starts inside the data and the calibration window holds
+    rows; ``needs_train`` (a features source trains its base model on the rows before calibration) also
+    wants rows before the calibration window.
+    """
+    try:
+        w = time_windows(t_min, t_max, cfg)
+    except ValueError as exc:
+        return str(exc).removeprefix("time split: ")
+    lo = _like(pd.Timestamp(t_min), w.calib_start)
+    if needs_train and w.calib_start <= lo:
+        return (
+            f"no rows before the calibration window (from {w.calib_start}) to train the base model on; "
+            "shorten calib_last"
+        )
+    return None
+
+
+def propose_split(t_min: Any, t_max: Any, needs_train: bool = False) -> dict[str, str] | None:
+    """``{test_last, calib_last}`` in whole days that fit the data (None when it spans too few days).
+
+    A score source: test on the last third of the days, calibrate on the rest; a features source: test and
+    calibrate on a fifth each, the rest trains the base model.
+    """
+    lo, hi = pd.Timestamp(t_min), pd.Timestamp(t_max)
+    day = pd.Timedelta(days=1)
+    n = int(((hi.floor(day) + day) - lo.floor(day)) / day)
+    if n < (3 if needs_train else 2):
+        return None
+    test = max(1, n // (5 if needs_train else 3))
+    calib = max(1, n // 5) if needs_train else n - test
+    cfg = {"test_last": f"{test}d", "calib_last": f"{calib}d"}
+    return cfg if split_problem(lo, hi, cfg, needs_train) is None else None
+
+
+def describe_split(cfg: Mapping[str, Any]) -> str:
+    """``calibrate on 14d, then test on the last 7d`` for a relative split (defaults filled in)."""
+    keys = ("calib_start", "test_start", "test_end")
+    if any(k in cfg for k in keys):
+        return ", ".join(f"{k} {cfg[k]}" for k in keys if k in cfg)
+    test, calib = (cfg.get(k, DEFAULTS[k]) for k in ("test_last", "calib_last"))
+    return f"calibrate on {calib}, then test on the last {test}"

@@ -84,6 +84,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_monitoring": ("dvc",),
     "test_pipeline_dvc": ("dvc", "browser", "slow"),
     "test_pipeline_tasks": ("browser",),
+    "test_report_widths": ("browser",),
     "test_project": ("dvc",),
     "test_sources_dvc": ("dvc", "slow"),
     # orchestration

@@ -30,16 +30,21 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from calibflow._validation import (
+    AUTO,
+    INPUT_KINDS,
     as_1d_float,
     check_labels,
     check_scores,
     check_weighted_classes,
     check_weights,
+    resolve_input,
 )
 from calibflow.calibrators._logistic import label_weights
 
 SCHEMA_VERSION = 1
-DEFAULT_INPUT = "score"  # the one default of ``input`` for every fit(scores, y) calibrator
+DEFAULT_INPUT = "auto"  # the one default of ``input`` for every fit(scores, y) calibrator (resolve_input)
+#: The default of the methods that take more inputs than (scores, y): told explicitly, never guessed.
+EXTRA_DEFAULT_INPUT = "score"
 _EPS = 1e-12
 _REGISTRY: dict[str, type[BaseCalibrator]] = {}
 
@@ -114,10 +119,20 @@ class BaseCalibrator(BaseEstimator):
         self.fitted_ = True
         return self
 
+    @property
+    def input_kind(self) -> str:
+        """The input kind in effect: ``input``, or for "auto" what ``fit`` read from the scores."""
+        if self.input != AUTO:
+            return self.input
+        kind = getattr(self, "input_", None)
+        if kind is None:
+            raise NotFittedError(f"{type(self).__name__}: input='auto' is decided by fit; call fit first")
+        return kind
+
     def predict(self, scores: ArrayLike) -> NDArray[np.float64]:
         """Calibrated probabilities in [0, 1] for ``scores`` of the declared input kind."""
         self._check_fitted()
-        s = check_scores(scores, self.input)
+        s = check_scores(scores, self.input_kind)
         return check_finite_output(np.clip(self._predict(self._convert(s)), 0.0, 1.0), self.name)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -153,6 +168,8 @@ class BaseCalibrator(BaseEstimator):
         state = {k: _to_jsonable(getattr(self, k)) for k in self._state_fields}
         params = self.get_params(deep=False)
         payload = {"schema": SCHEMA_VERSION, "method": self.name, "params": params, "state": state}
+        if getattr(self, "input", None) == AUTO:  # the kind fit decided: a reloaded map reads the same scale
+            payload["input_kind"] = self.input_kind
         kind = getattr(self, "score_kind_", None)
         if kind is not None:
             payload["score_kind"] = kind
@@ -164,6 +181,7 @@ class BaseCalibrator(BaseEstimator):
     # ---- helpers for subclasses -------------------------------------------------------------
     def _validate_fit(self, scores, y, sample_weight):
         s = check_scores(scores, self.input)
+        self.input_ = resolve_input(s, self.input)
         yy = check_labels(y, n=s.size)
         w = check_weights(sample_weight, s.size, allow_negative=self.negative_weights)
         if not self.negative_weights:
@@ -172,9 +190,9 @@ class BaseCalibrator(BaseEstimator):
 
     def _convert(self, s: NDArray[np.float64]) -> NDArray[np.float64]:
         if self.expects == "logit":
-            return to_logit(s, self.input)
+            return to_logit(s, self.input_kind)
         if self.expects == "probability":
-            return to_probability(s, self.input)
+            return to_probability(s, self.input_kind)
         return s
 
     def _check_fitted(self) -> None:
@@ -233,6 +251,7 @@ class LikelihoodCalibrator(BaseCalibrator):
         once. Never share one dict between different scores.
         """
         s = check_scores(scores, self.input)
+        self.input_ = resolve_input(s, self.input)
         aa = check_weights(a, s.size, "a")  # >= 0 with a positive sum: the fit needs observed positives
         bb = check_weights(b, s.size, "b", allow_negative=True)
         if not self.negative_terms and (bb < 0).any():
@@ -402,7 +421,7 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"calibrator payload must be a JSON object, got {type(payload).__name__}")
-    extra = set(payload) - {"schema", "method", "params", "state", "score_kind", "score_column"}
+    extra = set(payload) - {"schema", "method", "params", "state", "score_kind", "score_column", "input_kind"}
     if extra:
         raise PayloadError(f"calibrator payload has unknown key(s) {sorted(map(str, extra))[:5]}")
     schema = payload.get("schema")
@@ -440,6 +459,12 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         _check_spec(cls, k, value)
         setattr(obj, k, value)
     obj.fitted_ = True
+    if getattr(obj, "input", None) == AUTO:
+        kind = payload.get("input_kind")
+        if kind not in INPUT_KINDS:
+            want = "|".join(INPUT_KINDS)
+            raise PayloadError(f"input 'auto' needs input_kind, one of {want}, got {str(kind)[:40]!r}")
+        obj.input_ = kind
     if "score_kind" in payload:
         kind = payload["score_kind"]
         if kind not in SCORE_KINDS:
@@ -464,7 +489,7 @@ def _probe(obj: BaseCalibrator) -> None:
             except (ValueError, TypeError, AttributeError) as exc:
                 raise PayloadError(f"{obj.name}: {exc}") from None
         return
-    probe = np.linspace(0.0, 1.0, 7) if obj.input == "probability" else np.linspace(-8.0, 8.0, 7)
+    probe = np.linspace(0.0, 1.0, 7) if obj.input_kind == "probability" else np.linspace(-8.0, 8.0, 7)
     try:
         p = obj.predict(probe)
     except (

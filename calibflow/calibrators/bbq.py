@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaln
 
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
 
 
 @register("bbq")
@@ -49,7 +49,7 @@ class BBQCalibrator(BaseCalibrator):
         "model_weights_": ("f", 1),
     }
 
-    def __init__(self, C: float = 10.0, n_prime: float = 2.0, input: str = "score") -> None:
+    def __init__(self, C: float = 10.0, n_prime: float = 2.0, input: str = DEFAULT_INPUT) -> None:
         self.C = C
         self.n_prime = n_prime
         self.input = input

@@ -7,7 +7,7 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, LikelihoodCalibrator, register
 
 # betacal clips with the float64 machine epsilon; we do the same so the fits agree.
 _EPS = float(np.finfo(np.float64).eps)
@@ -35,7 +35,7 @@ class BetaCalibrator(LikelihoodCalibrator):
     _state_fields = ("coef_", "intercept_")
     _state_spec = {"coef_": ("f", 1), "intercept_": ("f", 0)}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _n_params(self) -> int:

@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from calibflow._validation import check_n_bins
 from calibflow.binning import equal_mass_edges
 from calibflow.calibrators._binning import bin_stats, fill_empty
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
 from calibflow.metrics import STRATEGIES
 
 
@@ -29,7 +29,7 @@ class HistogramCalibrator(BaseCalibrator):
     _state_fields = ("edges_", "bin_value_", "bin_weight_")
     _state_spec = {"edges_": ("f", 1), "bin_value_": ("f", 1), "bin_weight_": ("f", 1)}
 
-    def __init__(self, n_bins: int = 10, strategy: str = "uniform", input: str = "score") -> None:
+    def __init__(self, n_bins: int = 10, strategy: str = "uniform", input: str = DEFAULT_INPUT) -> None:
         self.n_bins = n_bins
         self.strategy = strategy
         self.input = input

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
 
 
 @register("identity")
@@ -23,7 +23,7 @@ class IdentityCalibrator(BaseCalibrator):
 
     expects = "probability"
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:

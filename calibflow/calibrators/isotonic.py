@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.isotonic import isotonic_regression
 
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
 
 
 def pav(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
@@ -50,7 +50,7 @@ class IsotonicCalibrator(BaseCalibrator):
     _state_fields = ("x_", "y_")
     _state_spec = {"x_": ("f", 1), "y_": ("f", 1)}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _fit(self, s, y, w) -> None:

@@ -59,8 +59,8 @@ class MistCalibrator(BaseCalibrator):
             m = lv == i
             ok = m.sum() >= self.min_level_size and 0 < yy[m].sum() < m.sum()
             if not ok and glob is None:
-                glob = IsotonicCalibrator().fit(s, yy, w)
-            cal = IsotonicCalibrator().fit(s[m], yy[m], w[m]) if ok else glob
+                glob = IsotonicCalibrator(input="score").fit(s, yy, w)
+            cal = IsotonicCalibrator(input="score").fit(s[m], yy[m], w[m]) if ok else glob
             self.xs_.append(cal.x_)
             self.ys_.append(cal.y_)
         self.fitted_ = True

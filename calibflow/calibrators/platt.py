@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
 from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, LikelihoodCalibrator, register
+
+#: Temperature scaling: a slope 1/T this many standard errors below 0 is a real anti-correlation (refused);
+#: above it the fit takes scikit-learn's bound on 1/T (its minimize_scalar over log 1/T in [-10, 10]).
+_ANTI_Z = 2.0
+_MIN_INV_T = float(np.exp(-10.0))
 
 #: Fewest positives and negatives (weighted) for ``targets="auto"`` to fit plain maximum likelihood; under
 #: it Platt's prior-corrected targets are used. Their pull on the fitted base rate is about ``1 / N+``,
@@ -54,7 +61,7 @@ class PlattCalibrator(LikelihoodCalibrator):
     #: Files written before ``targets_`` was saved fitted the labels.
     _optional_state = {"targets_": "ml"}
 
-    def __init__(self, input: str = "score", targets: str = "auto") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT, targets: str = "auto") -> None:
         self.input = input
         self.targets = targets
 
@@ -121,7 +128,7 @@ class TemperatureCalibrator(LikelihoodCalibrator):
     _state_fields = ("temperature_",)
     _state_spec = {"temperature_": ("f", 0)}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _n_params(self) -> int:
@@ -131,7 +138,28 @@ class TemperatureCalibrator(LikelihoodCalibrator):
         fit = fit_logistic_warm(s[:, None], a, b, theta0=theta0)
         inv_t = float(fit.theta[0])
         if inv_t <= 0:
-            raise ValueError("temperature scaling found scores anti-correlated with labels (1/T <= 0)")
+            # Wald z of the slope 1/T: a clear negative relation is refused; none at all (noise) gets
+            # scikit-learn's bound, 1/T = e^-10 (T about 22026: every probability near 0.5), with a warning.
+            p = expit(inv_t * s)
+            info = float(np.sum((a + b) * p * (1.0 - p) * s * s))
+            z = inv_t * np.sqrt(info) if info > 0 else -np.inf
+            one_sign = s.min() >= 0.0 or s.max() <= 0.0  # not anti-correlation: a base rate with no intercept
+            if z < -_ANTI_Z and not one_sign:
+                raise ValueError(
+                    f"temperature scaling found scores anti-correlated with labels (1/T <= 0, z = {z:.1f})"
+                )
+            why = (
+                "every score has one sign (probabilities read as scores? pass input='probability')"
+                if one_sign
+                else f"the scores show no increasing relation with the labels (z = {z:.1f})"
+            )
+            warnings.warn(
+                f"temperature scaling: {why}; T is bounded at e^10, every probability is near 0.5 "
+                "(platt has an intercept)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            inv_t = _MIN_INV_T
         self.temperature_ = 1.0 / inv_t
 
     def _predict(self, s):
@@ -149,14 +177,14 @@ class SigmoidBaseline(BaseCalibrator):
 
     expects = "any"
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _fit(self, s, y, w) -> None:
         pass
 
     def _predict(self, s):
-        return s if self.input == "probability" else expit(s)
+        return s if self.input_kind == "probability" else expit(s)
 
 
 @register("minmax")
@@ -167,7 +195,7 @@ class MinMaxBaseline(BaseCalibrator):
     _state_fields = ("min_", "max_")
     _state_spec = {"min_": ("f", 0), "max_": ("f", 0)}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _fit(self, s, y, w) -> None:

@@ -12,7 +12,7 @@ class only fixes the input to the logit scale and the name the registry and repo
 
 from __future__ import annotations
 
-from calibflow.calibrators.base import register
+from calibflow.calibrators.base import DEFAULT_INPUT, register
 from calibflow.calibrators.ranking import GaussianCalibrator
 
 
@@ -20,5 +20,5 @@ from calibflow.calibrators.ranking import GaussianCalibrator
 class QuadraticCalibrator(GaussianCalibrator):
     """Monotone quadratic scaling on the logit (naive log loss; no ranking-specific options needed)."""
 
-    def __init__(self, input: str = "score", ridge: float = 1e-2) -> None:
+    def __init__(self, input: str = DEFAULT_INPUT, ridge: float = 1e-2) -> None:
         super().__init__(input=input, ridge=ridge)

@@ -45,7 +45,7 @@ from scipy.special import expit
 
 from calibflow._validation import as_1d_float, check_labels, check_weights
 from calibflow.calibrators._logistic import LogisticFit, fit_logistic, label_weights
-from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, LikelihoodCalibrator, register
 
 LOSSES = ("naive", "uerm")
 _EPS_SLOPE = 1e-6  # strict monotonicity ("> 0" in App. C) as ">= eps" in the solver's units
@@ -144,7 +144,7 @@ class _ShapeCalibrator(LikelihoodCalibrator):
 
     def __init__(
         self,
-        input: str = "score",
+        input: str = DEFAULT_INPUT,
         loss: str = "naive",
         propensity_floor: float = 0.1,
         ridge: float = 1e-2,
@@ -309,7 +309,7 @@ class GammaCalibrator(_ShapeCalibrator):
 
     def __init__(
         self,
-        input: str = "score",
+        input: str = DEFAULT_INPUT,
         loss: str = "naive",
         propensity_floor: float = 0.1,
         ridge: float = 1e-2,

@@ -8,7 +8,7 @@ from scipy.special import expit
 
 from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, LikelihoodCalibrator, register
 
 DEGREE = 3
 
@@ -166,7 +166,7 @@ class SplineCalibrator(LikelihoodCalibrator):
     _state_fields = ("coef_", "lo_", "hi_")
     _state_spec = {"coef_": ("f", 1), "lo_": ("f", 0), "hi_": ("f", 0)}
 
-    def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = "score") -> None:
+    def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = DEFAULT_INPUT) -> None:
         self.n_splines = n_splines
         self.lam = lam
         self.input = input

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import check_labels, check_scores
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
 from calibflow.calibrators.isotonic import pool_ties
 
 
@@ -124,7 +124,7 @@ class VennAbersCalibrator(BaseCalibrator):
     _state_fields = ("scores_", "p0_", "p1_")
     _state_spec = {"scores_": ("f", 1), "p0_": ("f", 1), "p1_": ("f", 1)}
 
-    def __init__(self, input: str = "score") -> None:
+    def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
 
     def _fit(self, s, y, w) -> None:
@@ -153,7 +153,7 @@ class VennAbersCalibrator(BaseCalibrator):
     def predict_interval(self, scores: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """The multiprobability prediction ``(p0, p1)`` for each score."""
         self._check_fitted()
-        s = self._convert(check_scores(scores, self.input))
+        s = self._convert(check_scores(scores, self.input_kind))
         return self._interval(s)
 
 
@@ -178,7 +178,7 @@ def cross_venn_abers(
     members = []
     for train, cal in folds.split(np.zeros(yy.size), yy):
         score = fit_scorer(train)
-        members.append((score, VennAbersCalibrator().fit(score(cal), yy[cal])))
+        members.append((score, VennAbersCalibrator(input="score").fit(score(cal), yy[cal])))
 
     def predict(x_new: ArrayLike):
         pairs = [ivap.predict_interval(score(x_new)) for score, ivap in members]

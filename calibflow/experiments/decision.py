@@ -629,7 +629,7 @@ def _ece_study(data, k: int, bins: int):
     sh, uh, yh = data["hold"]
     st_, ut, yt = data["test"]
     mist = MistCalibrator(n_levels=k).fit(sh, yh, uncertainty=uh)
-    ist = IsotonicCalibrator().fit(sh, yh)
+    ist = IsotonicCalibrator(input="score").fit(sh, yh)
     b = D.Binning.fit(uh, sh, k, bins, "equi_weight")
     e_m = D.ece_at_j(b, ut, st_, yt, mist.predict(st_, uncertainty=ut))
     e_i = D.ece_at_j(b, ut, st_, yt, ist.predict(st_))

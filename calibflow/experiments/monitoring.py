@@ -98,7 +98,7 @@ def _refit(method: str, champion: C.BaseCalibrator, calib: pd.DataFrame) -> C.Ba
     """The daily policy's refit of the gate's best candidate (segmented ones with the segment column)."""
     segs = {c: calib[c].to_numpy(dtype=object) for c in SEGMENTS} if method in SEGMENTED else None
     return mon.fit_challenger(
-        method, str(champion.input), calib["score"].to_numpy(), calib["label"].to_numpy(), "score", segs
+        method, str(champion.input_kind), calib["score"].to_numpy(), calib["label"].to_numpy(), "score", segs
     )
 
 
@@ -109,7 +109,7 @@ def run_stream(
     champion's served sum p and sum y per segment per day."""
     by_day = {d: g for d, g in df.groupby("day")}
     warm = df[df["day"] < 0]
-    champion = C.make("platt").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
+    champion = C.make("platt", input="score").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
     state = mon.MonitorState.start("sim", champion, {"fitted_on": ["warmup"]})
     decided: dict[int, C.BaseCalibrator] = {}  # calibrator each policy holds after window w
     daily: dict[int, C.BaseCalibrator] = {}

@@ -102,6 +102,29 @@ def stage_failed(exc: Any) -> tuple[list[str], int]:
     return [*lines, *runlog.note_lines()], exc.code if 0 < exc.code < 256 else 1
 
 
+def require_project(root: Path) -> None:
+    """A project command outside a calibflow project: one line saying how to make one."""
+    from calibflow.flows.project import outside_message
+
+    message = outside_message(root)
+    if message:
+        raise UserError(message)
+
+
+def check_source_paths(params: dict[str, Any]) -> None:
+    """A source `path` that is a glob: DVC cannot depend on it; name the folder + `glob:` form instead."""
+    from calibflow import sources as src
+
+    for name, decl in (params.get("sources") or {}).items():
+        path = str((decl or {}).get("path", ""))
+        folder, pattern = src.split_glob(path)
+        if pattern is not None and not src.is_url(path):
+            raise UserError(
+                f"sources.{name}.path: {path!r} is a glob, which DVC cannot depend on: write "
+                f"`path: {folder}` and `glob: '{pattern}'` (what `calibflow init` writes)"
+            )
+
+
 def check_targets(root: Path, targets: list[str]) -> None:
     """Every target names a stage (or a group such as ``calibrate``) of dvc.yaml; else did-you-mean."""
     from calibflow.flows.dvc_stages import stage_names
@@ -284,7 +307,9 @@ def _run(
     if params_file:
         pf = Path(params_file)
         params_file = str(pf if pf.is_absolute() else Path.cwd() / pf)
-    load_and_validate(params_file or root / "params.yaml")
+    if not params_file:
+        require_project(root)
+    check_source_paths(load_and_validate(params_file or root / "params.yaml"))
     if targets:
         check_targets(root, targets)
     if task_runner not in ("sequential", "dask"):
@@ -388,6 +413,7 @@ def serve(
 
         # checked now whatever --parameters says; every served run checks them again before its stages
         root = Path(params.get("root") or project_root())
+        require_project(root)
         load_and_validate(root / (params.get("params_file") or "params.yaml"))
         return params
 
@@ -488,8 +514,14 @@ def server_status(port: int = typer.Option(4200)) -> None:
 @app.command()
 def report(open_: bool = typer.Option(False, "--open", help="Open the report in a browser.")) -> None:
     """Print (or open) the path of the last generated report."""
-    path = project_root() / REPORT
+    root = project_root()
+    path = root / REPORT
     if not path.exists():
+        try:
+            require_project(root)
+        except UserError as exc:
+            typer.echo(f"no report: {exc}, then `calibflow run`", err=True)
+            raise typer.Exit(1) from None
         typer.echo(f"no report at {path}: run `calibflow run` first", err=True)
         raise typer.Exit(1)
     typer.echo(str(path))
@@ -532,7 +564,7 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     from calibflow.pipeline.params_schema import load_and_validate
 
     root = project_root()
-    _friendly(lambda: load_and_validate(root / "params.yaml"))
+    _friendly(lambda: (require_project(root), load_and_validate(root / "params.yaml")))
     cmd = [sys.executable, "-m", "dvc", "repro", *args]
     return subprocess.run(cmd, cwd=root, env=stage_env(), capture_output=quiet).returncode
 

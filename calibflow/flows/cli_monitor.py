@@ -28,7 +28,10 @@ def _run_now(
 ) -> None:
     """One flow run; prints each source's lines; exit 1 when a source failed or refused a file."""
     from calibflow.flows.monitor import monitor
+    from calibflow.flows.project import outside_message
 
+    if message := outside_message(project_root()):  # before any log or file is written there
+        fail(ValueError(message))
     runlog.open_run_log(project_root(), "monitor")
     try:
         out = monitor(

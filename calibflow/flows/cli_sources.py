@@ -122,6 +122,12 @@ def init(
     name: str = typer.Option(
         None, "--name", help="The source's name: lowercase letters, digits, _ (default: the file's name)."
     ),
+    test_last: str = typer.Option(
+        None, "--test-last", help="Time split: test on the last N days (default 7d; e.g. 2d, 12h)."
+    ),
+    calib_last: str = typer.Option(
+        None, "--calib-last", help="Time split: calibrate on the N days before the test (default 14d)."
+    ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="The params file to add it to."),
     monitor: bool = typer.Option(False, "--monitor", help="Also add it to monitor.sources (needs --time)."),
     benchmark: bool = typer.Option(
@@ -133,7 +139,12 @@ def init(
 
     def go() -> None:
         base = params_file.resolve().parent
-        decl: dict[str, Any] = {"path": _relpath(data, base), "label": label}
+        folder, pattern = src.split_glob(data)  # DVC depends on a glob's folder; the readers on the glob
+        decl: dict[str, Any] = {"path": _relpath(folder, base), "label": label}
+        if pattern is not None and not src.is_url(data):
+            decl["glob"] = pattern
+        else:
+            decl["path"] = _relpath(data, base)
         if positive is not None:
             decl["positive"] = _coerce(positive)
         if score is not None:
@@ -149,19 +160,27 @@ def init(
                 decl[key] = val
         if segments:
             decl["segments"] = [c.strip() for s in segments for c in s.split(",") if c.strip()]
+        if test_last is not None or calib_last is not None:
+            if time is None:
+                raise ValueError("--test-last and --calib-last split by time: pass --time COLUMN too")
+            decl["split"] = {k: v for k, v in (("test_last", test_last), ("calib_last", calib_last)) if v}
         nm = source_name(name, data)
+        _say_when_large(data)
         # Everything the run would refuse later is refused now, before params.yaml is touched.
         info = source_checks.inspect_source(src.parse_source(nm, decl).at(base), score_kind, time_format)
         if score is not None:
             decl["score_kind"] = info["score_kind"]
         if "time_format" in info:
             decl["time_format"] = info["time_format"]
+        if "time_range" in info:
+            check_split_fits(nm, decl, info)
         if monitor and (score is None or time is None):
             raise ValueError("--monitor needs a score source with a time column: pass --score and --time")
         created = _new_project(params_file, benchmark)
         spec, info = init_source(params_file, nm, decl, info)
         if created is not None:
             typer.echo(f"new calibflow project in {created.folder}: {', '.join(created.ran + created.wrote)}")
+            _first_commit(created, spec)
         if monitor:  # the daily monitor (docs/monitoring.md)
             from calibflow.flows.cli_monitor import add_monitor_source
 
@@ -169,6 +188,69 @@ def init(
         _print_summary(spec, info, params_file)
 
     guarded(go, input_errors(), debug)
+
+
+#: Above this many bytes `init` says it is reading (one DuckDB pass; ~1 GB a few seconds a core).
+LARGE_BYTES = 256 << 20
+
+
+def _say_when_large(data: str) -> None:
+    """One progress line on stderr before a long inspection (stdout keeps the summary)."""
+    if src.is_url(data):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        found = src.files(data)
+        size = sum(os.path.getsize(f) for f in found)
+        if size > LARGE_BYTES:
+            typer.echo(f"reading {len(found):,} file(s), {size / 2**30:.1f} GiB, with DuckDB ...", err=True)
+
+
+def check_split_fits(name: str, decl: dict[str, Any], info: dict[str, Any]) -> None:
+    """Refuse (one line, touching nothing) a time split the data's time range cannot hold; propose one."""
+    from calibflow import timesplit
+
+    lo, hi = info["time_range"]
+    try:
+        lo, hi = pd_timestamp(lo), pd_timestamp(hi)
+    except ValueError:  # a range DuckDB printed in a form pandas does not read: the run checks it
+        return
+    cfg = {k: v for k, v in (decl.get("split") or {}).items() if k != "kind"}
+    needs_train = "features" in decl
+    problem = timesplit.split_problem(lo, hi, cfg, needs_train)
+    if problem is None:
+        return
+    days = (hi.floor("1D") - lo.floor("1D")).days + 1
+    head = (
+        f"source {name!r}: the time split ({timesplit.describe_split(cfg)}) does not fit the data's "
+        f"{days} day(s), {lo} to {hi}: {problem}"
+    )
+    fit = timesplit.propose_split(lo, hi, needs_train)
+    if fit is None:
+        raise ValueError(f"{head}. Too few days for a time split: leave out --time for a random split")
+    raise ValueError(
+        f"{head}.\nfix: add --test-last {fit['test_last']} --calib-last {fit['calib_last']} to this command"
+    )
+
+
+def pd_timestamp(text: Any):
+    """A time-range end as a pandas Timestamp (``ValueError`` when it is not one)."""
+    import pandas as pd
+
+    try:
+        ts = pd.Timestamp(text)
+    except (TypeError, ValueError):
+        raise ValueError(text) from None
+    if pd.isna(ts):
+        raise ValueError(text)
+    return ts
+
+
+def _first_commit(created: Any, spec: src.SourceSpec) -> None:
+    """Commit the new project's own files (never the user's data) so `dvc exp show` lists runs at once."""
+    from calibflow.flows import project
+
+    msg = project.first_commit(created.folder, spec.path)
+    typer.echo(msg)
 
 
 #: What the params schema accepts as a source name (params_schema.NAME, and sources: a letter first).

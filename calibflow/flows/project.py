@@ -151,3 +151,59 @@ def create(folder: Path, benchmark: bool = False) -> Created:
     if write_code_stamp(folder):
         done.wrote.append(CODE_STAMP.as_posix())
     return done
+
+
+#: What ``first_commit`` commits: the project's own files (never the user's data, never outputs).
+PROJECT_FILES = ("params.yaml", "dvc.yaml", ".gitignore", ".dvcignore", CODE_STAMP.as_posix(),
+                 ".dvc/config", ".dvc/.gitignore")
+
+
+def ignore_data(folder: Path, data_path: str) -> bool:
+    """Add a source inside the project to .gitignore (DVC tracks its hash; git never holds the data)."""
+    from calibflow import sources as src
+
+    if src.is_url(data_path):
+        return False
+    target = Path(src.split_glob(data_path)[0] if src._is_glob(data_path) else data_path)
+    target = (folder / target).resolve() if not target.is_absolute() else target.resolve()
+    try:
+        rel = target.relative_to(folder.resolve())
+    except ValueError:
+        return False
+    if rel == Path("."):
+        return False
+    line = "/" + rel.as_posix() + ("/" if target.is_dir() else "")
+    note = "# your data (calibflow init): DVC hashes it, git does not hold it"
+    return _append_lines(folder / ".gitignore", [note, line])
+
+
+def first_commit(folder: Path, data_path: str) -> str:
+    """Commit the new project's files (``PROJECT_FILES``) so `dvc exp show` lists runs; the line to print.
+
+    Only those paths are committed (anything else the user staged stays staged); when git cannot commit
+    (no user.name / user.email) the line says the two commands to run instead.
+    """
+    ignore_data(folder, data_path)
+    paths = [p for p in PROJECT_FILES if (folder / p).is_file()]
+    manual = f"git add {' '.join(paths)} && git commit -m 'calibflow project'"
+    add = subprocess.run(["git", "add", "--", *paths], cwd=folder, capture_output=True, text=True)
+    if add.returncode == 0:
+        done = subprocess.run(
+            ["git", "commit", "-q", "-m", "calibflow init: project files (not the data)", "--", *paths],
+            cwd=folder, capture_output=True, text=True,
+        )
+        if done.returncode == 0:
+            return f"committed the project files to git ({', '.join(paths)}); your data stays out of git"
+    return f"could not commit the project files (git needs user.name and user.email?): run `{manual}`"
+
+
+#: What every project command says outside a project (the README's first command).
+INIT_HINT = "make one here with `calibflow init --data FILE --label COLUMN --score COLUMN` (README)"
+
+
+def outside_message(root: Path) -> str | None:
+    """The one line a project command prints when ``root`` is no calibflow project, else None."""
+    missing = [n for n in ("params.yaml", "dvc.yaml") if not (root / n).is_file()]
+    if not missing:
+        return None
+    return f"no calibflow project in {root} (no {' and '.join(missing)} here or above): {INIT_HINT}"

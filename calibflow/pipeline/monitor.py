@@ -198,7 +198,7 @@ def card(state: mon.MonitorState, spec: S.SourceSpec) -> dict[str, Any]:
     v = dict(state.versions[state.champion - 1])
     cal = state.calibrator()
     v.pop("calibrator")
-    inp = {"score": spec.score, "score_kind": state.score_kind, "calibrator_input": str(cal.input)}
+    inp = {"score": spec.score, "score_kind": state.score_kind, "calibrator_input": str(cal.input_kind)}
     if "segments" in getattr(cal, "needs", ()):  # a per-segment champion: apply must read these columns too
         inp["segments"] = [str(c) for c in cal.segment_names_]
     return {

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from calibflow.report._format import fmt_num, fmt_sig
-from calibflow.report.chrome import e
+from calibflow.report.chrome import e, stacked
 from calibflow.report.segments import segment_section
 
 #: (card key, label) of the rows with a paired change.
@@ -124,7 +124,7 @@ def _pick(card: dict[str, Any], verdict_: str) -> str:
     return f"{word} <code>{e(method)}</code>"
 
 
-def answer_block(card: dict[str, Any], figure: str = "") -> str:
+def answer_block(card: dict[str, Any], figure: str = "", solo: bool = False) -> str:
     """One card as a block: the verdict (its colour), the paired changes, the reason, the rule, and the
     before-vs-chosen reliability diagram (``figure``, already rendered)."""
     name, kind = card.get("name", "?"), card.get("kind", "")
@@ -142,7 +142,7 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
         f'<tr><th class="l">test split</th><th>uncalibrated</th><th>{e(method)}</th>'
         "<th>change [paired CI]</th></tr>"
     )
-    table = f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>" if rows else ""
+    table = stacked(f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>") if rows else ""
     reason = f"<p>{e(card['reason'])}</p>" if card.get("reason") else ""
     ranking = card.get("ranking") if isinstance(card.get("ranking"), dict) else {}
     if ranking.get("statement"):  # said first: the model barely ranks, whatever the table below shows
@@ -153,7 +153,7 @@ def answer_block(card: dict[str, Any], figure: str = "") -> str:
     if card.get("path"):  # rows, or the bucket tables of the aggregate path
         rule += f'<p class="muted">computed from: {e(card["path"])}</p>'
     return (
-        f'<div class="answer {v}" data-card="{e(name)}" data-verdict="{v}">'
+        f'<div class="answer {v}{" solo" if solo else ""}" data-card="{e(name)}" data-verdict="{v}">'
         f'<h3>{e(name)} <small>{e(kind)}</small></h3><p class="pick">{_pick(card, v)}</p>{reason}'
         f'<div class="wide">{table}</div>{figure}{rule}'
         f"{segment_section(card)}{_data_line(card)}</div>"
@@ -166,7 +166,8 @@ def render_answers(
     """The opening section: every card (with its figure from ``figures``, by name), then a grey block for
     each evaluated dataset without one."""
     named = {str(c.get("name")) for c in cards}
-    blocks = [answer_block(c, (figures or {}).get(str(c.get("name")), "")) for c in cards]
+    solo = len(cards) == 1 and not [ds for ds in evaluated if ds not in named]  # the only card: full row
+    blocks = [answer_block(c, (figures or {}).get(str(c.get("name")), ""), solo) for c in cards]
     blocks += [
         f'<div class="answer none"><h3>{e(ds)} <small>dataset</small></h3><p>No recommendation yet: '
         f"<code>models/{e(ds)}/card.json</code> is missing (the <code>select</code> stage writes it). "
@@ -188,5 +189,6 @@ def render_answers(
             "<code>models/*/card.json</code> and no evaluation results.</p></section>"
         )
     return (
-        f'<section id="answers"><h2>Answers</h2>{intro}<div class="answers">{"".join(blocks)}</div></section>'
+        f'<section id="answers"><h2>Answers</h2>{intro}<div class="answers{" solo" if solo else ""}">'
+        f'{"".join(blocks)}</div></section>'
     )

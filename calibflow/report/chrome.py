@@ -8,6 +8,7 @@ alike; they must escape every value with ``e`` and pass figures through ``calibf
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 CSS = " ".join(
@@ -33,13 +34,52 @@ CSS = " ".join(
         ".answer .pick{font-size:18px;font-weight:600;margin:2px 0 6px} .answer table{width:100%}",
         ".answer p{margin:4px 0} .gain{color:#17752c} .loss{color:#b3261e}",
         ".answer td small{white-space:nowrap}",
-        ".svg{overflow-x:auto}",
+        ".svg{overflow-x:auto} .segment-reliability svg{max-width:100%;height:auto}",
         # A phone: figures keep a readable size and scroll sideways in their box; the page never does.
         "@media (max-width:600px){body{padding:0 8px 30px} h1{font-size:21px} table{font-size:12px}",
         "th,td{padding:2px 4px} .svg svg{max-width:none} .answers{display:block}",
-        ".answer{margin-bottom:10px}}",
+        ".answer{margin-bottom:10px}",
+        # ... and a table never scrolls (a clipped column reads as a wrong number): each row becomes a
+        # block, each cell a line with its column's name (data-label) on the left
+        "table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:auto}",
+        "table.stack thead{display:none} table.stack tr{border:1px solid #d6d6d6;margin:0 0 6px}",
+        "table.stack td{border:0;border-top:1px solid #eee;text-align:right;overflow-wrap:anywhere}",
+        "table.stack td:first-child{text-align:left;font-weight:600;background:#f2f2f4;border-top:0}",
+        "table.stack td[data-label]::before{content:attr(data-label);float:left;color:#555;",
+        "font-weight:normal;padding-right:10px;text-align:left}}",
+        # A wide screen: one answer spans the row, its figure beside its text and table
+        ".answers.solo{grid-template-columns:1fr}",
+        "@media (min-width:1000px){.answer.solo{display:grid;column-gap:28px;align-items:start;",
+        "grid-template-columns:minmax(0,1fr) minmax(0,1fr)} .answer.solo>*{grid-column:1}",
+        ".answer.solo>figure{grid-column:2;",
+        "grid-row:1 / span 6} .answer.solo>.segments{grid-column:1 / span 2}}",
     ]
 )
+
+_TH = re.compile(r"<th[^>]*>(.*?)</th>", re.S)
+_TR = re.compile(r"<tr[^>]*>.*?</tr>", re.S)
+
+
+def _plain(cell: str) -> str:
+    """A header cell's text (tags dropped, entities read) for a ``data-label`` attribute."""
+    return html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+
+
+def stacked(table: str) -> str:
+    """``table`` (one ``<table>`` calibflow built: a ``<thead>`` row, then ``<tbody>`` rows) made to stack
+    on a phone: class ``stack`` and every body cell after the first labelled with its column's header."""
+    head, sep, body = table.partition("</thead>")
+    labels = [_plain(h) for h in _TH.findall(head)]
+
+    def row(m: re.Match[str]) -> str:
+        parts = m.group(0).split("<td")
+        out = parts[0]
+        for i, part in enumerate(parts[1:]):
+            lab = labels[i] if 0 < i < len(labels) else ""
+            out += "<td" + (f' data-label="{e(lab)}"' if lab else "") + part
+        return out
+
+    return head.replace("<table>", '<table class="stack">', 1) + sep + _TR.sub(row, body)
 
 
 def e(v: Any) -> str:

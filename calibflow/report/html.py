@@ -10,7 +10,7 @@ from calibflow.report import figures
 from calibflow.report._format import fmt_sig
 from calibflow.report.answers import card_verdict, render_answers
 from calibflow.report.chrome import e as _e
-from calibflow.report.chrome import page
+from calibflow.report.chrome import page, stacked
 from calibflow.report.data import (
     METRICS,
     RANKING_BASELINES,
@@ -45,7 +45,7 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1, cls: list[list
             tds.append(f'<td class="{" ".join(c)}">{cell}</td>')
         body.append(f"<tr>{''.join(tds)}</tr>")
     # Wrapped so a wide table scrolls inside its box on a phone instead of widening the page.
-    table = f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    table = stacked(f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     return f'<div class="wide">{table}</div>'
 
 
@@ -224,7 +224,8 @@ def _dataset_detail(ds: str, rows: dict[str, dict[str, Any]], data: ReportData, 
         body = fig(
             figures.histogram_grid(hist_main),
             f"Predicted probabilities, {ds}",
-            "Test-split densities by class; the first panel is the base model itself",
+            "Test-split densities by class; the first panel is "
+            + ("your own scores as they are" if _is_score_source(ds, data) else "the base model itself"),
         )
         out.append(f"<details><summary>Predicted-probability histograms, {_e(ds)}</summary>{body}</details>")
     if base:
@@ -244,13 +245,32 @@ def _baselines(rows: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def _is_score_source(name: str, data: ReportData) -> bool:
+    """A source declared with its own ``score`` column: no base model is trained for it."""
+    decl = (data.params.get("sources") or {}).get(name)
+    return isinstance(decl, dict) and decl.get("score") is not None
+
+
+def _fitted_on(data: ReportData) -> str:
+    """What the calibrators were fitted on: the base model's margins, the sources' own scores, or both."""
+    score = [ds for ds in data.evaluation if _is_score_source(ds, data)]
+    if len(score) == len(data.evaluation):
+        return "each source's own scores (no model is trained for a score source)"
+    if not score:
+        return "the base XGBoost model's margins"
+    return (
+        "the base XGBoost model's margins (datasets and features sources) or the source's own scores "
+        f"({', '.join(score)}: no model trained)"
+    )
+
+
 def _calibration(data: ReportData, fig: _Figures) -> str:
     out = ['<section id="calibration"><h2>Detail: every calibrator on every dataset</h2>']
     if not data.evaluation:
         out.append('<p class="muted">No evaluation results found.</p></section>')
         return "".join(out)
     out.append(
-        "<p>Each calibrator is fitted on the calibration split of the base XGBoost model's margins and "
+        f"<p>Each calibrator is fitted on the calibration split of {_fitted_on(data)} and "
         "scored on the test split. ★ and green mark the best value per metric (lowest; Σp / Σy, the "
         "calibration ratio, closest to 1, which is perfect; AUC highest). Brackets: percentile bootstrap "
         "intervals over test rows (level in each metrics file, 95% by default). Reliability diagrams use "

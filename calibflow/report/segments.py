@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
-from calibflow.report.chrome import e
+from calibflow.report.chrome import e, stacked
 from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, tested_intervals
 
 
@@ -122,6 +122,6 @@ def segment_section(card: dict[str, Any]) -> str:
     body = "".join(map(_row, segs))
     parts.append(
         f"<h4>Σp / Σy by segment ({len(segs)} rows)</h4>"
-        f'<div class="wide"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+        f'<div class="wide">{stacked(f"<table><thead>{head}</thead><tbody>{body}</tbody></table>")}</div>'
     )
     return f'<div class="segments">{"".join(parts)}</div>'

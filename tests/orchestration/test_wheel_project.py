@@ -195,3 +195,88 @@ def test_wheel_init_run_apply_in_an_empty_folder(tmp_path):
     assert raw > 0.05, raw  # the control: the model's own scores are overconfident
     assert cal < 0.02, (cal, raw)  # the true probabilities score about 0.0075 here
     assert abs(p.sum() / y.sum() - 1.0) < 0.05, p.sum() / y.sum()
+
+
+def _readme_steps() -> list[str]:
+    """The README's first bash block: the commands a new user types, comments dropped."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = re.findall(r"```bash\n(.*?)```", text, re.S)[0]
+    return [ln.split("#")[0].strip() for ln in block.splitlines() if ln.split("#")[0].strip()]
+
+
+def _log(days: int, seed: int, n: int = 3000) -> pd.DataFrame:
+    """The README's columns (clicked, p_model, day, country, device) over ``days`` days."""
+    import numpy as np
+
+    frame = scores_frame(n=n, days=days, seed=seed).rename(columns={"date": "day"})
+    frame["device"] = np.random.default_rng(seed).choice(["ios", "android", "web"], size=len(frame))
+    return frame
+
+
+def test_readme_commands_on_a_seven_day_log_then_every_source_shape(tmp_path):
+    """Issue 42: the README's own commands on a 7-day log, with only the options `init` proposes; `dvc exp
+    show` lists the run with no git step of the user's; then a CSV file, a folder and a glob of CSVs run."""
+    venv = _install_wheel(tmp_path)
+    env = _env(venv)
+    py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "calibflow")
+    proj = tmp_path / "my-project"
+    proj.mkdir()
+    log = _log(7, seed=31)
+    log.to_parquet(proj / "scores.parquet", index=False)
+    _log(7, seed=32).drop(columns=["clicked"]).to_parquet(proj / "new.parquet", index=False)
+    for step in _readme_steps():
+        words = step.split()
+        if words[:2] == ["pip", "install"]:
+            continue  # the wheel is installed above
+        if words[0] == "cd":  # `cd my-project && git init`
+            _run(words[words.index("&&") + 1 :], proj, env)
+        elif words[:2] == ["calibflow", "init"]:
+            refused = subprocess.run([cli, *words[1:]], cwd=proj, env=env, capture_output=True, text=True)
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            fix = refused.stderr.strip().splitlines()[-1]
+            assert fix.startswith("fix: add --test-last") and fix.endswith("to this command"), fix
+            assert sorted(p.name for p in proj.iterdir()) == [".git", "new.parquet", "scores.parquet"]
+            proposed = fix.removeprefix("fix: add ").removesuffix(" to this command").split()
+            out = _run([cli, *words[1:], *proposed], proj, env)
+            assert "committed the project files" in out, out
+        elif words[0] == "calibflow":
+            out = _run([cli, *words[1:]], proj, env)
+        elif words[:3] == ["dvc", "exp", "show"]:  # right after the run, no commit of the user's
+            shown = _run([py, "-m", "dvc", "exp", "show", "--csv"], proj, env)
+            rows = list(csv.DictReader(io.StringIO(shown)))
+            work = next(r for r in rows if r["rev"] == "workspace")
+            assert work["ads.verdict"] in ("calibrate", "keep"), work
+            assert work["sources.ads.split.test_last"] == proposed[1], work
+        else:
+            raise AssertionError(f"a README step this test does not know: {step}")
+    assert (proj / "scored.parquet").is_file() and (proj / "models/ads/calibrator.json").is_file()
+    tracked = _run(["git", "ls-files"], proj, env).split()
+    assert "scores.parquet" not in tracked and "params.yaml" in tracked
+
+    # Each source shape the README names, beside the Parquet file: a CSV file, a folder, a glob of CSVs.
+    log.to_csv(proj / "scores.csv", index=False)
+    (proj / "daily").mkdir()
+    (proj / "daily_csv").mkdir()
+    for day, part in log.groupby("day"):
+        part.to_parquet(proj / "daily" / f"{day}.parquet", index=False)
+        part.to_csv(proj / "daily_csv" / f"{day}.csv", index=False)
+    (proj / "daily_csv" / "README.txt").write_text("not data: the glob leaves it out")
+    split = ["--time", "day", *proposed]
+    for name, data in (("csvfile", "scores.csv"), ("folder", "daily"), ("globbed", "daily_csv/*.csv")):
+        out = _run([cli, "init", "--data", data, "--label", "clicked", "--score", "p_model", "--name", name,
+                    *split], proj, env)
+        assert f"{len(log):,} rows" in out, out
+    decl = yaml.safe_load((proj / "params.yaml").read_text())["sources"]
+    assert decl["globbed"]["path"] == "daily_csv" and decl["globbed"]["glob"] == "*.csv"
+    out = _run([cli, "run", "-q"], proj, env)
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    for name in ("ads", "csvfile", "folder", "globbed"):
+        assert f"sources@{name}" in lock
+        card = json.loads((proj / f"models/{name}/card.json").read_text())
+        assert card["data"]["split"]["rows"], card["data"]
+    # the same rows in every shape: the same test log loss before calibration
+    base = {n: json.loads((proj / f"models/{n}/card.json").read_text())["metrics"]["log_loss"]["uncalibrated"]
+            for n in ("ads", "csvfile", "folder", "globbed")}
+    assert max(base.values()) - min(base.values()) < 1e-9, base

@@ -114,7 +114,7 @@ def propensities_for(
 def fit_method(name: str, loss: str, s, y, w, scheme: str = "released"):
     """Fit one Table-1 method on calibration scores; UERM through the propensity for likelihood methods,
     with the released code's weights or eq. (17)'s (``scheme``)."""
-    cal = C.make(name, **METHOD_PARAMS.get(name, {}))
+    cal = C.make(name, input="score", **METHOD_PARAMS.get(name, {}))  # raw ranking scores, as the paper
     if loss == "uerm":
         # w is already clipped as the propensity choice says
         return fit_uerm(cal, s, y, w, floor=0.0, scheme=scheme)
