@@ -65,6 +65,4 @@ def fit_from_table(
         else "probability"
     )
     s, y, w = representatives(table, scale, kind)
-    if hasattr(cal, "fit_counts"):  # weights that are row counts (Platt's N+, N- are their sums)
-        return cal.fit_counts(s, y, w)
     return cal.fit(s, y, sample_weight=w)

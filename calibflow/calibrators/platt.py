@@ -68,10 +68,9 @@ class PlattCalibrator(LikelihoodCalibrator):
     def _fit(self, s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64]) -> None:
         if self.targets not in ("auto", "prior", "ml"):
             raise ValueError(f"targets must be auto, prior or ml, got {self.targets!r}")
-        if getattr(self, "_weights_are_counts", False):
-            n_pos, n_neg = float(w @ y), float(w @ (1.0 - y))
-        else:  # weights are importances (scikit-learn's convention): Platt's N+, N- count rows
-            n_pos, n_neg = float(np.sum((y == 1) & (w > 0))), float(np.sum((y == 0) & (w > 0)))
+        # Platt's N+, N- are the classes' weight sums, as in scikit-learn's _sigmoid_calibration: a weight
+        # of k is k rows (a table's group counts, a sample_weight of 2 equal to a repeated row).
+        n_pos, n_neg = float(w @ y), float(w @ (1.0 - y))
         prior = self.targets == "prior" or (
             self.targets == "auto" and (min(n_pos, n_neg) < PRIOR_MIN_COUNT or _separable(s, y, w))
         )
@@ -93,15 +92,6 @@ class PlattCalibrator(LikelihoodCalibrator):
             # A decreasing map is never written (it fails the monotone check and reverses the ranking).
             rate = float(a.sum() / (a.sum() + b.sum()))
             self.coef_, self.intercept_ = 0.0, float(np.log(rate) - np.log1p(-rate))
-
-    def fit_counts(self, scores, y, counts) -> PlattCalibrator:
-        """``fit`` where the weights are row counts (a table's groups: ``calibflow.aggregate.fit``), so
-        Platt's ``N+``, ``N-`` are their sums, as on the rows the table stands for."""
-        self._weights_are_counts = True
-        try:
-            return self.fit(scores, y, sample_weight=counts)
-        finally:
-            del self._weights_are_counts
 
     def _n_params(self) -> int:
         return 2
