@@ -303,8 +303,14 @@ def paired_log_loss(
     }
 
 
-#: The segmented methods the pipeline fits for a source that declares segments (``calibrate.segmented``).
-SEGMENTED_METHODS = ("partial_pooling", "multicalibration")
+def __getattr__(name: str):
+    # SEGMENTED_METHODS: the segmented methods the pipeline fits for a source that declares segments
+    # (``calibrate.segmented``), from the calibrator registry (lazy: the calibrators import this module)
+    if name == "SEGMENTED_METHODS":
+        from calibflow.calibrators import segmented_methods
+
+        return segmented_methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fit_segmented(
@@ -320,10 +326,11 @@ def fit_segmented(
     optional ``weight``. The JSON is reloaded and must reproduce the test probabilities exactly, so the
     artifact written from it is known usable.
     """
-    from calibflow.calibrators import from_json, get_class, make
+    from calibflow.calibrators import from_json, get_class, make, segmented_methods
 
     if "segments" not in get_class(method).needs:
-        raise ValueError(f"{method!r} is not a segmented calibrator (those: {', '.join(SEGMENTED_METHODS)})")
+        known = ", ".join(segmented_methods())
+        raise ValueError(f"{method!r} is not a segmented calibrator (those: {known})")
     cal = make(method, **{"input": input_kind, **(options or {})})
     cal.fit(fit["scores"], fit["y"], sample_weight=fit.get("weight"), segments=fit["segments"])
     prob = cal.predict(test["scores"], segments=test["segments"])
