@@ -168,3 +168,11 @@ def test_read_bounded_accepts_an_ordinary_file(tmp_path):
     f.write_text('{"a": [1, [2, {"b": 3}]]}')
     assert read_bounded(f, 100, "x") == f.read_text()
     assert Path(f).exists()
+
+
+@pytest.mark.parametrize(
+    "key,value", [("buckets", 10**12), ("replicates", 10**9), ("cells", 10**9), ("z_max", float("inf"))]
+)
+def test_scale_sizes_have_upper_bounds(key, value):
+    with pytest.raises(ParamsError, match=f"scale.{key}"):
+        validate_params(_with("scale", {key: value}))
