@@ -6,8 +6,10 @@ Registered in calibflow/flows/cli.py with ``app.add_typer(monitor_app, name="mon
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -27,8 +29,24 @@ def _run_now(
     start: str | None = None,
 ) -> None:
     """One flow run; prints each source's lines; exit 1 when a source failed or refused a file."""
+    from calibflow.flows import check_writable
+
+    try:  # a read-only project, a full disk: one line before any server starts
+        check_writable(project_root(), ".prefect")
+    except OSError as exc:
+        from calibflow.errors import os_brief
+
+        fail(exc, os_brief)
+    proc, url = _api()  # before Prefect is imported: its own ephemeral server would outlive a kill -9
     from calibflow.flows.monitor import monitor
 
+    if proc is not None:
+        from calibflow.flows import server as srv
+
+        try:
+            srv.wait_temporary(proc, url)
+        except RuntimeError as exc:  # ServerFailed: one line
+            fail(exc)
     runlog.open_run_log(project_root(), "monitor")
     try:
         out = monitor(
@@ -51,6 +69,21 @@ def _run_now(
         typer.echo(f"error: {line}", err=True)
     if problems:
         raise typer.Exit(1)
+
+
+def _api() -> tuple[Any, str | None]:
+    """The API the flow reports to: $PREFECT_API_URL, this project's server if up, else a temporary one of
+    ours (``server.spawn_temporary``: it dies with this process, ``kill -9`` included; Prefect's own
+    ephemeral server does not)."""
+    from calibflow.flows import server as srv
+
+    url = os.environ.get("PREFECT_API_URL")
+    if url:
+        return None, url
+    if srv.ours(srv.DEFAULT_PORT):
+        os.environ["PREFECT_API_URL"] = srv.api_url(srv.DEFAULT_PORT)
+        return None, os.environ["PREFECT_API_URL"]
+    return srv.spawn_temporary()
 
 
 @monitor_app.command("run")
