@@ -44,8 +44,8 @@ def project(tmp_path_factory) -> Path:
     frame = pd.DataFrame({"s": s, "y": (rng.uniform(0, 1, n) < s).astype(int),
                           "t": pd.date_range("2026-01-01", periods=n, freq="h")})
     frame.to_parquet(root / "scores.parquet")
-    out = subprocess.run([*CLI, "init", "--data", "scores.parquet", "--label", "y", "--score", "s", "--time", "t",
-                          "--monitor"], cwd=root, env=_env(), capture_output=True, text=True, timeout=300)
+    init = ["init", "--data", "scores.parquet", "--label", "y", "--score", "s", "--time", "t", "--monitor"]
+    out = subprocess.run([*CLI, *init], cwd=root, env=_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert (root / ".dvc").is_dir()
     return root
@@ -54,14 +54,18 @@ def project(tmp_path_factory) -> Path:
 def _readonly(project: Path, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     cmd = " ".join([*CLI, *args])
     if ROOT:
-        script = f"mount --bind {project} {project} && mount -o remount,ro,bind {project} && cd {project} && {cmd}"
-        return subprocess.run(["unshare", "-m", "sh", "-c", script], env=_env(), capture_output=True, text=True,
-                              timeout=300)
+        ro = f"mount --bind {project} {project} && mount -o remount,ro,bind {project}"
+        script = f"{ro} && cd {project} && {cmd}"
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script], env=_env(), capture_output=True, text=True, timeout=300
+        )
     copy = tmp_path / "ro"
     shutil.copytree(project, copy)
     subprocess.run(["chmod", "-R", "a-w", str(copy)], check=True)
     try:
-        return subprocess.run([*CLI, *args], cwd=copy, env=_env(), capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [*CLI, *args], cwd=copy, env=_env(), capture_output=True, text=True, timeout=300
+        )
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(copy)], check=True)
 
@@ -91,15 +95,17 @@ def test_a_read_only_project_is_one_line_for_every_command(project, args, tmp_pa
 def test_a_full_disk_is_one_line(project):
     if not ROOT:  # a tmpfs needs a mount namespace: the unit test below covers ENOSPC's line
         pytest.fail("this test mounts a tmpfs: run it as root (CI runs as root)")
-    for args in (["run"], ["monitor", "run"], ["fit", "--calib", "scores.parquet", "--score", "s", "--label",
-                                               "y", "--out", "fitout"]):
+    fit = ["fit", "--calib", "scores.parquet", "--score", "s", "--label", "y", "--out", "fitout"]
+    for args in (["run"], ["monitor", "run"], fit):
         script = (
             "mkdir -p /tmp/cf-full && mount -t tmpfs -o size=2m tmpfs /tmp/cf-full && "
             f"cp -r {project}/. /tmp/cf-full/ && rm -rf /tmp/cf-full/.git; "
-            "dd if=/dev/zero of=/tmp/cf-full/fill bs=64k 2>/dev/null; cd /tmp/cf-full && " + " ".join([*CLI, *args])
+            "dd if=/dev/zero of=/tmp/cf-full/fill bs=64k 2>/dev/null; cd /tmp/cf-full && "
+            + " ".join([*CLI, *args])
         )
-        out = subprocess.run(["unshare", "-m", "sh", "-c", script], env=_env(), capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script], env=_env(), capture_output=True, text=True, timeout=300
+        )
         lines = out.stderr.strip().splitlines()
         assert out.returncode != 0 and len(lines) == 1, out.stderr
         assert "No space left on device" in lines[0] and "free space" in lines[0], lines[0]
@@ -161,14 +167,21 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _server_like(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode("latin-1")
+    except OSError:
+        return False
+    return "uvicorn" in cmd or "prefect" in cmd
+
+
 def test_kill_9_of_monitor_run_leaves_no_server(project):
     proc = subprocess.Popen([*CLI, "monitor", "run"], cwd=project, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         deadline, kids = time.monotonic() + 120, []
         while time.monotonic() < deadline and not kids and proc.poll() is None:
-            kids = [k for k in _children(proc.pid) if "uvicorn" in Path(f"/proc/{k}/cmdline").read_text("latin-1")
-                    or "prefect" in Path(f"/proc/{k}/cmdline").read_text("latin-1")]
+            kids = [k for k in _children(proc.pid) if _server_like(k)]
             time.sleep(0.1)
         assert kids, "monitor run started no API server (it must start its own temporary one)"
         os.kill(proc.pid, signal.SIGKILL)
