@@ -33,6 +33,11 @@ def _check_out(out: Path, methods: list[str]) -> None:
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")
+    from calibflow.flows import check_writable
+
+    # read-only, full: one line before the pass; ``out`` itself is created only by a fit that succeeds
+    nearest = next((p for p in (out, *out.absolute().parents) if p.is_dir()), Path("."))
+    check_writable(nearest, ".", dvc=False)
     for name in (*methods, "fit"):
         remove_stale_temps(out / f"{name}.json")
 
