@@ -118,6 +118,12 @@ def check_targets(root: Path, targets: list[str]) -> None:
         raise UserError(f"unknown stage {t!r} in dvc.yaml ({hint})")
 
 
+def check_port(port: int) -> None:
+    """A port outside 1-65535 is one line, not the socket library's OverflowError."""
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port} is not a TCP port: use 1-65535 (default 4200)")
+
+
 def check_cron(cron: str) -> None:
     """A bad cron string is a one-line error before anything is registered or started."""
     from calibflow.flows.serve import validate_cron
@@ -283,6 +289,7 @@ def _run(
     from calibflow.pipeline.params_schema import load_and_validate
 
     # Everything a user can get wrong is checked here, before any server or stage starts.
+    check_port(port)
     check_writable(root, ".prefect")
     if params_file:
         pf = Path(params_file)
@@ -381,6 +388,7 @@ def serve(
 
     def body() -> dict[str, Any]:
         check_cron(cron)
+        check_port(port)
         try:
             params = json.loads(parameters)
         except json.JSONDecodeError as exc:
@@ -468,6 +476,7 @@ def server_start(
     from calibflow.flows import server as srv
 
     def body() -> str:
+        check_port(port)
         check_writable(project_root(), ".prefect", dvc=False)  # the server's database lives there
         return srv.start(port, ui=ui)
 

@@ -542,7 +542,8 @@ def load_and_validate(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
-    data = with_paper_profiles(_read_yaml(p), p)
+    raw = _read_yaml(p)
+    data = with_paper_profiles({} if raw is None else raw, p)  # an empty file: the schema says what's missing
     try:
         model = validate_params(data)  # a user project's params.yaml states only what it changes
     except ParamsError as exc:
