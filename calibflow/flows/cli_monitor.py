@@ -151,7 +151,9 @@ def rollback(
     try:
         if not state.exists():
             raise ValueError(f"source {source!r} has no monitor state ({state}): nothing to roll back")
-        n = len(json.loads(state.read_text())["versions"])
+        from calibflow.io import MAX_STATE_BYTES, read_bounded
+
+        n = len(json.loads(read_bounded(state, MAX_STATE_BYTES, "the monitor state"))["versions"])
         if not 1 <= to_version <= n:
             raise ValueError(f"source {source!r} has versions 1..{n}, not {to_version}")
         if (project_root() / ".git").exists() and registry.registered(project_root(), source):
@@ -191,9 +193,9 @@ def add_monitor_source(params_path: Path, name: str) -> None:
 
     Edits the flow list (``sources: [a, b]``) or appends a ``monitor:`` section; anything else (a block
     list) is refused with the line to add by hand. The result is re-read: nothing else may change."""
-    from calibflow.io import write_text
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded, write_text
 
-    text = params_path.read_text(encoding="utf-8")
+    text = read_bounded(params_path, MAX_PARAMS_BYTES, "a params file")
     before = yaml.safe_load(text) or {}
     have = list((before.get("monitor") or {}).get("sources") or [])
     if name in have:

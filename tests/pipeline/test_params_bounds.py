@@ -176,3 +176,18 @@ def test_read_bounded_accepts_an_ordinary_file(tmp_path):
 def test_scale_sizes_have_upper_bounds(key, value):
     with pytest.raises(ParamsError, match=f"scale.{key}"):
         validate_params(_with("scale", {key: value}))
+
+
+def test_the_other_params_readers_are_bounded(tmp_path):
+    """``calibflow init`` (adding a source), ``init --monitor`` and ``--params-file`` experiments read
+    params.yaml through the same bound."""
+    from calibflow.flows.cli_monitor import add_monitor_source
+    from calibflow.flows.cli_sources import init_source
+
+    p = tmp_path / "params.yaml"
+    p.write_bytes(b"seed: 1\n#" + b"x" * (5 * 2**20))
+    with pytest.raises(ValueError, match="MB"):
+        add_monitor_source(p, "scores")
+    decl = {"path": "scores.parquet", "label": "y", "score": "s"}
+    with pytest.raises(ValueError, match="MB"):
+        init_source(p, "scores", decl, info={})
