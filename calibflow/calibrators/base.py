@@ -61,20 +61,25 @@ class Bound:
     machine's memory (``memory_estimate``).
     """
 
-    kind: str
+    kind: str  # "int", "float" or "choice" (one of ``choices``)
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
     lt: float | None = None
     bytes_each: float = 0.0
+    choices: tuple[str, ...] = ()
 
     def text(self) -> str:
+        if self.kind == "choice":
+            return f"one of {', '.join(self.choices)}"
         limits = ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
         parts = [f"{op} {v:g}" for op, v in limits if v is not None]
         what = "an integer" if self.kind == "int" else "a finite number"
         return f"{what} {' and '.join(parts)}".strip()
 
     def ok(self, value: Any) -> bool:
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices
         if isinstance(value, bool):
             return False
         if self.kind == "int" and not isinstance(value, int | np.integer):

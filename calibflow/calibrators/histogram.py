@@ -32,6 +32,7 @@ class HistogramCalibrator(BaseCalibrator):
     )
     _bounds = {
         "n_bins": Bound("int", ge=1, le=1_000_000, bytes_each=96),
+        "strategy": Bound("choice", choices=STRATEGIES),
     }
 
     expects = "probability"

@@ -282,6 +282,7 @@ class GaussianCalibrator(_ShapeCalibrator):
     _bounds = {
         "propensity_floor": Bound("float", ge=0, le=1),
         "ridge": Bound("float", ge=0, le=1e12),
+        "loss": Bound("choice", choices=LOSSES),
     }
 
     def _scale(self) -> tuple[float, float]:
@@ -326,6 +327,7 @@ class GammaCalibrator(_ShapeCalibrator):
         "propensity_floor": Bound("float", ge=0, le=1),
         "ridge": Bound("float", ge=0, le=1e12),
         "offset": Bound("float", gt=0, le=1e6),
+        "loss": Bound("choice", choices=LOSSES),
     }
 
     def __init__(

@@ -34,6 +34,8 @@ def _with(section: str, value: dict) -> dict:
         ("bbq", "C", -1.0),
         ("gamma", "offset", 0.0),
         ("temperature", "input", "logit"),  # not an option: calibrate.input's
+        ("histogram", "strategy", "banana"),
+        ("gaussian", "loss", "hinge"),
     ],
 )
 def test_every_method_option_is_refused_out_of_range_in_one_line(method, key, value):
