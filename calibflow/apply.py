@@ -56,7 +56,7 @@ def load_calibrator(calibrator: Path) -> Any:
         raise FileNotFoundError(f"{calibrator}: no such calibrator (run `calibflow run` to produce one)")
     text = calibrator.read_text(encoding="utf-8", errors="replace")
     what = None
-    with contextlib.suppress(ValueError):  # not JSON: from_json says so below
+    with contextlib.suppress(ValueError, RecursionError):  # not JSON, nested too deep: from_json says so
         payload = json.loads(text)
         keys = payload if isinstance(payload, dict) else {}
         what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)

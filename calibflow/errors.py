@@ -34,6 +34,37 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+#: What to do about an OS error at the project level, by errno name.
+_OS_FIXES = {
+    "EROFS": "run calibflow in a writable copy of the project (or remount it read-write)",
+    "EACCES": "make the project writable by this user (ls -l; chmod -R u+w), or run as its owner",
+    "EPERM": "make the project writable by this user (ls -l; chmod -R u+w), or run as its owner",
+    "ENOSPC": "free space on that disk (df -h) and rerun; the last good outputs are kept",
+    "EDQUOT": "free space within your quota and rerun; the last good outputs are kept",
+    "EMFILE": "raise the open-file limit (ulimit -n) and rerun",
+}
+
+
+def os_fix(exc: OSError) -> str:
+    """``path: reason; what to do`` for an OS error, in one line."""
+    import errno
+
+    where = exc.filename or "a write (the path was not reported)"
+    name = errno.errorcode.get(exc.errno or 0, "")
+    fix = _OS_FIXES.get(name)
+    if fix is None and name == "ENOENT" and ".dvc" in str(where):
+        fix = "not a calibflow project (no .dvc): run `calibflow init` here, or cd to the project"
+    reason = exc.strerror or type(exc).__name__
+    return f"{where}: {reason}" + (f"; {fix}" if fix else "")
+
+
+def os_brief(exc: BaseException) -> tuple[list[str], int]:
+    """A ``Report`` for an OS error: its path, its reason and what to do, in one line; exit 1."""
+    if isinstance(exc, OSError):
+        return [f"error: {os_fix(exc)}"], 1
+    return brief(exc)
+
+
 def brief(exc: BaseException) -> tuple[list[str], int]:
     """A ``Report`` for errors whose text runs long (a disk, a corrupt file): their first line, exit 1."""
     return [f"error: {first_line(exc)}"], 1
@@ -44,7 +75,7 @@ def input_errors() -> dict[Any, int | Report]:
     where a file goes, a full disk or a corrupt input in one line (not 70)."""
     import duckdb
 
-    return {(ValueError, FileNotFoundError, KeyError): 1, (OSError, duckdb.Error): brief}
+    return {(ValueError, FileNotFoundError, KeyError): 1, OSError: os_brief, duckdb.Error: brief}
 
 
 def report(exc: BaseException, how: int | Report = 1, notes: Iterable[str] = (), debug: bool = False) -> int:

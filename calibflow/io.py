@@ -93,6 +93,70 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+#: Size limits of the files calibflow reads from the user or its own state, checked before a byte is
+#: parsed (a params.yaml is kilobytes; a 50 MB comment took 74 s to validate).
+MAX_PARAMS_BYTES = 4 * 2**20
+MAX_STATE_BYTES = 256 * 2**20
+#: Nesting of ``[``/``{`` in one file: deeper ones are hostile and would exhaust the parser's recursion.
+MAX_NESTING = 100
+
+
+def read_bounded(
+    path: str | os.PathLike[str], max_bytes: int, what: str, max_depth: int = MAX_NESTING
+) -> str:
+    """The text of ``path`` once its size (before reading) and its bracket nesting (before parsing) are
+    within bounds; a ``ValueError`` of one line naming the file, the size and the fix otherwise."""
+    p = Path(path)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise ValueError(
+            f"{p}: {what} is {size / 2**20:.1f} MB, more than the {max_bytes / 2**20:g} MB allowed; "
+            "is it the right file? (a stray paste or comment makes it this large)"
+        )
+    with p.open("rb") as fh:
+        data = fh.read(max_bytes + 1)  # the file may grow after the stat
+    if len(data) > max_bytes:
+        raise ValueError(f"{p}: {what} grew past {max_bytes / 2**20:g} MB while read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{p}: {what} is not UTF-8 text (byte {exc.start})") from None
+    depth = nesting_depth(text)
+    if depth > max_depth:
+        raise ValueError(f"{p}: {what} nests [ or {{ {depth} deep, more than the {max_depth} allowed")
+    return text
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` in ``text`` (brackets inside strings count too: an upper bound)."""
+    import re
+
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", text):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the physical memory, or a smaller cgroup limit; 0 if unknown."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = 0
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            limit = int(Path(f).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if 0 < limit < (total or limit + 1):
+            total = limit
+    return int(total)
+
+
 def _jsonable(obj: Any) -> Any:
     import numpy as np
 

@@ -353,12 +353,17 @@ def paired_log_loss(
     }
 
 
-#: The segmented methods the pipeline fits for a source that declares segments (``calibrate.segmented``).
-SEGMENTED_METHODS = ("partial_pooling", "multicalibration")
-#: The ones fitted unless ``calibrate.segmented`` says otherwise. ``multicalibration`` is out (issue 36): it
-#: has a higher held-out log loss than MCGrad on 3 of the 4 benchmark tables (docs/benchmarks/segments.md)
-#: and a worse worst segment at 1e5; name it in ``calibrate.segmented`` to fit it.
-DEFAULT_SEGMENTED_METHODS = ("partial_pooling",)
+def __getattr__(name: str):
+    # From the calibrator registry (lazy: the calibrators import this module). SEGMENTED_METHODS: every
+    # segmented method (``calibrate.segmented`` may name any); DEFAULT_SEGMENTED_METHODS: those fitted
+    # unless it says otherwise (``multicalibration`` is out: its class's ``out_of_defaults`` says why).
+    from calibflow import calibrators
+
+    if name == "SEGMENTED_METHODS":
+        return calibrators.segmented_methods()
+    if name == "DEFAULT_SEGMENTED_METHODS":
+        return calibrators.default_segmented_methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fit_segmented(
@@ -374,10 +379,11 @@ def fit_segmented(
     optional ``weight``. The JSON is reloaded and must reproduce the test probabilities exactly, so the
     artifact written from it is known usable.
     """
-    from calibflow.calibrators import from_json, get_class, make
+    from calibflow.calibrators import from_json, get_class, make, segmented_methods
 
     if "segments" not in get_class(method).needs:
-        raise ValueError(f"{method!r} is not a segmented calibrator (those: {', '.join(SEGMENTED_METHODS)})")
+        known = ", ".join(segmented_methods())
+        raise ValueError(f"{method!r} is not a segmented calibrator (those: {known})")
     cal = make(method, **{"input": input_kind, **(options or {})})
     cal.fit(fit["scores"], fit["y"], sample_weight=fit.get("weight"), segments=fit["segments"])
     prob = cal.predict(test["scores"], segments=test["segments"])

@@ -39,23 +39,18 @@ from calibflow.metrics import row_log_loss
 IDENTITY = "identity"
 KEEP, CALIBRATE = "keep", "calibrate"
 DEFAULT_MARGIN_FRACTION = 0.001
-#: Tie-break after the parameter count: the methods a reviewer knows first (textbook order).
-FAMILIARITY = (
-    IDENTITY,
-    "temperature",
-    "platt",
-    "isotonic",
-    "beta",
-    "histogram",
-    "spline",
-    "scaling_binning",
-    "centered_isotonic",
-    "venn_abers",
-    "bbq",
-    "quadratic",
-    "gaussian",
-    "gamma",
-)
+
+
+def __getattr__(name: str):
+    # FAMILIARITY: the tie-break after the parameter count, the methods a reviewer knows first (textbook
+    # order): each calibrator class's own ``familiarity`` fact
+    if name == "FAMILIARITY":
+        from calibflow.calibrators import familiarity
+
+        return familiarity()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: State fields that are bookkeeping (ranges, flags), not fitted numbers.
 _BOOKKEEPING = {"s_min_", "s_max_", "regularised_", "solver_", "lo_", "hi_", "x_", "scores_", "edges_"}
 
@@ -129,7 +124,10 @@ def _numbers(value: Any) -> int:
 
 def preference_key(method: str, n_params: int) -> tuple[int, int, str]:
     """Sort key of the preference order: fewer parameters, then familiarity, then the name."""
-    rank = FAMILIARITY.index(method) if method in FAMILIARITY else len(FAMILIARITY)
+    from calibflow.calibrators import familiarity
+
+    order = familiarity()
+    rank = order.index(method) if method in order else len(order)
     return (n_params, rank, method)
 
 

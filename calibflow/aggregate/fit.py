@@ -20,14 +20,13 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from calibflow.calibrators import BaseCalibrator, make
+from calibflow.calibrators import BaseCalibrator, make, needs_rows
 
-NEEDS_ROWS = {
-    "vad": "replica predictions of the base model per row",
-    "calem": "treated and control sets (aggregate each arm with the treatment as a segment)",
-    "angular": "the feature vectors of each row",
-    "mist": "per-row features",
-}
+
+def __getattr__(name: str):
+    if name == "NEEDS_ROWS":  # each class's own ``needs_rows`` fact
+        return needs_rows()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def representatives(table: pd.DataFrame, scale: str, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,8 +55,9 @@ def fit_from_table(
     table: pd.DataFrame, method: str, kind: str = "probability", **params: Any
 ) -> BaseCalibrator:
     """The calibrator ``method`` fitted on the aggregate rows of ``table`` (scores of ``kind``)."""
-    if method in NEEDS_ROWS:
-        raise ValueError(f"{method} cannot be fitted from score buckets: it needs {NEEDS_ROWS[method]}")
+    rows = needs_rows()
+    if method in rows:
+        raise ValueError(f"{method} cannot be fitted from score buckets: it needs {rows[method]}")
     cal = make(method, input=kind, **params)
     scale = (
         "logit"

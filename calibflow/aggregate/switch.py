@@ -44,6 +44,14 @@ class ScaleConfig:
         return BucketGrid(self.buckets, self.z_max)
 
 
+#: Upper bounds of the scale section's sizes: each table row or replicate costs memory per bucket.
+SCALE_MAX = {"buckets": 2**24, "replicates": 10_000, "cells": 2**16, "threads": 1024, "seed": 2**32 - 1,
+             "distinct_max": 2**26}
+SCALE_WHY = {"buckets": "16M cells of 3 numbers each", "replicates": "a column of counts per bucket each",
+             "cells": "per segment value", "threads": "more than any machine has", "seed": "a 32-bit seed",
+             "distinct_max": "one table row per distinct score"}
+
+
 def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     """``ScaleConfig`` from params' ``scale:`` mapping; ValueError (one line) on a typo or a bad value."""
     decl = dict(decl or {})
@@ -56,6 +64,11 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
         v = decl.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")
+        if v > SCALE_MAX.get(k, 2**62):
+            raise ValueError(f"scale.{k} must be at most {SCALE_MAX[k]:,} ({SCALE_WHY[k]}), got {v:,}")
+    z = decl.get("z_max", 16.0)
+    if isinstance(z, bool) or not isinstance(z, int | float) or not (0 < z <= 1e3):
+        raise ValueError(f"scale.z_max must be a number in (0, 1000], got {z!r}")
     if "cells" in decl and decl["cells"] < 2:
         raise ValueError(f"scale.cells must be an integer >= 2, got {decl['cells']!r}")
     engine, address = decl.get("engine", "duckdb"), decl.get("dask_address")

@@ -12,9 +12,34 @@ import json
 import pkgutil
 from typing import Any
 
-from calibflow.calibrators.base import _REGISTRY, BaseCalibrator, from_payload, register
+from calibflow.calibrators.base import (
+    _REGISTRY,
+    BaseCalibrator,
+    Bound,
+    check_bounds,
+    from_payload,
+    memory_estimate,
+    register,
+)
 
-__all__ = ["BaseCalibrator", "available", "make", "from_json", "get_class", "register"]
+__all__ = [
+    "BaseCalibrator",
+    "Bound",
+    "available",
+    "check_bounds",
+    "default_methods",
+    "familiarity",
+    "from_json",
+    "get_class",
+    "glossary",
+    "make",
+    "memory_estimate",
+    "needs_rows",
+    "ranking_baselines",
+    "register",
+    "scale_default_methods",
+    "segmented_methods",
+]
 _loaded = False
 
 
@@ -47,6 +72,66 @@ def available(kind: str = "all") -> list[str]:
     return sorted(n for n, c in _REGISTRY.items() if bool(c.needs) == (kind == "extra"))
 
 
+# ---- lists derived from the facts each class declares (see BaseCalibrator's docstring) -------------
+
+
+def default_methods() -> tuple[str, ...]:
+    """The pipeline's default ``calibrate.methods``: the (score, label) methods marked default candidates."""
+    return tuple(n for n in available("scores") if _REGISTRY[n].default_candidate)
+
+
+def segmented_methods() -> tuple[str, ...]:
+    """The methods fitted per segment (``"segments"`` in ``needs``), in order."""
+    names = [n for n in available() if "segments" in _REGISTRY[n].needs]
+    return tuple(sorted(names, key=lambda n: (_REGISTRY[n].list_order, n)))
+
+
+def default_segmented_methods() -> tuple[str, ...]:
+    """The segmented methods fitted unless ``calibrate.segmented`` says otherwise: the default candidates."""
+    return tuple(n for n in segmented_methods() if _REGISTRY[n].default_candidate)
+
+
+def out_of_defaults(kind: str = "all") -> dict[str, str]:
+    """Methods of ``kind`` (as ``available``) kept out of the defaults on measured evidence, with why."""
+    return {n: _REGISTRY[n].out_of_defaults for n in available(kind) if _REGISTRY[n].out_of_defaults}
+
+
+def scale_default_methods() -> tuple[str, ...]:
+    """``calibflow scale fit``'s default ``--methods``, the most familiar first."""
+    names = [n for n in available() if _REGISTRY[n].scale_default]
+    return tuple(sorted(names, key=lambda n: (_rank(n), n)))
+
+
+def needs_rows() -> dict[str, str]:
+    """Methods that cannot be fitted from a score-bucket table, with what they need."""
+    _load_all()
+    return {n: c.needs_rows for n, c in sorted(_REGISTRY.items()) if c.needs_rows}  # type: ignore[misc]
+
+
+def familiarity() -> tuple[str, ...]:
+    """The selection rule's tie-break order after the parameter count: the best known method first."""
+    _load_all()
+    return tuple(sorted((n for n, c in _REGISTRY.items() if c.familiarity is not None), key=_rank))
+
+
+def glossary() -> dict[str, tuple[str, str]]:
+    """method -> (what it does in one line, the reference), familiar methods first."""
+    _load_all()
+    order = sorted(_REGISTRY, key=lambda n: (_rank(n), n))
+    return {n: _REGISTRY[n].glossary for n in order if _REGISTRY[n].glossary}  # type: ignore[misc]
+
+
+def ranking_baselines() -> dict[str, str]:
+    """The ranking paper's uncalibrated baselines and the report's note on each."""
+    _load_all()
+    return {n: c.baseline_note for n, c in sorted(_REGISTRY.items()) if c.baseline_note}  # type: ignore[misc]
+
+
+def _rank(name: str) -> int:
+    rank = _REGISTRY[name].familiarity
+    return 10**6 if rank is None else rank
+
+
 def get_class(name: str) -> type[BaseCalibrator]:
     _load_all()
     if name not in _REGISTRY:
@@ -58,9 +143,11 @@ def make(name: str, **params: Any) -> BaseCalibrator:
     """Build the calibrator registered as ``name`` with ``params`` (an unknown param is an error)."""
     cls = get_class(name)
     try:
-        return cls(**params)
+        cal = cls(**params)
     except TypeError as exc:
         raise ValueError(f"invalid parameters for calibrator {name!r}: {exc}") from exc
+    check_bounds(cls, cal.get_params(deep=False))
+    return cal
 
 
 MAX_JSON_BYTES = 256 * 2**20  # a fitted calibrator is kilobytes; this bounds what a payload can allocate

@@ -39,7 +39,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve, cholesky, solve_tri
 from scipy.special import expit, ndtr, roots_hermitenorm
 
 from calibflow._validation import check_labels
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, register
 
 Array = NDArray[np.float64]
 MIN_N = 20  # below this the proportional-asymptotics estimator (11) is meaningless
@@ -490,6 +490,13 @@ class AngularCalibrator(BaseCalibrator):
     clipped), ``sign_``, ``cos_theta_``, ``theta_`` (radians), ``flags_`` (every clip applied),
     ``diagnostics_`` (the pieces of eq. 11), ``n_nodes_`` (quadrature nodes, 0 = closed form).
     """
+    needs_rows = "the feature vectors of each row"
+    _bounds = {
+        "lam": Bound("float", gt=0, le=1e12),
+        "link_scale": Bound("float", gt=0, le=1e6),
+        "link_shift": Bound("float", ge=-1e6, le=1e6),
+        "n_nodes": Bound("int", ge=0, le=10_000),
+    }
 
     expects = "logit"
     monotone = True  # for a non-decreasing link and cos(theta) >= 0
@@ -636,6 +643,7 @@ class AngularCalibrator(BaseCalibrator):
         return super().to_json()
 
     def _check_params(self) -> None:
+        self._check_bounds()
         if not (isinstance(self.lam, numbers.Real) and np.isfinite(self.lam) and self.lam > 0):
             raise ValueError(f"lam must be a finite positive number, got {self.lam!r}")
         resolve_link(self.link, self.link_scale, self.link_shift)

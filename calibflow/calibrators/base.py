@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import numbers
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,6 +57,73 @@ _REGISTRY: dict[str, type[BaseCalibrator]] = {}
 SCORE_KINDS = ("probability", "logit", "score")
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The range of one numeric constructor argument: the one source of the schema's and the fit's checks.
+
+    ``kind`` "int" or "float"; ``ge``/``gt``/``le``/``lt`` the limits (None: open); ``bytes_each``: memory
+    the fit needs per unit of the value (a histogram's arrays per bin), for the estimate against the
+    machine's memory (``memory_estimate``).
+    """
+
+    kind: str  # "int", "float" or "choice" (one of ``choices``)
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    bytes_each: float = 0.0
+    choices: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        if self.kind == "choice":
+            return f"one of {', '.join(self.choices)}"
+        limits = ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+        parts = [f"{op} {v:g}" for op, v in limits if v is not None]
+        what = "an integer" if self.kind == "int" else "a finite number"
+        return f"{what} {' and '.join(parts)}".strip()
+
+    def ok(self, value: Any) -> bool:
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices
+        if isinstance(value, bool):
+            return False
+        if self.kind == "int" and not isinstance(value, int | np.integer):
+            return False
+        if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            return False
+        v = float(value)
+        return not (
+            (self.ge is not None and v < self.ge)
+            or (self.gt is not None and v <= self.gt)
+            or (self.le is not None and v > self.le)
+            or (self.lt is not None and v >= self.lt)
+        )
+
+
+def check_bounds(cls: type[BaseCalibrator], params: dict[str, Any]) -> None:
+    """Every numeric constructor argument in ``params`` within its class's ``_bounds``; a ``ValueError``
+    naming the argument, the range and the value (the one place these ranges are checked)."""
+    for key, bound in cls._bounds.items():
+        if key in params and not bound.ok(params[key]):
+            raise ValueError(f"{cls.name}: {key} must be {bound.text()}, got {str(params[key])[:40]!r}")
+
+
+def memory_estimate(cls: type[BaseCalibrator], params: dict[str, Any]) -> float:
+    """Bytes the fit needs for its size arguments (``Bound.bytes_each`` times the value); 0 when none."""
+    total = 0.0
+    for key, bound in cls._bounds.items():
+        value = params.get(key)
+        if bound.bytes_each and isinstance(value, numbers.Real) and not isinstance(value, bool):
+            total += bound.bytes_each * max(float(value), 0.0)
+    return total
+
+
+#: Facts a registered class declares for itself (never inherited from a registered parent); ``_bounds``
+#: and ``needs`` are inherited, as a subclass takes its parent's arguments and inputs.
+OWN_FACTS = ("default_candidate", "out_of_defaults", "scale_default", "needs_rows", "familiarity", "glossary",
+             "baseline_note", "list_order")
+
+
 def register(name: str):
     """Class decorator: add a calibrator class to the registry under ``name``."""
 
@@ -62,6 +131,9 @@ def register(name: str):
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"calibrator name {name!r} registered twice")
         cls.name = name
+        for fact in OWN_FACTS:  # a subclass states its own facts: quadratic is not gaussian's default
+            if fact not in cls.__dict__:
+                setattr(cls, fact, getattr(BaseCalibrator, fact))
         _REGISTRY[name] = cls
         return cls
 
@@ -99,6 +171,20 @@ class BaseCalibrator(BaseEstimator):
       methods that ``fit(scores, y)`` (``available("scores")``).
     - ``__init__`` stores each keyword argument under the same attribute name (scikit-learn style),
       so ``get_params`` and JSON round-trips need no per-class code.
+
+    Facts the lists elsewhere are derived from (``calibflow.calibrators.facts``), declared by each class:
+    - ``_bounds``: ``{param: Bound}``, the range of each numeric constructor argument, checked by
+      ``check_bounds`` in ``make``, at ``fit`` and when a payload is read, and by the params schema.
+    - ``default_candidate``: in the pipeline's default ``calibrate.methods`` (or, with ``needs`` holding
+      ``"segments"``, in the default ``calibrate.segmented``).
+    - ``out_of_defaults``: why a method a user would expect among the defaults is not a default candidate
+      (measured against its peer; it still fits when named). None for the rest.
+    - ``scale_default``: in ``calibflow scale fit``'s default ``--methods`` (cheap on score tables).
+    - ``needs_rows``: why the method cannot be fitted from a score-bucket table (None: it can).
+    - ``familiarity``: the tie-break rank of the selection rule (smaller: better known; None: last).
+    - ``glossary``: ``(what it does in one line, the reference)`` for the report.
+    - ``baseline_note``: set for the ranking paper's uncalibrated baselines (the report's note on them).
+    - ``list_order``: the order among methods of one kind where the name alone does not give it.
     """
 
     name: ClassVar[str] = "base"
@@ -108,6 +194,15 @@ class BaseCalibrator(BaseEstimator):
     _state_fields: ClassVar[tuple[str, ...]] = ()
     _state_spec: ClassVar[dict[str, tuple[str, int]]] = {}
     needs: ClassVar[tuple[str, ...]] = ()
+    _bounds: ClassVar[dict[str, Bound]] = {}
+    default_candidate: ClassVar[bool] = False
+    out_of_defaults: ClassVar[str | None] = None
+    scale_default: ClassVar[bool] = False
+    needs_rows: ClassVar[str | None] = None
+    familiarity: ClassVar[int | None] = None
+    glossary: ClassVar[tuple[str, str] | None] = None
+    baseline_note: ClassVar[str | None] = None
+    list_order: ClassVar[int] = 0
 
     def __init__(self, input: str = DEFAULT_INPUT) -> None:
         self.input = input
@@ -179,7 +274,11 @@ class BaseCalibrator(BaseEstimator):
         return json.dumps(payload, default=_to_jsonable)
 
     # ---- helpers for subclasses -------------------------------------------------------------
+    def _check_bounds(self) -> None:
+        check_bounds(type(self), self.get_params(deep=False))
+
     def _validate_fit(self, scores, y, sample_weight):
+        self._check_bounds()
         s = check_scores(scores, self.input)
         self.input_ = resolve_input(s, self.input)
         yy = check_labels(y, n=s.size)
@@ -250,6 +349,7 @@ class LikelihoodCalibrator(BaseCalibrator):
         in it what depends only on the scores (``spline``: the B-spline design matrix), so it is built
         once. Never share one dict between different scores.
         """
+        self._check_bounds()
         s = check_scores(scores, self.input)
         self.input_ = resolve_input(s, self.input)
         aa = check_weights(a, s.size, "a")  # >= 0 with a positive sum: the fit needs observed positives
@@ -442,6 +542,7 @@ def from_payload(payload: Any, depth: int = 0) -> BaseCalibrator:
         raise PayloadError(f"{method}: unknown param(s) {sorted(unknown)[:5]}; declared: {declared}")
     try:
         obj = cls(**{k: _from_jsonable(v, f"params.{k}", depth + 1) for k, v in params.items()})
+        check_bounds(cls, obj.get_params(deep=False))
     except PayloadError:
         raise
     except (TypeError, ValueError) as exc:

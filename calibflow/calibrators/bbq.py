@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaln
 
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
 
 
 @register("bbq")
@@ -38,6 +38,19 @@ class BBQCalibrator(BaseCalibrator):
     ``1/n`` describe *one* observation and give one bin). Only the model grid is bounded whatever
     the total: see ``model_grid``.
     """
+    out_of_defaults = (
+        "higher held-out log loss than probcal's BBQ in 14 of 18 runs (issue 36; benchmarks/bbq_peer.py)"
+    )
+    scale_default = True
+    familiarity = 10
+    glossary = (
+        "A Bayesian average of many histogram binnings.",
+        "Naeini, Cooper & Hauskrecht, AAAI 2015",
+    )
+    _bounds = {
+        "C": Bound("float", gt=0, le=1e6),
+        "n_prime": Bound("float", gt=0, le=1e6),
+    }
 
     expects = "probability"
     monotone = False

@@ -30,6 +30,13 @@ class BetaCalibrator(LikelihoodCalibrator):
     is the same point whenever only one constraint is active (the KKT conditions of the restricted
     problem), which is the case betacal handles. ``m_`` is the midpoint ``p`` with ``p' = 1/2``.
     """
+    default_candidate = True
+    scale_default = True
+    familiarity = 4
+    glossary = (
+        "p = \u03c3(a ln q \u2212 b ln(1 \u2212 q) + c) of the probability q: bends each end apart.",
+        "Kull, Silva Filho & Flach, AISTATS 2017",
+    )
 
     expects = "probability"
     _state_fields = ("coef_", "intercept_")

@@ -67,7 +67,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logit
 
 from calibflow._validation import INPUT_KINDS, check_labels, check_scores
-from calibflow.calibrators.base import BaseCalibrator, LikelihoodCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, LikelihoodCalibrator, register
 
 _EPS = 1e-12
 _GRID_SIZE = 101
@@ -170,6 +170,11 @@ class CalEMCalibrator(BaseCalibrator):
     accelerate: None (Algorithm 3 as written) or ``"squarem"``: SQUAREM extrapolation of h between
         EM steps; same fixed point and stopping rule, about 3x fewer M-steps (module docstring).
     """
+    needs_rows = "treated and control sets (aggregate each arm with the treatment as a segment)"
+    _bounds = {
+        "tol": Bound("float", gt=0, lt=1),
+        "max_iter": Bound("int", ge=1, le=100_000),
+    }
 
     expects = "any"
     needs = ("scores_biased", "z_biased")
@@ -200,6 +205,7 @@ class CalEMCalibrator(BaseCalibrator):
 
     # ---- parameters -----------------------------------------------------------------------
     def _check_params(self) -> None:
+        self._check_bounds()
         from calibflow.calibrators import get_class
 
         if self.input not in INPUT_KINDS:

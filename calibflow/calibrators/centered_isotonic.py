@@ -30,6 +30,12 @@ class CenteredIsotonicCalibrator(IsotonicCalibrator):
     Isotonic regression's state (``x_``, ``y_``) and prediction (linear interpolation, flat outside);
     only the points differ: block centroids instead of block ends.
     """
+    default_candidate = True
+    familiarity = 8
+    glossary = (
+        "Isotonic, with each step's value placed at its centre and joined by lines: no ties.",
+        "Oron & Flournoy, Stat. Biopharm. Res. 2017",
+    )
 
     def _fit(self, s, y, w) -> None:
         uniq, ws, wy = pool_ties(s, y, w)

@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from calibflow._validation import check_n_bins
 from calibflow.binning import equal_mass_edges
 from calibflow.calibrators._binning import bin_stats, fill_empty
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
 from calibflow.metrics import STRATEGIES
 
 
@@ -23,6 +23,17 @@ class HistogramCalibrator(BaseCalibrator):
     equal-width bin takes the value interpolated between its filled neighbours. Bins are not
     forced to increase, so the map is not monotone in general (``monotone = False``).
     """
+    default_candidate = True
+    scale_default = True
+    familiarity = 5
+    glossary = (
+        "Equal-mass bins, each mapped to its observed rate.",
+        "Zadrozny & Elkan, ICML 2001",
+    )
+    _bounds = {
+        "n_bins": Bound("int", ge=1, le=1_000_000, bytes_each=96),
+        "strategy": Bound("choice", choices=STRATEGIES),
+    }
 
     expects = "probability"
     monotone = False

@@ -20,6 +20,11 @@ class IdentityCalibrator(BaseCalibrator):
     Nothing is fitted (``fit`` only checks its inputs); no parameters, monotone. With ``input="score"`` a
     raw score is read as a logit, as every calibrator that ``expects`` probabilities reads one.
     """
+    familiarity = 0
+    glossary = (
+        "Your scores unchanged: the answer \u201ckeep your scores\u201d.",
+        "\u2013",
+    )
 
     expects = "probability"
 

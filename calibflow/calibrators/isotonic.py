@@ -45,6 +45,13 @@ class IsotonicCalibrator(BaseCalibrator):
     first (weighted mean), and prediction interpolates linearly between the fitted points, clipping
     outside the fitted range.
     """
+    default_candidate = True
+    scale_default = True
+    familiarity = 3
+    glossary = (
+        "The best non-decreasing step map (pool adjacent violators); ties scores within a step.",
+        "Zadrozny & Elkan, KDD 2002",
+    )
 
     expects = "any"
     _state_fields = ("x_", "y_")

@@ -19,13 +19,18 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import as_1d_float, check_scores
-from calibflow.calibrators.base import BaseCalibrator, check_finite_output, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, check_finite_output, register
 from calibflow.calibrators.isotonic import IsotonicCalibrator
 
 
 @register("mist")
 class MistCalibrator(BaseCalibrator):
     """Isotonic regression per uncertainty level (``n_levels`` quantile levels of the uncertainty)."""
+    needs_rows = "per-row features"
+    _bounds = {
+        "n_levels": Bound("int", ge=1, le=1_000),
+        "min_level_size": Bound("int", ge=1, le=10**9),
+    }
 
     expects = "any"
     monotone = False  # monotone in the score within a level, not across levels

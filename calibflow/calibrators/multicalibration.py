@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
 from calibflow._validation import check_scores
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, register
 from calibflow.segments import aligned, level_codes, segment_matrix, unseen_counts
 
 _segment_matrix = segment_matrix  # the shared reader (calibflow.segments); old name kept for callers
@@ -48,6 +48,22 @@ class MulticalibrationCalibrator(BaseCalibrator):
 
     ``fit(scores, y, sample_weight=None, segments=...)`` and ``predict(scores, segments=...)``.
     """
+    out_of_defaults = (
+        "higher held-out log loss than MCGrad on 3 of the 4 benchmark tables and a worse worst segment "
+        "at 1e5 (issue 36; docs/benchmarks/segments.md)"
+    )
+    list_order = 1  # after partial_pooling, the cheaper fit
+    _bounds = {
+        "max_depth": Bound("int", ge=1, le=16),
+        "learning_rate": Bound("float", gt=0, le=1),
+        "n_estimators": Bound("int", ge=1, le=100_000),
+        "early_stopping_rounds": Bound("int", ge=1, le=100_000),
+        "validation_fraction": Bound("float", gt=0, lt=1),
+        "min_child_weight": Bound("float", ge=0, le=1e12),
+        "reg_lambda": Bound("float", ge=0, le=1e12),
+        "seed": Bound("int", ge=0, lt=2**32),
+        "n_jobs": Bound("int", ge=1, le=1_024),
+    }
 
     expects = "logit"
     monotone = False  # increasing within each segment, not across segments

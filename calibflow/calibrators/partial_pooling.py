@@ -47,7 +47,7 @@ from numpy.typing import NDArray
 from scipy.special import chdtrc, expit
 
 from calibflow._validation import check_scores
-from calibflow.calibrators.base import BaseCalibrator, check_finite_output, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, check_finite_output, register
 from calibflow.segments import aligned, level_codes, segment_matrix, unseen_counts
 
 _MAX_STEP = 2.0  # a logit step larger than this per sweep is damped (first sweeps on strong biases)
@@ -92,6 +92,13 @@ class PartialPoolingCalibrator(BaseCalibrator):
     ``fit(scores, y, sample_weight=None, segments=...)`` and ``predict(scores, segments=...)``, the
     calling convention of ``multicalibration``.
     """
+    default_candidate = True
+    _bounds = {
+        "alpha": Bound("float", gt=0, le=1e6),
+        "max_cells": Bound("int", ge=1, le=100_000_000),
+        "max_iter": Bound("int", ge=1, le=100_000),
+        "tol": Bound("float", gt=0, lt=1),
+    }
 
     expects = "logit"
     monotone = False  # increasing within each segment, not across segments

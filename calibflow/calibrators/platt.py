@@ -54,6 +54,13 @@ class PlattCalibrator(LikelihoodCalibrator):
     give by chance, becomes the constant at the base rate: the likelihood's best with A >= 0); only the
     two-weight fit (UERM, CalEM) leaves A free.
     """
+    default_candidate = True
+    scale_default = True
+    familiarity = 2
+    glossary = (
+        "p = \u03c3(a s + b): a logistic regression on the logit.",
+        "Platt, 1999",
+    )
 
     expects = "logit"
     _state_fields = ("targets_", "coef_", "intercept_")
@@ -113,6 +120,13 @@ class PlattCalibrator(LikelihoodCalibrator):
 @register("temperature")
 class TemperatureCalibrator(LikelihoodCalibrator):
     """Temperature scaling (Guo et al. 2017), binary case: ``p = sigma(s / T)``, T > 0, no bias."""
+    default_candidate = True
+    scale_default = True
+    familiarity = 1
+    glossary = (
+        "p = \u03c3(s / T): one number rescales the logit.",
+        "Guo et al., ICML 2017",
+    )
 
     expects = "logit"
     _state_fields = ("temperature_",)
@@ -164,6 +178,15 @@ class TemperatureCalibrator(LikelihoodCalibrator):
 @register("sigmoid")
 class SigmoidBaseline(BaseCalibrator):
     """Uncalibrated baseline of Kweon et al.: ``sigmoid(s)`` of the raw score, nothing fitted."""
+    default_candidate = True
+    glossary = (
+        "\u03c3(s) of the raw score: a ranking-paper baseline.",
+        "Kweon et al. 2022",
+    )
+    baseline_note = (
+        "\u03c3(score) with nothing fitted: with the pipeline's logit input it is the base model's own "
+        "probability, so its row repeats the uncalibrated one."
+    )
 
     expects = "any"
 
@@ -180,6 +203,15 @@ class SigmoidBaseline(BaseCalibrator):
 @register("minmax")
 class MinMaxBaseline(BaseCalibrator):
     """Uncalibrated baseline of Kweon et al.: ``(s - min) / (max - min)`` with the fit set's range."""
+    default_candidate = True
+    glossary = (
+        "(s \u2212 min) / (max \u2212 min): a ranking-paper baseline.",
+        "Kweon et al. 2022",
+    )
+    baseline_note = (
+        "(score \u2212 min) / (max \u2212 min) over the calibration split: a rescaling to [0, 1] that keeps "
+        "the ranking but has no probability meaning."
+    )
 
     expects = "any"
     _state_fields = ("min_", "max_")

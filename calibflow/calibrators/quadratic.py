@@ -19,6 +19,12 @@ from calibflow.calibrators.ranking import GaussianCalibrator
 @register("quadratic")
 class QuadraticCalibrator(GaussianCalibrator):
     """Monotone quadratic scaling on the logit (naive log loss; no ranking-specific options needed)."""
+    default_candidate = True
+    familiarity = 11
+    glossary = (
+        "p = \u03c3(a z\u00b2 + b z + c) of the logit z, kept monotone.",
+        "CalArena (Berta et al. 2025); the Gaussian family of Kweon et al. 2022",
+    )
 
     def __init__(self, input: str = DEFAULT_INPUT, ridge: float = 1e-2) -> None:
         super().__init__(input=input, ridge=ridge)

@@ -45,7 +45,7 @@ from scipy.special import expit
 
 from calibflow._validation import as_1d_float, check_labels, check_weights
 from calibflow.calibrators._logistic import LogisticFit, fit_logistic, label_weights
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, LikelihoodCalibrator, register
 
 LOSSES = ("naive", "uerm")
 _EPS_SLOPE = 1e-6  # strict monotonicity ("> 0" in App. C) as ">= eps" in the solver's units
@@ -273,6 +273,17 @@ class GaussianCalibrator(_ShapeCalibrator):
     are App. C's ``2 a s + b > 0`` at ``s_min, s_max`` (positive rescaling keeps the sign).
     ``fix_a_zero=True`` fixes ``a = 0``: Platt scaling (eq. 7), the paper's special case.
     """
+    default_candidate = True
+    familiarity = 12
+    glossary = (
+        "Posterior of two Gaussian score densities: \u03c3(a s\u00b2 + b s + c), monotone on the data.",
+        "Kweon, Kang & Yu, AAAI 2022",
+    )
+    _bounds = {
+        "propensity_floor": Bound("float", ge=0, le=1),
+        "ridge": Bound("float", ge=0, le=1e12),
+        "loss": Bound("choice", choices=LOSSES),
+    }
 
     def _scale(self) -> tuple[float, float]:
         return 0.5 * (self.s_min_ + self.s_max_), 0.5 * (self.s_max_ - self.s_min_)
@@ -306,6 +317,18 @@ class GammaCalibrator(_ShapeCalibrator):
     whose ``log`` factor is absorbed by ``c``. Constraints ``a / t + b >= eps`` at ``t = offset`` and
     ``t = 1 + offset`` (App. C). ``fix_a_zero=True`` gives Platt scaling.
     """
+    default_candidate = True
+    familiarity = 13
+    glossary = (
+        "Posterior of two Gamma score densities: \u03c3(a ln s + b s + c), monotone on the data.",
+        "Kweon, Kang & Yu, AAAI 2022",
+    )
+    _bounds = {
+        "propensity_floor": Bound("float", ge=0, le=1),
+        "ridge": Bound("float", ge=0, le=1e12),
+        "offset": Bound("float", gt=0, le=1e6),
+        "loss": Bound("choice", choices=LOSSES),
+    }
 
     def __init__(
         self,

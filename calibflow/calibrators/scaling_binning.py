@@ -11,7 +11,7 @@ from calibflow.binning import equal_mass_edges
 from calibflow.calibrators._binning import bin_stats
 from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
 
 
 @register("scaling_binning")
@@ -30,6 +30,15 @@ class ScalingBinningCalibrator(BaseCalibrator):
     non-decreasing when ``A >= 0`` (bin means of an increasing ``g`` over ordered bins), so
     ``monotone = True`` with the same caveat as Platt.
     """
+    default_candidate = True
+    familiarity = 7
+    glossary = (
+        "Platt, then binned to a few values (its calibration error can be measured).",
+        "Kumar, Liang & Ma, NeurIPS 2019",
+    )
+    _bounds = {
+        "n_bins": Bound("int", ge=1, le=1_000_000, bytes_each=96),
+    }
 
     expects = "logit"
     _state_fields = ("coef_", "intercept_", "edges_", "bin_value_")

@@ -8,7 +8,7 @@ from scipy.special import expit
 
 from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import DEFAULT_INPUT, LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, Bound, LikelihoodCalibrator, register
 
 DEGREE = 3
 
@@ -160,6 +160,17 @@ class SplineCalibrator(LikelihoodCalibrator):
     hard constraint (pygam adds a large penalty on violations) and scores outside the fitted
     range are clamped to it (constant tails) instead of extrapolated linearly.
     """
+    default_candidate = True
+    scale_default = True
+    familiarity = 6
+    glossary = (
+        "A monotone penalised spline of the logit (a GAM).",
+        "as in Sergazinov et al. (CalEM)",
+    )
+    _bounds = {
+        "n_splines": Bound("int", ge=4, le=10_000),
+        "lam": Bound("float", ge=0, le=1e12),
+    }
 
     expects = "logit"
     negative_terms = False  # the active-set Newton loop needs a convex objective

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import check_labels, check_scores, check_weights
-from calibflow.calibrators.base import BaseCalibrator, register
+from calibflow.calibrators.base import BaseCalibrator, Bound, register
 
 LINKS = ("logit", "identity")
 SCHEMES = ("bootstrap", "seeds")
@@ -281,6 +281,11 @@ class VADCalibrator(BaseCalibrator):
     ``clip``: probabilities are clipped to [clip, 1 - clip] before the logit; a base calibrator such as
     isotonic can output exactly 0 or 1, and ``clip`` bounds how far such rows pull the mean anchor.
     """
+    needs_rows = "replica predictions of the base model per row"
+    _bounds = {
+        "clip": Bound("float", gt=0, lt=0.5),
+        "min_group_size": Bound("int", ge=2, le=10**9),
+    }
 
     expects = "any"
     monotone = True
@@ -325,6 +330,7 @@ class VADCalibrator(BaseCalibrator):
 
     # ---- validation ---------------------------------------------------------------------------
     def _check_params(self) -> None:
+        self._check_bounds()
         _check_choice(self.link, LINKS, "link")
         _check_choice(self.scheme, SCHEMES, "scheme")
         _check_choice(self.input, REPLICA_INPUTS, "input")

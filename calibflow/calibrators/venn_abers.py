@@ -119,6 +119,12 @@ class VennAbersCalibrator(BaseCalibrator):
     ``(p0, p1)``. Monotone: both ``p0`` and ``p1`` are non-decreasing in the score, and so is the merge.
     Only the order of the scores matters (``expects="any"``).
     """
+    default_candidate = True
+    familiarity = 9
+    glossary = (
+        "Two isotonic fits give an interval [p0, p1]; the probability is their log-loss merge.",
+        "Vovk & Petej, UAI 2014; Vovk, Petej & Fedorova, NeurIPS 2015",
+    )
 
     expects = "any"
     _state_fields = ("scores_", "p0_", "p1_")

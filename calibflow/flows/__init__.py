@@ -25,6 +25,30 @@ def project_root() -> Path:
     return here
 
 
+def check_writable(root: Path, *folders: str, dvc: bool = True) -> None:
+    """Before any server or stage starts: write a byte in each folder a command writes (``.dvc/tmp`` and
+    ``folders``, created if missing), so that a read-only project, a permission denied or a full disk
+    is the ``OSError`` naming that path (one line: ``calibflow.errors.os_fix``), not DVC's or Prefect's
+    traceback; ``dvc``: the project must have its ``.dvc`` folder."""
+    import errno
+    import tempfile
+
+    if dvc and not (root / ".dvc").is_dir():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(root / ".dvc"))
+    for sub in ((".dvc/tmp",) if dvc else ()) + folders:
+        folder = root / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, name = tempfile.mkstemp(dir=folder, prefix=".calibflow-write-check-")
+            try:
+                os.write(fd, b"x")  # a full disk fails on the write, not on the create
+            finally:
+                os.close(fd)
+                os.unlink(name)
+        except OSError as exc:  # name the folder, not the probe file
+            raise OSError(exc.errno, exc.strerror, str(folder)) from None
+
+
 def configure_environment(quiet: bool = True) -> None:
     """Set Prefect/DVC/GX environment defaults; call before importing prefect."""
     defaults = {

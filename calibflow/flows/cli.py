@@ -24,7 +24,7 @@ from typing import Any
 
 import typer
 
-from calibflow.flows import project_root
+from calibflow.flows import check_writable, project_root
 from calibflow.flows.cli_monitor import monitor_app
 from calibflow.flows.dvc_stages import stage_env
 from calibflow.flows.gitops import DEFAULT_BRANCH
@@ -69,14 +69,16 @@ def _main(
 
 def _friendly(fn: Callable[[], Any]) -> Any:
     """Run a command body; a known error is one or two lines on stderr, a traceback only with --debug."""
-    from calibflow.errors import guarded
+    from calibflow.errors import guarded, os_brief
     from calibflow.flows.checkout_lock import CheckoutBusy
     from calibflow.flows.dvc_stages import StageFailed
     from calibflow.flows.server import PortTaken, ServerFailed
     from calibflow.pipeline.params_schema import ParamsError
 
     told = (UserError, ParamsError, CheckoutBusy, PortTaken)
-    return guarded(fn, {told: 2, ServerFailed: 1, StageFailed: stage_failed, RunFailed: _run_failed})
+    return guarded(
+        fn, {told: 2, ServerFailed: 1, StageFailed: stage_failed, RunFailed: _run_failed, OSError: os_brief}
+    )
 
 
 class RunFailed(Exception):
@@ -137,6 +139,12 @@ def check_targets(root: Path, targets: list[str]) -> None:
         close = difflib.get_close_matches(t, names + sorted(groups), n=1)
         hint = f"did you mean {close[0]}?" if close else "`dvc stage list` shows them"
         raise UserError(f"unknown stage {t!r} in dvc.yaml ({hint})")
+
+
+def check_port(port: int) -> None:
+    """A port outside 1-65535 is one line, not the socket library's OverflowError."""
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port} is not a TCP port: use 1-65535 (default 4200)")
 
 
 def check_cron(cron: str) -> None:
@@ -304,11 +312,13 @@ def _run(
     from calibflow.pipeline.params_schema import load_and_validate
 
     # Everything a user can get wrong is checked here, before any server or stage starts.
+    check_port(port)
     if params_file:
         pf = Path(params_file)
         params_file = str(pf if pf.is_absolute() else Path.cwd() / pf)
     if not params_file:
-        require_project(root)
+        require_project(root)  # outside a project: how to make one, before what the folder lacks
+    check_writable(root, ".prefect")
     check_source_paths(load_and_validate(params_file or root / "params.yaml"))
     if targets:
         check_targets(root, targets)
@@ -403,6 +413,7 @@ def serve(
 
     def body() -> dict[str, Any]:
         check_cron(cron)
+        check_port(port)
         try:
             params = json.loads(parameters)
         except json.JSONDecodeError as exc:
@@ -414,6 +425,7 @@ def serve(
         # checked now whatever --parameters says; every served run checks them again before its stages
         root = Path(params.get("root") or project_root())
         require_project(root)
+        check_writable(root, ".prefect")
         load_and_validate(root / (params.get("params_file") or "params.yaml"))
         return params
 
@@ -489,7 +501,12 @@ def server_start(
 ) -> None:
     from calibflow.flows import server as srv
 
-    url = _friendly(lambda: srv.start(port, ui=ui))
+    def body() -> str:
+        check_port(port)
+        check_writable(project_root(), ".prefect", dvc=False)  # the server's database lives there
+        return srv.start(port, ui=ui)
+
+    url = _friendly(body)
     where = f"; UI at {srv.ui_url(port)}" if ui else ""
     typer.echo(f"Prefect server healthy at {url}{where}")
 
@@ -564,7 +581,7 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     from calibflow.pipeline.params_schema import load_and_validate
 
     root = project_root()
-    _friendly(lambda: (require_project(root), load_and_validate(root / "params.yaml")))
+    _friendly(lambda: (require_project(root), check_writable(root), load_and_validate(root / "params.yaml")))
     cmd = [sys.executable, "-m", "dvc", "repro", *args]
     return subprocess.run(cmd, cwd=root, env=stage_env(), capture_output=quiet).returncode
 
@@ -576,5 +593,22 @@ _register_scale(app)
 from calibflow.flows.cli_export import register as _register_export  # noqa: E402, I001  (export)
 _register_export(app)
 
+
+
+def main() -> None:
+    """The ``calibflow`` command: ``app`` with any OS error at the project level (a read-only folder, a
+    full disk, a permission denied, a missing ``.dvc``) told in one line naming the path and what to do,
+    whichever command met it (``--debug`` or ``CALIBFLOW_DEBUG=1``: the traceback)."""
+    from calibflow.errors import debugging, os_fix
+
+    try:
+        app()
+    except OSError as exc:
+        if debugging() or "--debug" in sys.argv[1:]:
+            raise
+        print(f"error: {os_fix(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -6,8 +6,10 @@ Registered in calibflow/flows/cli.py with ``app.add_typer(monitor_app, name="mon
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -27,11 +29,27 @@ def _run_now(
     start: str | None = None,
 ) -> None:
     """One flow run; prints each source's lines; exit 1 when a source failed or refused a file."""
-    from calibflow.flows.monitor import monitor
+    from calibflow.flows import check_writable
     from calibflow.flows.project import outside_message
 
-    if message := outside_message(project_root()):  # before any log or file is written there
+    if message := outside_message(project_root()):  # before any log, file or server is made there
         fail(ValueError(message))
+    try:  # a read-only project, a full disk: one line before any server starts
+        check_writable(project_root(), ".prefect")
+    except OSError as exc:
+        from calibflow.errors import os_brief
+
+        fail(exc, os_brief)
+    proc, url = _api()  # before Prefect is imported: its own ephemeral server would outlive a kill -9
+    from calibflow.flows.monitor import monitor
+
+    if proc is not None:
+        from calibflow.flows import server as srv
+
+        try:
+            srv.wait_temporary(proc, url)
+        except RuntimeError as exc:  # ServerFailed: one line
+            fail(exc)
     runlog.open_run_log(project_root(), "monitor")
     try:
         out = monitor(
@@ -54,6 +72,21 @@ def _run_now(
         typer.echo(f"error: {line}", err=True)
     if problems:
         raise typer.Exit(1)
+
+
+def _api() -> tuple[Any, str | None]:
+    """The API the flow reports to: $PREFECT_API_URL, this project's server if up, else a temporary one of
+    ours (``server.spawn_temporary``: it dies with this process, ``kill -9`` included; Prefect's own
+    ephemeral server does not)."""
+    from calibflow.flows import server as srv
+
+    url = os.environ.get("PREFECT_API_URL")
+    if url:
+        return None, url
+    if srv.ours(srv.DEFAULT_PORT):
+        os.environ["PREFECT_API_URL"] = srv.api_url(srv.DEFAULT_PORT)
+        return None, os.environ["PREFECT_API_URL"]
+    return srv.spawn_temporary()
 
 
 @monitor_app.command("run")
@@ -121,7 +154,9 @@ def rollback(
     try:
         if not state.exists():
             raise ValueError(f"source {source!r} has no monitor state ({state}): nothing to roll back")
-        n = len(json.loads(state.read_text())["versions"])
+        from calibflow.io import MAX_STATE_BYTES, read_bounded
+
+        n = len(json.loads(read_bounded(state, MAX_STATE_BYTES, "the monitor state"))["versions"])
         if not 1 <= to_version <= n:
             raise ValueError(f"source {source!r} has versions 1..{n}, not {to_version}")
         if (project_root() / ".git").exists() and registry.registered(project_root(), source):
@@ -161,9 +196,9 @@ def add_monitor_source(params_path: Path, name: str) -> None:
 
     Edits the flow list (``sources: [a, b]``) or appends a ``monitor:`` section; anything else (a block
     list) is refused with the line to add by hand. The result is re-read: nothing else may change."""
-    from calibflow.io import write_text
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded, write_text
 
-    text = params_path.read_text(encoding="utf-8")
+    text = read_bounded(params_path, MAX_PARAMS_BYTES, "a params file")
     before = yaml.safe_load(text) or {}
     have = list((before.get("monitor") or {}).get("sources") or [])
     if name in have:

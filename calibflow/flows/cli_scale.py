@@ -18,7 +18,13 @@ import typer
 
 from calibflow.errors import guarded, input_errors
 
-DEFAULT_METHODS = "platt,temperature,beta,spline,isotonic,histogram,bbq"
+
+def __getattr__(name: str):
+    if name == "DEFAULT_METHODS":  # the classes marked ``scale_default``, comma-separated
+        from calibflow.calibrators import scale_default_methods
+
+        return ",".join(scale_default_methods())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_out(out: Path, methods: list[str]) -> None:
@@ -27,19 +33,28 @@ def _check_out(out: Path, methods: list[str]) -> None:
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for <method>.json and fit.json")
+    from calibflow.flows import check_writable
+
+    # read-only, full: one line before the pass; ``out`` itself is created only by a fit that succeeds
+    nearest = next((p for p in (out, *out.absolute().parents) if p.is_dir()), Path("."))
+    check_writable(nearest, ".", dvc=False)
     for name in (*methods, "fit"):
         remove_stale_temps(out / f"{name}.json")
 
 
-def _summary(record: dict[str, Any]) -> str:
+def _summary(record: dict[str, Any], weight: str | None = None) -> str:
+    """The lines a person reads: rows as a count or a weight sum with its unit, a ratio with no positives
+    to divide by as ``n/a`` and why."""
+    from calibflow.report._format import fmt_ratio, fmt_rows
+
     if "test" not in record:
-        return f"fitted {', '.join(record['methods'] or [])} on {record['calib']['rows']:,.0f} rows"
-    lines = [f"test: {record['test']['rows']:,.0f} rows; log loss [95% CI], calibration ratio, ECE"]
+        return f"fitted {', '.join(record['methods'] or [])} on {fmt_rows(record['calib']['rows'], weight)}"
+    lines = [f"test: {fmt_rows(record['test']['rows'], weight)}; log loss [95% CI], calibration ratio, ECE"]
     rows = {"uncalibrated": record["uncalibrated"], **record["methods"]}
     for name, r in rows.items():
         lo, hi = r["ci"]["log_loss"]
-        ratio, ece = r["calibration_ratio"], r["ece"]
-        lines.append(f"  {name:<14} {r['log_loss']:.5f} [{lo:.5f}, {hi:.5f}]  {ratio:.4f}  {ece:.5f}")
+        ratio = fmt_ratio(r["calibration_ratio"], r.get("positives"), "no positives in the test rows")
+        lines.append(f"  {name:<14} {r['log_loss']:.5f} [{lo:.5f}, {hi:.5f}]  {ratio}  {r['ece']:.5f}")
     return "\n".join(lines)
 
 
@@ -49,7 +64,9 @@ def fit(
     score: str = typer.Option(..., "--score", help="The column holding your model's score."),
     label: str = typer.Option(..., "--label", help="The 0/1 outcome column."),
     out: Path = typer.Option(..., "--out", help="Folder for <method>.json and fit.json."),
-    methods: str = typer.Option(DEFAULT_METHODS, "--methods", help="Comma-separated calibrators."),
+    methods: str = typer.Option(
+        None, "--methods", help="Comma-separated calibrators (default: those marked scale_default)."
+    ),
     score_kind: str = typer.Option("probability", "--score-kind", help="probability | logit"),
     segment: list[str] = typer.Option(None, "--segment", help="Segment column (repeatable)."),
     weight: str = typer.Option(None, "--weight", help="Frequency-weight column for the fit."),
@@ -62,8 +79,9 @@ def fit(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Fit and evaluate calibrators from one streaming pass over Parquet files (1e8+ rows, bounded memory)."""
-    from calibflow.calibrators import available
+    from calibflow.calibrators import available, scale_default_methods
 
+    methods = methods if methods is not None else ",".join(scale_default_methods())
     names = [m.strip() for m in methods.split(",") if m.strip()]
 
     def run() -> dict[str, Any]:
@@ -79,7 +97,7 @@ def fit(
                          replicates, seed, engine=engine, dask_address=dask_address)
 
     record = guarded(run, input_errors(), debug)
-    typer.echo(_summary(record))
+    typer.echo(_summary(record, weight))
     typer.echo(f"wrote {len(names)} calibrators and fit.json -> {out}", err=sys.stderr.isatty())
 
 

@@ -64,10 +64,10 @@ def init_source(
     info: dict[str, Any] | None = None,
 ) -> tuple[src.SourceSpec, dict[str, Any]]:
     """Check the declaration and the file (unless ``info`` holds that check), then add it atomically."""
-    from calibflow.io import write_text
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded, write_text
 
     spec = src.parse_source(name, decl)
-    text = params_path.read_text(encoding="utf-8") if params_path.is_file() else ""
+    text = read_bounded(params_path, MAX_PARAMS_BYTES, "a params file") if params_path.is_file() else ""
     current = yaml.safe_load(text) or {}
     existing = current.get("sources") or {}
     if name in existing:

@@ -426,8 +426,10 @@ def run_experiment(
     params, dvc.lock and metrics in a git ref): ``dvc exp show`` lists it, ``dvc exp apply NAME``
     brings its outputs into the workspace. A failed run leaves nothing behind but DVC's log.
     """
-    current = yaml.safe_load((root / "params.yaml").read_text()) or {}
-    wanted = yaml.safe_load(params_file.read_text()) or {}
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded
+
+    current = yaml.safe_load(read_bounded(root / "params.yaml", MAX_PARAMS_BYTES, "a params file")) or {}
+    wanted = yaml.safe_load(read_bounded(params_file, MAX_PARAMS_BYTES, "a params file")) or {}
     overrides = param_overrides(current, wanted)
     argv = [sys.executable, "-m", "dvc", "exp", "run", "--temp"]
     if name:

@@ -27,8 +27,6 @@ from calibflow.pipeline.params_schema import Params, ParamsError, construct, wit
 
 log = logging.getLogger("calibflow.pipeline")
 
-#: Calibrators that need inputs other than (score, label) pairs; the tabular stages skip them.
-SPECIAL_METHODS = frozenset({"vad", "calem", "angular", "mist", "multicalibration", "partial_pooling"})
 #: The row evaluated beside the calibrators: the base model's own probability.
 UNCALIBRATED = "uncalibrated"
 #: The splits of a prepared frame (``prepare.fractions`` names exactly these).
@@ -152,11 +150,29 @@ def load_params(path: str | os.PathLike[str] = "params.yaml") -> Params:
     p = Path(path)
     if not p.is_file():
         raise StageError(f"params file not found: {p}")
-    with p.open(encoding="utf-8") as fh:
-        params = yaml.safe_load(fh) or {}
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded
+
+    try:
+        params = yaml.safe_load(read_bounded(p, MAX_PARAMS_BYTES, "a params file")) or {}
+    except (ValueError, RecursionError) as exc:
+        raise StageError(str(exc) if isinstance(exc, ValueError) else f"{p}: nested too deeply") from None
     if not isinstance(params, dict):
         raise StageError(f"{p}: expected a mapping at the top level, got {type(params).__name__}")
     return as_params(with_paper_profiles(params, p))
+
+
+def special_methods() -> frozenset[str]:
+    """Calibrators that need inputs other than (score, label) pairs (their class's ``needs``); the tabular
+    stages skip them."""
+    from calibflow.calibrators import available
+
+    return frozenset(available("extra"))
+
+
+def __getattr__(name: str):
+    if name == "SPECIAL_METHODS":  # derived from the registry (see special_methods)
+        return special_methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def dataset_names(params: ParamsLike) -> list[str]:
@@ -172,7 +188,7 @@ def dataset_target(params: ParamsLike, name: str) -> str | None:
 
 def methods(params: ParamsLike) -> list[str]:
     ms = [str(m) for m in (as_params(params).calibrate.methods or [])]
-    special = sorted(set(ms) & SPECIAL_METHODS)
+    special = sorted(set(ms) & special_methods())
     if special:
         raise StageError(
             f"params: calibrate.methods lists {special}, which need inputs the tabular stages lack"
@@ -254,6 +270,9 @@ def cli(fn: Callable[[], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
     from calibflow.datasets import DatasetUnavailableError
-    from calibflow.errors import exit_code
+    from calibflow.errors import exit_code, os_brief
 
-    return exit_code(fn, {(StageError, ValueError, FileNotFoundError, DatasetUnavailableError): 1})
+    # an unwritable folder, a full disk: one line naming the path and what to do, not a traceback
+    return exit_code(
+        fn, {(StageError, ValueError, FileNotFoundError, DatasetUnavailableError): 1, OSError: os_brief}
+    )

@@ -41,7 +41,7 @@ from calibflow import monitoring as mon
 from calibflow import monitoring_scale as MS
 from calibflow import monitoring_stream as MST
 from calibflow import sources as S
-from calibflow.io import read_json, write_json, write_text
+from calibflow.io import MAX_STATE_BYTES, read_bounded, read_json, write_json, write_text
 from calibflow.pipeline._common import (
     ParamsLike,
     StageError,
@@ -129,7 +129,8 @@ def source_spec(params: ParamsLike, name: str, root: Path) -> S.SourceSpec:
 
 def initial_state(paths: Paths, champion_path: str | None, score_kind: str) -> mon.MonitorState:
     if paths.state.exists():
-        return mon.MonitorState.from_json(paths.state.read_text(encoding="utf-8"))
+        text = read_bounded(paths.state, MAX_STATE_BYTES, "the monitor state")  # bounded before parsed
+        return mon.MonitorState.from_json(text)
     src = require(champion_path or paths.selected, "initial champion calibrator", "the select stage")
     champ = C.from_json(src.read_text(encoding="utf-8"))
     card = src.with_name("card.json")

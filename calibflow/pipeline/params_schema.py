@@ -57,15 +57,15 @@ class ParamsError(ValueError):
 
 
 def _default_segmented() -> tuple[str, ...]:
-    from calibflow.segments import DEFAULT_SEGMENTED_METHODS  # lazy, as the registries below
+    from calibflow.calibrators import default_segmented_methods  # lazy, as the registries below
 
-    return DEFAULT_SEGMENTED_METHODS
+    return default_segmented_methods()
 
 
 def _segmented_methods() -> tuple[str, ...]:
-    from calibflow.segments import SEGMENTED_METHODS  # lazy, as the registries below
+    from calibflow.calibrators import segmented_methods  # lazy, as the registries below
 
-    return SEGMENTED_METHODS
+    return segmented_methods()
 
 
 def _registry(kind: str) -> list[str]:
@@ -92,14 +92,15 @@ def _check_name(value: str, kind: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan=False: a bound such as ``gt=0`` lets inf through, and nan compares false both ways
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Datasets(_Strict):
     # Empty in a user's own project (`calibflow init`): the built-in datasets are opt-in (--benchmark).
     names: list[str] = Field(default_factory=list)
     targets: dict[str, str] = Field(default_factory=dict)
-    max_rows: int = Field(0, ge=0)
+    max_rows: int = Field(0, ge=0, le=10**12)
 
     @field_validator("names")
     @classmethod
@@ -150,34 +151,42 @@ class Prepare(_Strict):
 class Model(_Strict):
     """The XGBoost base model per dataset (``calibflow.models.train_classifier``, scikit-learn names)."""
 
-    n_estimators: int = Field(200, gt=0)
-    max_depth: int = Field(6, gt=0)
-    learning_rate: float = Field(0.1, gt=0)
+    # Upper bounds: past them XGBoost runs for hours or needs memory no machine has (a depth-d tree holds
+    # up to 2^d nodes); the ranges of XGBoost's own documentation where it gives one.
+    n_estimators: int = Field(200, gt=0, le=100_000)
+    max_depth: int = Field(6, gt=0, le=30)
+    learning_rate: float = Field(0.1, gt=0, le=10)
     subsample: float = Field(0.8, gt=0, le=1)
     colsample_bytree: float = Field(0.8, gt=0, le=1)
-    min_child_weight: float = Field(1, ge=0)
+    min_child_weight: float = Field(1, ge=0, le=1e12)
     tree_method: Literal["hist", "approx", "exact"] = "hist"
-    n_jobs: int = Field(2, gt=0)
+    n_jobs: int = Field(2, gt=0, le=1024)
 
 
 class Replicas(_Strict):
-    n: int = Field(0, ge=0)
+    n: int = Field(0, ge=0, le=1_000)  # each replica is a full base model
     scheme: Literal["seeds", "bootstrap"] = "seeds"
 
 
-#: Every registered method that needs only (score, label); the others (vad, calem, angular, mist, ...)
-#: need inputs the tabular stages lack. Not ``bbq`` (issue 36): higher held-out log loss than probcal's BBQ
-#: in 14 of 18 runs (benchmarks/bbq_peer.py, docs/benchmarks/segments.md); name it to fit it.
-DEFAULT_METHODS = (
-    "beta", "centered_isotonic", "gamma", "gaussian", "histogram", "isotonic", "minmax", "platt",
-    "quadratic", "scaling_binning", "sigmoid", "spline", "temperature", "venn_abers",
-)
-#: The standard methods left out of ``DEFAULT_METHODS``, each with why (they still fit when named).
-OUT_OF_DEFAULTS = {"bbq": "higher held-out log loss than probcal's BBQ in 14 of 18 runs (issue 36)"}
+def _default_methods() -> tuple[str, ...]:
+    """The default ``calibrate.methods``: the (score, label) methods whose class is a default candidate."""
+    from calibflow.calibrators import default_methods
+
+    return default_methods()
+
+
+def __getattr__(name: str):
+    if name == "DEFAULT_METHODS":  # derived from the registry (see _default_methods)
+        return _default_methods()
+    if name == "OUT_OF_DEFAULTS":  # the (score, label) methods kept out of the defaults, with why
+        from calibflow.calibrators import out_of_defaults
+
+        return out_of_defaults("scores")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Calibrate(_Strict):
-    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
+    methods: list[str] = Field(default_factory=lambda: list(_default_methods()), min_length=1)
     # what the calibrators receive: the base model's margin (logit)
     input: Literal["logit", "probability", "score"] = "logit"
     # per-method constructor arguments, e.g. {histogram: {n_bins: 15}}
@@ -217,8 +226,10 @@ class Calibrate(_Strict):
 
 def _check_options(method: str, opts: dict[str, Any]) -> None:
     """Option names against the method's constructor (``input`` is calibrate.input's), then the values
-    by building the calibrator (``calibrators.make``); an unknown one gets a did-you-mean."""
-    from calibflow.calibrators import get_class, make
+    by building the calibrator (``calibrators.make``, which checks each numeric option against the
+    class's own ``_bounds``: the schema and the class cannot disagree), then the memory the sizes need
+    against the machine's; an unknown name gets a did-you-mean."""
+    from calibflow.calibrators import get_class, make, memory_estimate
 
     allowed = sorted(set(get_class(method)().get_params(deep=False)) - {"input"})
     for key in opts:
@@ -227,7 +238,25 @@ def _check_options(method: str, opts: dict[str, Any]) -> None:
             known = ", ".join(allowed) or "none"
             hint = f"did you mean {close[0]}?" if close else f"options of {method}: {known}"
             raise ValueError(f"calibrate.options.{method}.{key}: not an option of {method} ({hint})")
+    cls = get_class(method)
+    for key, value in opts.items():  # the class's own ranges (``_bounds``), named by their key here
+        bound = cls._bounds.get(key)
+        if bound is not None and not bound.ok(value):
+            raise ValueError(f"{method}.{key} must be {bound.text()}, got {str(value)[:40]!r}")
     make(method, **opts)
+    need, have = memory_estimate(get_class(method), opts), machine_memory()
+    if have and need > have:
+        raise ValueError(
+            f"calibrate.options.{method}: these sizes need about {need / 2**30:.1f} GiB, more than this "
+            f"machine's {have / 2**30:.1f} GiB; lower them"
+        )
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the physical memory, or a smaller cgroup limit; 0 if unknown."""
+    from calibflow.io import machine_memory as mem
+
+    return mem()
 
 
 class Evaluate(_Strict):
@@ -272,7 +301,7 @@ class Reproduce(BaseModel):
 
 
 class Validate(_Strict):
-    min_class_count: int = Field(10, ge=1)
+    min_class_count: int = Field(10, ge=1, le=10**12)
 
 
 class Select(_Strict):
@@ -470,8 +499,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read_yaml(p: Path) -> Any:
     """A YAML file's contents; a key written twice or broken YAML is a ``ParamsError`` naming the file."""
+    from calibflow.io import MAX_PARAMS_BYTES, read_bounded
+
     try:
-        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        text = read_bounded(p, MAX_PARAMS_BYTES, "a params file")  # bounded before it is parsed
+    except ValueError as exc:
+        raise ParamsError(str(exc)) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except RecursionError:
+        raise ParamsError(f"{p}: nested too deeply to be a params file") from None
     except DuplicateKey as exc:
         raise ParamsError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -515,7 +552,8 @@ def load_and_validate(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ParamsError(f"params file not found: {p} (give a path to a YAML file like params.yaml)")
-    data = with_paper_profiles(_read_yaml(p), p)
+    raw = _read_yaml(p)
+    data = with_paper_profiles({} if raw is None else raw, p)  # an empty file: the schema says what's missing
     try:
         model = validate_params(data)  # a user project's params.yaml states only what it changes
     except ParamsError as exc:

@@ -52,3 +52,30 @@ def fmt_sig(v: Any, sig: int = 3, signed: bool = False) -> str:
             decimals = max(decimals - 1, 0)
         return f"{x:{plus}.{decimals}f}"
     return f"{x:{plus}.{sig - 1}e}"
+
+
+def fmt_rows(total: Any, weight: str | None = None) -> str:
+    """How many rows a number stands for, for a person: ``1,234 rows`` when it counts rows; a weight sum
+    when a weight column gave it, with that column as the unit (``weight sum 1.00e-300 (column 'w')``):
+    never ``0 rows`` for tiny weights nor a 300-digit count for huge ones."""
+    if total is None or isinstance(total, bool) or not isinstance(total, int | float):
+        return "– rows"
+    x = float(total)
+    if weight is None and math.isfinite(x) and x.is_integer() and 0 <= x < 1e15:
+        return f"{int(x):,} rows"
+    unit = f" (column {weight!r})" if weight else " (sum of the row weights)"
+    return f"weight sum {fmt_sig(x)}{unit}"
+
+
+def fmt_ratio(value: Any, denominator: Any, reason: str, digits: int = 4) -> str:
+    """A ratio, or ``n/a (reason)`` where its denominator is zero or missing (never a bare ``nan``)."""
+    if (
+        denominator is None
+        or not isinstance(denominator, int | float)
+        or not math.isfinite(float(denominator))
+        or float(denominator) <= 0
+    ):
+        return f"n/a ({reason})"
+    if value is None or not isinstance(value, int | float) or not math.isfinite(float(value)):
+        return f"n/a ({reason})"
+    return f"{float(value):.{digits}f}"
