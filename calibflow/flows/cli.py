@@ -295,6 +295,10 @@ def _run(
 
         if project.uses_code_stamp(root):  # a user project: its stages depend on the installed calibflow
             project.write_code_stamp(root)
+            if not params_file:  # sources added by hand may need the other shape (fetch and train, or not)
+                shape = project.sync_dvc_yaml(root)
+                if shape:
+                    typer.echo(f"calibflow run: rewrote {shape}", err=True)
         if not (params_file or pull or push or commit):
             # Nothing stale: DVC's status is the answer; no Prefect server, no flow run (about 1 s, not 7+).
             fresh = up_to_date(root, targets)

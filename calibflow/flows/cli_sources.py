@@ -162,6 +162,12 @@ def init(
         spec, info = init_source(params_file, nm, decl, info)
         if created is not None:
             typer.echo(f"new calibflow project in {created.folder}: {', '.join(created.ran + created.wrote)}")
+        if params_file.name == "params.yaml" and (base / "dvc.yaml").is_file():
+            from calibflow.flows import project
+
+            shape = project.sync_dvc_yaml(base)
+            if shape and created is None:
+                typer.echo(f"rewrote {shape}")
         if monitor:  # the daily monitor (docs/monitoring.md)
             from calibflow.flows.cli_monitor import add_monitor_source
 

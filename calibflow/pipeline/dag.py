@@ -196,6 +196,7 @@ STAGES: tuple[Stage, ...] = (
             "metrics",
             "plots/reliability",
             "plots/histograms",
+            "data/sources",
         ),
         paper_deps=("reports/reproductions", "reports/pages"),
         params=("*",),

@@ -57,7 +57,7 @@ def test_init_makes_an_empty_folder_a_project_and_adds_sources(tmp_path):
     assert res.exit_code == 0, res.output
     assert "new calibflow project" in res.output
     assert (tmp_path / ".git").is_dir() and (tmp_path / ".dvc").is_dir()
-    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml()
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=True)
     assert "__pycache__/" in (tmp_path / ".dvcignore").read_text().splitlines()
     stamp = json.loads((tmp_path / ".calibflow/code.json").read_text())
     assert stamp == project.code_stamp() and len(stamp["sha256"]) == 64
@@ -75,7 +75,7 @@ def test_init_makes_an_empty_folder_a_project_and_adds_sources(tmp_path):
     assert list(yaml.safe_load(after)["sources"]) == ["ads", "search"]
     block = re.search(r"\n  search:\n(    .*\n)+", after).group(0)
     assert after.replace(block, "\n", 1) == before  # only the new source's lines were added
-    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml()
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=True)
 
 
 def test_init_refused_leaves_the_folder_as_it_was(tmp_path):
