@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 
+import pandas as pd
 import pytest
 import yaml
 from helpers.dvc_repo import REPO
@@ -107,3 +108,51 @@ def test_the_declared_order_is_what_dvc_plans(tmp_path, scores):
     planned = [s.name for s in dvc_stages.plan(tmp_path)]
     assert planned == [f"{n}@{k}" if k else n for n, k in dag.order(params)]
     assert ("train" in planned) is not scores
+
+
+@pytest.mark.parametrize("threshold", [10**9, 1000])  # rows, and the streamed source (tables, no rows file)
+def test_prepare_predictions_writes_what_train_wrote(tmp_path, threshold):
+    """The score shape's ``prepare --predictions`` and the full shape's train give the same files."""
+    from helpers.source_data import scores_frame, write
+    from helpers.sources_pipeline import source_params
+
+    from calibflow.pipeline import fetch, fingerprint, prepare, train, validate
+
+    roots = {shape: tmp_path / shape for shape in ("full", "scores")}
+    for root in roots.values():
+        write(scores_frame(n=3000, days=30, seed=7), "parquet", root / "userdata")
+    params = source_params("userdata/scores.parquet", with_features=False)
+    params["scale"] = {**(params.get("scale") or {}), "row_threshold": threshold}
+    assert dag.scores_only(params)
+    full, scores = roots["full"], roots["scores"]
+    for root in roots.values():
+        fingerprint.run("ads", params, root)
+    fetch.run(params, full)
+    validate.run("raw", params, full)
+    prepare.run(params, full)
+    train.run(params, full)
+    validate.run("raw", params, scores)
+    prepare.run(params, scores, predictions=True)
+
+    assert not (scores / "data/raw").exists() and not (scores / "data/models").exists()
+    files = sorted(p.relative_to(full / "data/predictions") for p in (full / "data/predictions").rglob("*"))
+    assert files and files == sorted(
+        p.relative_to(scores / "data/predictions") for p in (scores / "data/predictions").rglob("*")
+    )
+    for f in files:
+        a, b = full / "data/predictions" / f, scores / "data/predictions" / f
+        if f.suffix == ".parquet":
+            pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+        else:
+            assert a.read_bytes() == b.read_bytes()
+    assert (full / "metrics/train.json").read_text() == (scores / "metrics/train.json").read_text()
+
+
+def test_prepare_predictions_refuses_a_source_that_needs_a_model(tmp_path):
+    from calibflow.pipeline import _scores
+    from calibflow.pipeline._common import StageError, as_params
+
+    params = copy.deepcopy(SCORE_PARAMS)
+    params["sources"]["feat"] = {"path": "f.parquet", "label": "y", "features": ["x"]}
+    with pytest.raises(StageError, match="feat need.* a trained model.*no train stage"):
+        _scores.write_all(as_params(params), tmp_path)
