@@ -28,7 +28,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from calibflow.calibrators.base import SCORE_KINDS
+from calibflow._validation import SCORE_KINDS
 from calibflow.metrics import expit, logit
 
 SPLIT_KINDS = ("random", "time")

@@ -30,6 +30,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from calibflow._validation import (
+    SCORE_KINDS,
     as_1d_float,
     check_labels,
     check_scores,
@@ -42,12 +43,9 @@ SCHEMA_VERSION = 1
 DEFAULT_INPUT = "score"  # the one default of ``input`` for every fit(scores, y) calibrator
 _EPS = 1e-12
 _REGISTRY: dict[str, type[BaseCalibrator]] = {}
-
-
-# The scale of the user's own score column, recorded in a saved calibrator so that whoever applies it
-# converts the same way it was fitted (calibflow.sources.calibrate_scores); ``input`` is the calibrator's
-# own side.
-SCORE_KINDS = ("probability", "logit", "score")
+# SCORE_KINDS (calibflow._validation): the scale of the user's own score column, recorded in a saved
+# calibrator so that whoever applies it converts the same way it was fitted
+# (calibflow.sources.calibrate_scores); ``input`` is the calibrator's own side.
 
 
 def register(name: str):

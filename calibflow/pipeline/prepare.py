@@ -24,7 +24,7 @@ from calibflow import datasets, timesplit
 from calibflow import sources as src
 from calibflow.datasets._loaders import _design
 from calibflow.io import write_json
-from calibflow.pipeline import _aggregate, _scores, _sources, _streaming
+from calibflow.pipeline import _scores, _sources, _streaming
 from calibflow.pipeline._common import (
     FEATURE_PREFIX,
     SPLITS,
@@ -192,11 +192,11 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".", predictions: boo
             log.info(
                 "prepared %s: %s rows, %s features, %s", name, rec["n_rows"], rec["n_features"], rec["counts"]
             )
-        threshold = _aggregate.scale_config(params).row_threshold
+        threshold = _streaming.scale_config(params).row_threshold
         for name, spec in specs.items():
             if _streaming.streams(spec, threshold):  # one DuckDB pass to tables: no rows reach pandas
                 input_kind = str(params.calibrate.input)
-                scale = _aggregate.scale_config(params)
+                scale = _streaming.scale_config(params)
                 rec = _streaming.prepare_record(spec, int(params.seed), tmp, input_kind, scale)
                 record["datasets"][name] = rec
                 log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])

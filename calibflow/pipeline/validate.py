@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from calibflow.datasets import RAW_SPECS
 from calibflow.io import write_json
-from calibflow.pipeline import _aggregate, _sources, _streaming
+from calibflow.pipeline import _sources, _streaming
 from calibflow.pipeline._common import (
     PHASES,
     SPLITS,
@@ -376,6 +376,7 @@ def _calibrated_table_suite(
     (a map that breaks order or leaves [0, 1] does so at some group's mean), and the headline metrics."""
     from calibflow.aggregate import diagnostics as agg_diag
     from calibflow.aggregate import metrics_from_table
+    from calibflow.pipeline import _aggregate  # the table path only: its fits and numba kernels
 
     text = require(lay.calibrated_method(method) / f"{name}.json", "calibrator", f"calibrate@{method}")
     input_kind = str(params.calibrate.input)
@@ -408,7 +409,7 @@ def _source_suites(phase: str, params: Params, lay: Layout):
     suites: list[tuple[str, pd.DataFrame, list[Any]]] = []
     explain: dict[str, Any] = {}
     specs = _sources.specs(params, lay.root)
-    threshold = _aggregate.scale_config(params).row_threshold
+    threshold = _streaming.scale_config(params).row_threshold
     if phase == "raw":
         for name, spec in specs.items():
             if _streaming.streams(spec, threshold):  # one DuckDB scan; GX on its counts
