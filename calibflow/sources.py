@@ -440,6 +440,11 @@ def quote_ident(col: str) -> str:
     return '"' + str(col).replace('"', '""') + '"'
 
 
+def quote_literal(value: object) -> str:
+    """A value as a SQL string literal (a quote inside it doubled): a user's text never becomes SQL."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _project(spec: SourceSpec, columns: Sequence[str], where: str | None, con) -> duckdb.DuckDBPyRelation:
     rel = relation(spec, con)
     check_columns(spec, rel.columns, columns)
