@@ -181,21 +181,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=float, nargs="+", default=[1e5])
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--peer-ref", default="main", help="git ref of the previous code (the peer)")
+    parser.add_argument("--ref", default=None, help="git ref of this code (default: the installed calibflow)")
     parser.add_argument("--breakdown", action="store_true", help="also time each stage module's import")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="calibflow-user-project-") as tmp:
         work = Path(tmp)
         peer = None if args.no_peer else _peer_tree(args.peer_ref, work)
+        this = None if args.ref is None else _peer_tree(args.ref, work)
+        codes = (("this", this), *(() if peer is None else ((args.peer_ref, peer),)))
         if args.breakdown:
-            for who, tree in (("this", None), *(() if peer is None else ((args.peer_ref, peer),))):
+            for who, tree in codes:
                 print(json.dumps({"imports": who, **import_costs(tree)}), flush=True)
         for rows in args.rows:
             n = int(rows)
             data = work / f"scores-{n}.parquet"
             frame(n).to_parquet(data, index=False)
             results = []
-            for who, tree in (("this", None), *(() if peer is None else ((args.peer_ref, peer),))):
+            for who, tree in codes:
                 results.append({"rows": n, "code": who, **measure(data, work, f"{who}-{n}", tree)})
                 print(json.dumps(results[-1]), flush=True)
             if len(results) == 2:
