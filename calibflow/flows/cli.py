@@ -284,6 +284,8 @@ def _run(
     if params_file:
         pf = Path(params_file)
         params_file = str(pf if pf.is_absolute() else Path.cwd() / pf)
+    elif not (targets or pull or push or commit) and _answered_from_status(root, targets, wait):
+        return
     load_and_validate(params_file or root / "params.yaml")
     if targets:
         check_targets(root, targets)
@@ -299,14 +301,6 @@ def _run(
                 shape = project.sync_dvc_yaml(root)
                 if shape:
                     typer.echo(f"calibflow run: rewrote {shape}", err=True)
-        if not (params_file or pull or push or commit):
-            # Nothing stale: DVC's status is the answer; no Prefect server, no flow run (about 1 s, not 7+).
-            fresh = up_to_date(root, targets)
-            if fresh is not None:
-                typer.echo(
-                    f"calibflow run: all {fresh} stage(s) up to date, nothing ran; report: {root / REPORT}"
-                )
-                return
         proc, url = _use_server(port)
         _ready(proc, url)
         watch = _guard_run(url)
@@ -342,6 +336,30 @@ def _run(
     typer.echo(
         f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {root / REPORT}{rev}"
     )
+
+
+def _answered_from_status(root: Path, targets: list[str], wait: bool) -> bool:
+    """A no-op run: when DVC says nothing is stale, say so and start no Prefect server and no flow run.
+
+    Before the params check on purpose: nothing stale means params.yaml (every stage of a project depends
+    on it, the report on all of it) and the code are those of the last run that passed that check, so only
+    the check's imports (the calibrator registry) would be paid. Anything unexpected (a dvc.yaml DVC cannot
+    read, an unknown target) goes the ordinary way, which explains it.
+    """
+    from calibflow.flows import project
+    from calibflow.flows.checkout_lock import checkout_lock
+
+    with checkout_lock(root, wait=wait):
+        if project.uses_code_stamp(root):  # a new calibflow makes every stage stale
+            project.write_code_stamp(root)
+        try:
+            fresh = up_to_date(root, targets)
+        except Exception:  # noqa: BLE001  (the ordinary path reports it in a line)
+            return False
+    if fresh is None:
+        return False
+    typer.echo(f"calibflow run: all {fresh} stage(s) up to date, nothing ran; report: {root / REPORT}")
+    return True
 
 
 def up_to_date(root: Path, targets: list[str]) -> int | None:

@@ -145,12 +145,16 @@ def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monke
     def no_server(port: int):
         raise AssertionError("a no-op run started a Prefect server")
 
+    def not_needed(path):
+        raise AssertionError("a no-op run validated params.yaml (the last run did)")
+
     monkeypatch.setenv("CALIBFLOW_ROOT", str(toy))
-    monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", lambda path: {})
+    monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", not_needed)
     monkeypatch.setattr(cli, "_use_server", no_server)
     res = CliRunner().invoke(cli.app, ["run", "-q"])
     assert res.exit_code == 0, res.output
     assert "all 4 stage(s) up to date, nothing ran" in res.output
+    monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", lambda path: {})
 
     # a stale stage is no answer from status: the run goes on to the server (refused here)
     (toy / "params.yaml").write_text("scale: 2\nfail: none\n")
