@@ -16,20 +16,23 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
 
-from calibflow import source_checks
-from calibflow import sources as src
 from calibflow.errors import guarded, input_errors
+
+if TYPE_CHECKING:  # imported where used: `calibflow run` registers these commands without DuckDB's import
+    from calibflow import sources as src
 
 # ----------------------------------------------------------------------------------------------- init
 
 
 def inspect(spec: src.SourceSpec) -> dict[str, Any]:
     """Columns and types, rows, label balance, time and score range of a declared source (checked)."""
+    from calibflow import source_checks
+
     return source_checks.inspect_source(spec, spec.score_kind, spec.time_format)
 
 
@@ -64,6 +67,7 @@ def init_source(
     info: dict[str, Any] | None = None,
 ) -> tuple[src.SourceSpec, dict[str, Any]]:
     """Check the declaration and the file (unless ``info`` holds that check), then add it atomically."""
+    from calibflow import sources as src
     from calibflow.io import write_text
 
     spec = src.parse_source(name, decl)
@@ -132,6 +136,9 @@ def init(
     """Declare a file of yours as a calibflow source (a new folder becomes a project); print what's next."""
 
     def go() -> None:
+        from calibflow import source_checks
+        from calibflow import sources as src
+
         base = params_file.resolve().parent
         decl: dict[str, Any] = {"path": _relpath(data, base), "label": label}
         if positive is not None:
