@@ -1,15 +1,22 @@
-"""Time from ``calibflow init`` to ``models/<name>/calibrator.json`` in a user project.
+"""Time from ``calibflow init`` to ``models/<name>/calibrator.json`` in a user project, with its breakdown.
 
-An 80k-row Parquet score source (tests/helpers/source_data.scores_frame: 30 days, a segment, a miscalibrated
-probability) in an empty folder: ``git init``, then timed ``calibflow init ... --name ads`` and
-``calibflow run -q`` until the calibrator exists. Wall time and the CPU time of every child process
-(Prefect server, DVC, stage processes), and the load average, since the machine may be shared.
+A score source in the shape real logs have (``frame``: 30 days, a 200-value string segment ``site`` with a few
+null values, float64 scores of a miscalibrated model, a base rate near 1%), written as Parquet into an empty
+folder: ``git init``, then timed ``calibflow init ... --name ads`` and ``calibflow run`` until the calibrator
+exists. Wall time and the CPU time of every child process (Prefect server, DVC, stage processes), and the load
+average, since the machine may be shared. Then a no-op ``calibflow run`` (nothing stale) and a run after a
+change of ``evaluate``'s params (which stages rerun).
 
-Peer, same run, same data: the same project with the benchmark's layout of the calibrate step (one DVC stage
-per method, ``calibrate@<method>``, 15 stages) instead of the template's single ``calibrate`` stage.
-Then a no-op ``calibflow run`` (nothing stale).
+Breakdown (``--breakdown``): each stage's wall time as the flow reports it ("[k/N] stage ... done in X s"),
+beside what a stage process pays before its work: the interpreter's start and the import of its stage module
+(a fresh ``python -c "import calibflow.pipeline.<stage>"``, minus a bare interpreter), and Great Expectations'
+import, which validation pays inside its work. The rest of a run (Prefect's start and flow, DVC's plan) is the
+run's wall minus the stages'.
 
-    python -m benchmarks.user_project [--rows 80000] [--no-peer]
+Peer, same run, same data: the previous code (``--peer-ref``, default ``main``: ``git archive`` of that ref
+put first on ``PYTHONPATH``, so the same interpreter and packages run the old calibflow).
+
+    python -m benchmarks.user_project [--rows 1e5 1e6] [--no-peer] [--peer-ref main] [--breakdown]
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -24,33 +32,65 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PER_METHOD = """  calibrate:
-    matrix:
-      method: ${calibrate.methods}
-    cmd: python -m calibflow.pipeline.calibrate ${item.method}
-    deps:
-      - .calibflow/code.json
-      - data/predictions
-    params:
-      - scale
-      - datasets
-      - sources
-      - calibrate
-    outs:
-      - data/calibrated/${item.method}:
-          persist: true
-"""
+_DONE = re.compile(r"\] (\S+) \.\.\. (?:done|up to date) in ([0-9.]+) s")
+#: Stage modules whose import the breakdown measures (the template's stage commands).
+STAGE_MODULES = (
+    "fingerprint",
+    "fetch",
+    "validate",
+    "prepare",
+    "train",
+    "calibrate",
+    "calibrate_segments",
+    "evaluate",
+    "select",
+    "report",
+)
 
 
-def _cli(folder: Path, *args: str) -> None:
+def frame(n: int, seed: int = 1, days: int = 30, sites: int = 200, nulls: float = 0.001) -> pd.DataFrame:
+    """``n`` rows of a click log: ``date``, ``site`` (``sites`` string values, Zipf-like shares, a share
+    ``nulls`` of them null), ``p_model`` (float64, overconfident), ``clicked`` (0/1, base rate about 1%)."""
+    rng = np.random.default_rng(seed)
+    names = np.array([f"site_{k:03d}" for k in range(sites)], dtype=object)
+    share = 1.0 / np.arange(1, sites + 1) ** 0.8
+    site = names[rng.choice(sites, size=n, p=share / share.sum())]
+    site[rng.random(n) < nulls] = None
+    effect = rng.normal(0.0, 0.3, size=sites)
+    idx = np.searchsorted(names, np.where(site == None, names[0], site).astype(str))  # noqa: E711
+    z = rng.normal(-4.6, 0.9, size=n) + effect[idx]
+    p_true = 1.0 / (1.0 + np.exp(-z))
+    y = (rng.random(n) < p_true).astype(np.int64)
+    p_model = 1.0 / (1.0 + np.exp(-(1.4 * z + 2.2)))
+    day = pd.Timestamp("2026-01-01") + pd.to_timedelta(np.sort(rng.integers(0, days, size=n)), unit="D")
+    return pd.DataFrame({"date": day.date, "site": site, "p_model": p_model.astype(np.float64), "clicked": y})
+
+
+def _env(peer: Path | None) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("CALIBFLOW_ROOT", "PREFECT_API_URL", "PREFECT_HOME")
+    }
+    if peer is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(peer), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _cli(folder: Path, env: dict[str, str], *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "calibflow.flows.cli", *args], cwd=folder, capture_output=True
+        [sys.executable, "-m", "calibflow.flows.cli", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if proc.returncode != 0:
-        raise SystemExit(f"calibflow {args[0]} failed:\n{proc.stderr.decode()[-2000:]}")
+        raise SystemExit(f"calibflow {args[0]} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return proc.stdout + proc.stderr
 
 
 def _cpu() -> float:
@@ -58,86 +98,117 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _per_method(folder: Path) -> None:
-    """The peer layout: replace the template's single calibrate stage by one stage per method."""
-    text = (folder / "dvc.yaml").read_text()
-    start = text.index("  calibrate:\n")
-    end = text.index("\n  evaluate:\n")
-    (folder / "dvc.yaml").write_text(text[:start] + PER_METHOD + text[end:])
-    # DVC expands the matrix from params.yaml itself, so the (default) method list must be stated there
-    from calibflow.pipeline.params_schema import DEFAULT_METHODS as methods
-    params = (folder / "params.yaml").read_text()
-    (folder / "params.yaml").write_text(
-        params.replace("calibrate: {}", f"calibrate: {{methods: [{', '.join(methods)}]}}")
-    )
+def _stages(output: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in _DONE.finditer(output)}
 
 
-def measure(data: Path, work: Path, layout: str) -> dict[str, float | str | int]:
+def measure(data: Path, work: Path, layout: str, peer: Path | None) -> dict[str, object]:
     folder = work / layout
     folder.mkdir()
     (folder / "scores.parquet").symlink_to(data)
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
+    env = _env(peer)
     load0 = os.getloadavg()[0]
     cpu0, t0 = _cpu(), time.time()
-    _cli(
-        folder,
-        "init",
-        "--data",
-        "scores.parquet",
-        "--label",
-        "clicked",
-        "--score",
-        "p_model",
-        "--time",
-        "date",
-        "--segments",
-        "country",
-        "--name",
-        "ads",
-    )
+    init = ["init", "--data", "scores.parquet", "--label", "clicked", "--score", "p_model"]
+    _cli(folder, env, *init, "--time", "date", "--segments", "site", "--name", "ads")
     t_init = time.time() - t0
-    if layout == "per_method":
-        _per_method(folder)
-    _cli(folder, "run", "-q")
+    out = _cli(folder, env, "run")
     seconds = (folder / "models/ads/calibrator.json").stat().st_mtime - t0
     cpu = _cpu() - cpu0
+    run_s = time.time() - t0 - t_init
     t1 = time.time()
-    _cli(folder, "run", "-q")
-    stages = len(yaml.safe_load((folder / "dvc.lock").read_text())["stages"])
+    _cli(folder, env, "run", "-q")
+    noop = time.time() - t1
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    params["evaluate"] = {**(params.get("evaluate") or {}), "n_bins": 12}
+    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    t2 = time.time()
+    rerun = _stages(_cli(folder, env, "run"))
+    stage_s = _stages(out)
     return {
         "layout": layout,
         "init_s": round(t_init, 1),
         "init_to_calibrator_s": round(seconds, 1),
         "cpu_s": round(cpu, 1),
-        "noop_rerun_s": round(time.time() - t1, 1),
+        "stages": len(stage_s),
+        "stage_s": stage_s,
+        "outside_stages_s": round(run_s - sum(stage_s.values()), 1),
+        "noop_rerun_s": round(noop, 2),
+        "evaluate_change_reran": sorted(k for k in rerun),
+        "evaluate_change_s": round(time.time() - t2, 1),
         "load_avg_start": round(load0, 1),
         "load_avg_end": round(os.getloadavg()[0], 1),
-        "stages": stages,
     }
+
+
+def _wall(argv: list[str], env: dict[str, str], reps: int = 3) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def import_costs(peer: Path | None) -> dict[str, float]:
+    """Best-of-3 wall of a fresh interpreter importing each stage module (minus a bare start), and GX."""
+    env = _env(peer)
+    bare = _wall([sys.executable, "-c", "pass"], env)
+    out = {"interpreter": round(bare, 3)}
+    for mod in STAGE_MODULES:
+        code = f"import calibflow.pipeline.{mod}"
+        out[mod] = round(_wall([sys.executable, "-c", code], env) - bare, 3)
+    out["great_expectations"] = round(
+        _wall([sys.executable, "-c", "import great_expectations"], env) - bare, 3
+    )
+    out["prefect+dvc (the flow)"] = round(
+        _wall([sys.executable, "-c", "import calibflow.flows.pipeline, dvc.repo.reproduce"], env) - bare, 3
+    )
+    return out
+
+
+def _peer_tree(ref: str, work: Path) -> Path:
+    dst = work / f"peer-{ref.replace('/', '_')}"
+    dst.mkdir()
+    archive = subprocess.run(["git", "archive", ref, "calibflow"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
+    return dst
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=float, default=80_000)
+    parser.add_argument("--rows", type=float, nargs="+", default=[1e5])
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--peer-ref", default="main", help="git ref of the previous code (the peer)")
+    parser.add_argument("--ref", default=None, help="git ref of this code (default: the installed calibflow)")
+    parser.add_argument("--breakdown", action="store_true", help="also time each stage module's import")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "tests"))
-    from helpers.source_data import scores_frame
 
     with tempfile.TemporaryDirectory(prefix="calibflow-user-project-") as tmp:
         work = Path(tmp)
-        data = work / "scores.parquet"
-        scores_frame(n=int(args.rows), days=30, seed=1).to_parquet(data, index=False)
-        rows = []
-        for layout in ("template",) if args.no_peer else ("template", "per_method"):
-            rows.append(measure(data, work, layout))
-            print(json.dumps(rows[-1]), flush=True)
-        if len(rows) == 2:
-            a, b = rows
-            print(
-                f"template / per-method: wall {a['init_to_calibrator_s'] / b['init_to_calibrator_s']:.2f}x, "
-                f"CPU {a['cpu_s'] / b['cpu_s']:.2f}x"
-            )
+        peer = None if args.no_peer else _peer_tree(args.peer_ref, work)
+        this = None if args.ref is None else _peer_tree(args.ref, work)
+        codes = (("this", this), *(() if peer is None else ((args.peer_ref, peer),)))
+        if args.breakdown:
+            for who, tree in codes:
+                print(json.dumps({"imports": who, **import_costs(tree)}), flush=True)
+        for rows in args.rows:
+            n = int(rows)
+            data = work / f"scores-{n}.parquet"
+            frame(n).to_parquet(data, index=False)
+            results = []
+            for who, tree in codes:
+                results.append({"rows": n, "code": who, **measure(data, work, f"{who}-{n}", tree)})
+                print(json.dumps(results[-1]), flush=True)
+            if len(results) == 2:
+                a, b = results
+                print(
+                    f"{n} rows, this / {args.peer_ref}: "
+                    f"wall {a['init_to_calibrator_s'] / b['init_to_calibrator_s']:.2f}x, "
+                    f"CPU {a['cpu_s'] / b['cpu_s']:.2f}x, no-op {a['noop_rerun_s'] / b['noop_rerun_s']:.2f}x",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

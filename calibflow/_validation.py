@@ -11,6 +11,10 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+#: What a user's score column holds (``score_kind``): the one list, for sources and calibrators alike (here,
+#: away from the calibrators package, so reading a source does not import scikit-learn).
+SCORE_KINDS = ("probability", "logit", "score")
+
 INPUT_KINDS = ("probability", "logit", "score")
 
 

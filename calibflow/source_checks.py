@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 from calibflow import sources as src
-from calibflow.sources import SourceSpec, quote_ident
+from calibflow.sources import SourceSpec, quote_ident, quote_literal
 
 #: Text date formats tried, day-first and month-first side by side (same meaning in DuckDB and pandas).
 TIME_FORMATS = (
@@ -225,7 +225,7 @@ def detect_time_format(spec: SourceSpec, rel, given: str | None = None) -> str:
     q = quote_ident(spec.time)
     iso = f"try_cast({q} AS TIMESTAMP) IS NULL AND try_cast({q} AS TIMESTAMPTZ) IS NULL"
     fmts = [given] if given else [ISO, *TIME_FORMATS]
-    fails = [iso if f == ISO else f"try_strptime({q}, {_lit(f)}) IS NULL" for f in fmts]
+    fails = [iso if f == ISO else f"try_strptime({q}, {quote_literal(f)}) IS NULL" for f in fmts]
     exprs = [f"count(*) FILTER (WHERE {q} IS NOT NULL AND {cond})" for cond in fails]
     # Over the distinct values (a few thousand days), not every row: one cheap pass for all candidates.
     counts = rel.project(q).distinct().aggregate(", ".join(exprs)).fetchall()[0]
@@ -252,11 +252,6 @@ def detect_time_format(spec: SourceSpec, rel, given: str | None = None) -> str:
     return ISO if ISO in ok else ok[0]
 
 
-def _lit(text: str) -> str:
-    """A SQL string literal (a quote inside doubled): a user's --time-format never becomes SQL."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _examples(rel, q: str, cond: str) -> str:
     rows = rel.filter(f"{q} IS NOT NULL AND {cond}").project(q).distinct().limit(3).fetchall()
     return ", ".join(repr(r[0]) for r in rows)
@@ -278,7 +273,8 @@ def time_plan(spec: SourceSpec, rel, dtype: str, given: str | None, con) -> tupl
         fmt = detect_time_format(spec, rel, given)
         if fmt != ISO or given:  # ISO text needs no format: DuckDB and pandas read it one way
             out["time_format"] = fmt
-        return rel, (f"CAST({q} AS TIMESTAMPTZ)" if fmt == ISO else f"strptime({q}, {_lit(fmt)})"), out
+        parsed = f"CAST({q} AS TIMESTAMPTZ)" if fmt == ISO else f"strptime({q}, {quote_literal(fmt)})"
+        return rel, parsed, out
     if _is(dtype, _TEMPORAL):
         if given:
             raise _fail(spec, f"--time-format is for text dates; column {spec.time!r} is {dtype} already")

@@ -28,7 +28,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from calibflow.calibrators.base import SCORE_KINDS
+from calibflow._validation import SCORE_KINDS
 from calibflow.metrics import expit, logit
 
 SPLIT_KINDS = ("random", "time")
@@ -469,6 +469,11 @@ def require_columns(
 def quote_ident(col: str) -> str:
     """A column name as a quoted SQL identifier (a quote inside it doubled)."""
     return '"' + str(col).replace('"', '""') + '"'
+
+
+def quote_literal(value: object) -> str:
+    """A value as a SQL string literal (a quote inside it doubled): a user's text never becomes SQL."""
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _project(spec: SourceSpec, columns: Sequence[str], where: str | None, con) -> duckdb.DuckDBPyRelation:

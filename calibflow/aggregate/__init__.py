@@ -12,17 +12,27 @@ cluster), the fine global table and one coarse (value x cell) table per segment 
 and ``run.tables_for`` what the pipeline's aggregate stages call.
 """
 
-from calibflow.aggregate.fit import fit_from_table, representatives
-from calibflow.aggregate.metrics import metrics_from_table
-from calibflow.aggregate.segments import segment_metrics
-from calibflow.aggregate.table import (
-    BucketGrid,
-    add_replicates,
-    aggregate_duckdb,
-    aggregate_query,
-    aggregate_sql,
-)
-from calibflow.aggregate.tables import Tables, aggregate_files, aggregate_tables
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use: a stage that needs one submodule (``switch``,
+    ``source_stream``) does not pay for the calibrators, numba's kernels and the fits. The import statements
+    stay in this file so the stages' code dependencies (calibflow.flows.stage_deps, static) still see them."""
+    if name in ("fit_from_table", "representatives"):
+        from calibflow.aggregate import fit as module
+    elif name == "metrics_from_table":
+        from calibflow.aggregate import metrics as module
+    elif name == "segment_metrics":
+        from calibflow.aggregate import segments as module
+    elif name in ("BucketGrid", "add_replicates", "aggregate_duckdb", "aggregate_query", "aggregate_sql"):
+        from calibflow.aggregate import table as module
+    elif name in ("Tables", "aggregate_files", "aggregate_tables"):
+        from calibflow.aggregate import tables as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)
+
 
 __all__ = [
     "BucketGrid",

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, Tables, _row_ranges
-from calibflow.sources import SourceSpec, parquet_rows, quote_ident
+from calibflow.sources import SourceSpec, parquet_rows, quote_ident, quote_literal
 
 #: Offending row numbers quoted per failed check.
 EXAMPLES = 5
@@ -90,16 +90,12 @@ def _label_sql(spec: SourceSpec, types: Mapping[str, str]) -> tuple[str, str]:
     if spec.positive is not None:
         pos = spec.positive
         numeric = src.is_numeric_type(types[spec.label]) and isinstance(pos, int | float)
-        hit = f"({lab} = {float(pos)!r})" if numeric else f"(CAST({lab} AS VARCHAR) = {_text(pos)})"
+        hit = f"({lab} = {float(pos)!r})" if numeric else f"(CAST({lab} AS VARCHAR) = {quote_literal(pos)})"
         return f"({lab} IS NOT NULL)", f"coalesce(CAST({hit} AS INTEGER), 0)"
     if types[spec.label].upper() == "BOOLEAN":
         return f"({lab} IS NOT NULL)", f"coalesce(CAST({lab} AS INTEGER), 0)"
     v = f"TRY_CAST({lab} AS DOUBLE)"
     return f"coalesce({v} IN (0, 1), false)", f"coalesce(CAST({v} = 1 AS INTEGER), 0)"
-
-
-def _text(value: Any) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:
@@ -108,7 +104,7 @@ def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:
     if any(k in types[spec.time or ""].upper() for k in ("TIMESTAMP", "DATE")):
         return f"CAST({col} AS TIMESTAMP)"
     if spec.time_format and spec.time_format.upper() != "ISO8601":
-        return f"try_strptime(CAST({col} AS VARCHAR), {_text(spec.time_format)})"
+        return f"try_strptime(CAST({col} AS VARCHAR), {quote_literal(spec.time_format)})"
     return f"TRY_CAST({col} AS TIMESTAMP)"
 
 
@@ -195,8 +191,8 @@ def _split_sql(spec: SourceSpec, types: Mapping[str, str], seed: int, con, from_
     parts, acc = [], 0.0
     for k, f in fractions.items():
         acc += f / total
-        parts.append(f"WHEN {u} < {acc!r} THEN {_text(k)}")
-    sql = "CASE " + " ".join(parts[:-1]) + f" ELSE {_text(list(fractions)[-1])} END"
+        parts.append(f"WHEN {u} < {acc!r} THEN {quote_literal(k)}")
+    sql = "CASE " + " ".join(parts[:-1]) + f" ELSE {quote_literal(list(fractions)[-1])} END"
     return sql, {"kind": "random", "fractions": fractions, "draw": "hash(hash(row) xor seed)"}
 
 
@@ -312,7 +308,7 @@ def split_parts(
     finally:
         con.close()
     names = list(TABLE_SPLITS) + [k for k in (rec.get("fractions") or {"train": 0}) if k not in TABLE_SPLITS]
-    code = " ".join(f"WHEN _split = {_text(k)} THEN {i}" for i, k in enumerate(names))
+    code = " ".join(f"WHEN _split = {quote_literal(k)} THEN {i}" for i, k in enumerate(names))
     code = f"CASE {code} ELSE -1 END"
     _, y01 = _label_sql(spec, types)
     margin, prob = _score_sql(spec)

@@ -34,6 +34,7 @@ from sklearn.exceptions import NotFittedError
 from calibflow._validation import (
     AUTO,
     INPUT_KINDS,
+    SCORE_KINDS,
     as_1d_float,
     check_labels,
     check_scores,
@@ -49,12 +50,9 @@ DEFAULT_INPUT = "auto"  # the one default of ``input`` for every fit(scores, y) 
 EXTRA_DEFAULT_INPUT = "score"
 _EPS = 1e-12
 _REGISTRY: dict[str, type[BaseCalibrator]] = {}
-
-
-# The scale of the user's own score column, recorded in a saved calibrator so that whoever applies it
-# converts the same way it was fitted (calibflow.sources.calibrate_scores); ``input`` is the calibrator's
-# own side.
-SCORE_KINDS = ("probability", "logit", "score")
+# SCORE_KINDS (calibflow._validation): the scale of the user's own score column, recorded in a saved
+# calibrator so that whoever applies it converts the same way it was fitted
+# (calibflow.sources.calibrate_scores); ``input`` is the calibrator's own side.
 
 
 @dataclass(frozen=True)

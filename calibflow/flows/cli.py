@@ -316,9 +316,11 @@ def _run(
     if params_file:
         pf = Path(params_file)
         params_file = str(pf if pf.is_absolute() else Path.cwd() / pf)
-    if not params_file:
+    else:
         require_project(root)  # outside a project: how to make one, before what the folder lacks
     check_writable(root, ".prefect")
+    if not (params_file or targets or pull or push or commit) and _answered_from_status(root, targets, wait):
+        return
     check_source_paths(load_and_validate(params_file or root / "params.yaml"))
     if targets:
         check_targets(root, targets)
@@ -330,6 +332,10 @@ def _run(
 
         if project.uses_code_stamp(root):  # a user project: its stages depend on the installed calibflow
             project.write_code_stamp(root)
+            if not params_file:  # sources added by hand may need the other shape (fetch and train, or not)
+                shape = project.sync_dvc_yaml(root)
+                if shape:
+                    typer.echo(f"calibflow run: rewrote {shape}", err=True)
         proc, url = _use_server(port)
         _ready(proc, url)
         watch = _guard_run(url)
@@ -365,6 +371,38 @@ def _run(
     typer.echo(
         f"calibflow run: {len(ran)} stage(s) ran in {result['seconds']:.1f} s; report: {root / REPORT}{rev}"
     )
+
+
+def _answered_from_status(root: Path, targets: list[str], wait: bool) -> bool:
+    """A no-op run: when DVC says nothing is stale, say so and start no Prefect server and no flow run.
+
+    Before the params check on purpose: nothing stale means params.yaml (every stage of a project depends
+    on it, the report on all of it) and the code are those of the last run that passed that check, so only
+    the check's imports (the calibrator registry) would be paid. Anything unexpected (a dvc.yaml DVC cannot
+    read, an unknown target) goes the ordinary way, which explains it.
+    """
+    from calibflow.flows import project
+    from calibflow.flows.checkout_lock import checkout_lock
+
+    with checkout_lock(root, wait=wait):
+        if project.uses_code_stamp(root):  # a new calibflow makes every stage stale
+            project.write_code_stamp(root)
+        try:
+            fresh = up_to_date(root, targets)
+        except Exception:  # noqa: BLE001  (the ordinary path reports it in a line)
+            return False
+    if fresh is None:
+        return False
+    typer.echo(f"calibflow run: all {fresh} stage(s) up to date, nothing ran; report: {root / REPORT}")
+    return True
+
+
+def up_to_date(root: Path, targets: list[str]) -> int | None:
+    """The number of stages ``dvc repro [targets]`` would visit when none is stale, else None."""
+    from calibflow.flows.dvc_stages import plan
+
+    stages = plan(root, targets or None)
+    return None if any(s.stale for s in stages) else len(stages)
 
 
 def _logged(flow: Callable[..., Any], **kwargs: Any) -> Any:

@@ -16,20 +16,23 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
 
-from calibflow import source_checks
-from calibflow import sources as src
 from calibflow.errors import guarded, input_errors
+
+if TYPE_CHECKING:  # imported where used: `calibflow run` registers these commands without DuckDB's import
+    from calibflow import sources as src
 
 # ----------------------------------------------------------------------------------------------- init
 
 
 def inspect(spec: src.SourceSpec) -> dict[str, Any]:
     """Columns and types, rows, label balance, time and score range of a declared source (checked)."""
+    from calibflow import source_checks
+
     return source_checks.inspect_source(spec, spec.score_kind, spec.time_format)
 
 
@@ -64,6 +67,7 @@ def init_source(
     info: dict[str, Any] | None = None,
 ) -> tuple[src.SourceSpec, dict[str, Any]]:
     """Check the declaration and the file (unless ``info`` holds that check), then add it atomically."""
+    from calibflow import sources as src
     from calibflow.io import MAX_PARAMS_BYTES, read_bounded, write_text
 
     spec = src.parse_source(name, decl)
@@ -138,6 +142,9 @@ def init(
     """Declare a file of yours as a calibflow source (a new folder becomes a project); print what's next."""
 
     def go() -> None:
+        from calibflow import source_checks
+        from calibflow import sources as src
+
         base = params_file.resolve().parent
         folder, pattern = src.split_glob(data)  # DVC depends on a glob's folder; the readers on the glob
         decl: dict[str, Any] = {"path": _relpath(folder, base), "label": label}
@@ -180,6 +187,13 @@ def init(
         spec, info = init_source(params_file, nm, decl, info)
         if created is not None:
             typer.echo(f"new calibflow project in {created.folder}: {', '.join(created.ran + created.wrote)}")
+        if params_file.name == "params.yaml" and (base / "dvc.yaml").is_file():
+            from calibflow.flows import project
+
+            shape = project.sync_dvc_yaml(base)
+            if shape and created is None:
+                typer.echo(f"rewrote {shape}")
+        if created is not None:  # after dvc.yaml has its shape: that is what the first commit holds
             _first_commit(created, spec)
         if monitor:  # the daily monitor (docs/monitoring.md)
             from calibflow.flows.cli_monitor import add_monitor_source

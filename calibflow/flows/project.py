@@ -1,10 +1,11 @@
 """A calibflow project in any folder: the files ``calibflow init`` writes, and the installed-code stamp.
 
 ``create(folder)`` makes a folder a calibflow project when it is not one yet: ``params.yaml`` with calibflow's
-defaults and no built-in datasets or papers, ``dvc.yaml`` from the template shipped in the package
-(``calibflow/flows/templates/dvc.yaml.tmpl``), ``.gitignore`` / ``.dvcignore`` lines, ``git init`` and
-``dvc init`` where missing, and ``.calibflow/code.json``. It never rewrites a file the user already has (it
-only appends missing lines to the ignore files); adding a source to params.yaml is the job of
+defaults and no built-in datasets or papers, ``dvc.yaml`` rendered from the one declaration of the stages
+(``calibflow.pipeline.dag``; ``sync_dvc_yaml`` keeps its shape in step with the sources), ``.gitignore`` /
+``.dvcignore`` lines, ``git init`` and ``dvc init`` where missing, and ``.calibflow/code.json``. It never
+rewrites a file the user already has (it only appends missing lines to the ignore files, and changes the shape
+of a dvc.yaml only while it is exactly as calibflow rendered it); adding a source to params.yaml is the job of
 ``calibflow.flows.cli_sources``.
 
 ``.calibflow/code.json`` is what a user project's stages depend on for code: the installed calibflow's
@@ -95,9 +96,33 @@ def uses_code_stamp(folder: Path) -> bool:
     return dvc_yaml.is_file() and CODE_STAMP.as_posix() in dvc_yaml.read_text(encoding="utf-8")
 
 
-def render_dvc_yaml() -> str:
-    """The user project's dvc.yaml: the shipped template (it names every path; nothing varies yet)."""
-    return (TEMPLATES / "dvc.yaml.tmpl").read_text(encoding="utf-8")
+def render_dvc_yaml(scores: bool = False) -> str:
+    """The user project's dvc.yaml: the full pipeline, or (``scores``) the one without fetch and train."""
+    from calibflow.pipeline import dag
+
+    return dag.render(scores=scores)
+
+
+def sync_dvc_yaml(folder: Path) -> str | None:
+    """Give the project's dvc.yaml the shape its params.yaml needs; a line saying so when it was rewritten.
+
+    Every source bringing its own scores and no built-in dataset: no fetch or train stage; a source with
+    features (or a dataset) brings them back. Only a dvc.yaml calibflow rendered is rewritten: one the user
+    edited stays as it is (a score-shape file then fails in ``prepare --predictions`` with the fix).
+    """
+    import yaml
+
+    from calibflow.pipeline import dag
+
+    path = folder / "dvc.yaml"
+    params = yaml.safe_load((folder / "params.yaml").read_text(encoding="utf-8")) or {}
+    scores = dag.scores_only(params)
+    want = render_dvc_yaml(scores)
+    have = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if have == want or have not in (render_dvc_yaml(True), render_dvc_yaml(False)):
+        return None
+    write_text(path, want)
+    return "dvc.yaml: " + ("score sources only, no fetch or train stage" if scores else "the full pipeline")
 
 
 def render_params(benchmark: bool = False) -> str:
@@ -141,7 +166,9 @@ def create(folder: Path, benchmark: bool = False) -> Created:
         _run(folder, sys.executable, "-m", "dvc", "init", "-q")
         _run(folder, sys.executable, "-m", "dvc", "config", "core.analytics", "false")
         done.ran.append("dvc init")
-    for name, text in (("params.yaml", render_params(benchmark)), ("dvc.yaml", render_dvc_yaml())):
+    # no source yet: the score shape unless the built-in datasets are in (`sync_dvc_yaml` follows the sources)
+    files = (("params.yaml", render_params(benchmark)), ("dvc.yaml", render_dvc_yaml(not benchmark)))
+    for name, text in files:
         if not (folder / name).exists():
             write_text(folder / name, text)
             done.wrote.append(name)

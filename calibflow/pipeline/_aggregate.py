@@ -33,25 +33,17 @@ from calibflow.aggregate.metrics import (
 from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
 from calibflow.aggregate.segments import segment_metrics, segment_records
-from calibflow.aggregate.switch import ScaleConfig, choose_path, parse_scale
+from calibflow.aggregate.switch import ScaleConfig, choose_path
 from calibflow.aggregate.table import add_replicates
 from calibflow.aggregate.tables import TABLES_META, Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.io import read_json
 from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.pipeline._sources import SEGMENT_PREFIX
-from calibflow.pipeline._streaming import rows_file, stored_tables
+from calibflow.pipeline._streaming import rows_file, scale_config, stored_tables
 from calibflow.pipeline.params_schema import Evaluate
 
 ROWS, AGGREGATE = "rows", "aggregate"
-
-
-def scale_config(params: ParamsLike) -> ScaleConfig:
-    """``params.scale`` parsed by the core (``ScaleConfig`` holds its defaults)."""
-    try:
-        return parse_scale(as_params(params).scale)
-    except ValueError as exc:
-        raise StageError(f"params: {exc}") from None
 
 
 def path_for(params: ParamsLike, name: str, lay: Layout) -> str:

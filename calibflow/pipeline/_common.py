@@ -1,7 +1,7 @@
 """Shared helpers of the pipeline stages: params loading, the on-disk layout, atomic folder output.
 
-Every stage is a plain CLI (``python -m tasks.<step>``) whose ``main(argv)`` parses arguments and calls
-``run(...)``; both are importable, so a Prefect task can call either without a subprocess. Paths are
+Every stage is a plain CLI (``python -m calibflow.pipeline.<step>``) whose ``main(argv)`` parses arguments and
+calls ``run(...)``; both are importable, so a Prefect task can call either without a subprocess. Paths are
 relative to a project ``root`` (the repository root under ``dvc repro``) so tests can run a stage in a
 temporary folder. ``dvc.yaml`` names the same paths: keep the two in step.
 """

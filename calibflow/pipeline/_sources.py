@@ -104,3 +104,11 @@ def read_fingerprint(params: ParamsLike, name: str, root: str | os.PathLike[str]
         if rec.get("path") == (as_params(params).sources or {}).get(name, {}).get("path"):
             return rec
     return stamp(params, name, root)
+
+
+def manifest_entry(params: ParamsLike, name: str, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """A user source's files as ``data/raw/manifest.json`` records them: path -> sha256 (or "(size+mtime)"
+    for a large source), bytes, and the fingerprint's own fields."""
+    fp = read_fingerprint(params, name, root)
+    stamp = {f["path"]: {k: v for k, v in f.items() if k != "path"} for f in fp["files"]}
+    return {p: {"sha256": s.get("sha256", "(size+mtime)"), "bytes": s["size"], **s} for p, s in stamp.items()}

@@ -20,14 +20,22 @@ from typing import Any
 import pandas as pd
 
 from calibflow.aggregate import source_stream
-from calibflow.aggregate.switch import ScaleConfig
+from calibflow.aggregate.switch import ScaleConfig, parse_scale
 from calibflow.aggregate.tables import TABLES_META, Tables, load_tables, save_tables
-from calibflow.pipeline._common import Layout, StageError
+from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
 from calibflow.sources import SourceSpec
 
 #: ``splits.json``'s ``rows_path`` for a source prepared by DuckDB.
 STREAMING = "streaming"
 MARKER = ".skipped.json"
+
+
+def scale_config(params: ParamsLike) -> ScaleConfig:
+    """``params.scale`` parsed by the core (``ScaleConfig`` holds its defaults)."""
+    try:
+        return parse_scale(as_params(params).scale)
+    except ValueError as exc:
+        raise StageError(f"params: {exc}") from None
 
 
 def streams(spec: SourceSpec, threshold: int) -> bool:

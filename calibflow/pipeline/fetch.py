@@ -38,11 +38,7 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
         log.info("fetched %s: %d file(s) in %s", name, len(files), folder)
 
     for name in _sources.specs(params, root):  # user sources: their files' stamps (sha256, or size + mtime)
-        fp = _sources.read_fingerprint(params, name, root)
-        stamp = {f["path"]: {k: v for k, v in f.items() if k != "path"} for f in fp["files"]}
-        manifest[name] = {
-            p: {"sha256": s.get("sha256", "(size+mtime)"), "bytes": s["size"], **s} for p, s in stamp.items()
-        }
+        manifest[name] = _sources.manifest_entry(params, name, root)
     write_json(lay.manifest, manifest)
     return manifest
 

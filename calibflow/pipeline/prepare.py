@@ -24,7 +24,7 @@ from calibflow import datasets, timesplit
 from calibflow import sources as src
 from calibflow.datasets._loaders import _design
 from calibflow.io import write_json
-from calibflow.pipeline import _aggregate, _sources, _streaming
+from calibflow.pipeline import _scores, _sources, _streaming
 from calibflow.pipeline._common import (
     FEATURE_PREFIX,
     SPLITS,
@@ -38,6 +38,7 @@ from calibflow.pipeline._common import (
     cli,
     load_params,
 )
+from calibflow.pipeline.dag import SCORE_PREDICTIONS
 from calibflow.segments import as_levels
 from calibflow.sources import SourceSpec
 from calibflow.splits import digest, split_indices
@@ -166,8 +167,12 @@ def prepare_source(spec: SourceSpec, rng_seed: int) -> tuple[pd.DataFrame, dict[
     return frame, record
 
 
-def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """Prepare every dataset and source; swap ``data/prepared`` in only when all succeeded."""
+def run(params: ParamsLike, root: str | os.PathLike[str] = ".", predictions: bool = False) -> dict[str, Any]:
+    """Prepare every dataset and source; swap ``data/prepared`` in only when all succeeded.
+
+    ``predictions``: the score shape of a user project (no train stage, calibflow.pipeline.dag): also write
+    the sources' score predictions and ``metrics/train.json``, as train would.
+    """
     params = as_params(params)
     lay = Layout(Path(root))
     fractions = _fractions(params)
@@ -187,11 +192,11 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
             log.info(
                 "prepared %s: %s rows, %s features, %s", name, rec["n_rows"], rec["n_features"], rec["counts"]
             )
-        threshold = _aggregate.scale_config(params).row_threshold
+        threshold = _streaming.scale_config(params).row_threshold
         for name, spec in specs.items():
             if _streaming.streams(spec, threshold):  # one DuckDB pass to tables: no rows reach pandas
                 input_kind = str(params.calibrate.input)
-                scale = _aggregate.scale_config(params)
+                scale = _streaming.scale_config(params)
                 rec = _streaming.prepare_record(spec, int(params.seed), tmp, input_kind, scale)
                 record["datasets"][name] = rec
                 log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
@@ -201,12 +206,18 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
             record["datasets"][name] = rec
             log.info("prepared source %s: %s rows, %s", name, rec["n_rows"], rec["counts"])
         write_json(tmp / "splits.json", record)
+    if predictions:
+        _scores.write_all(params, root)
     return record
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
-    return cli(lambda: run(load_params(args.params), args.root))
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        SCORE_PREDICTIONS, action="store_true", help="also write the score predictions (no train stage)"
+    )
+    args = parser.parse_args(argv)
+    return cli(lambda: run(load_params(args.params), args.root, predictions=args.predictions))
 
 
 if __name__ == "__main__":

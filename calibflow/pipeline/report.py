@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from calibflow.io import read_json, write_json, write_text
+from calibflow.pipeline import _sources
 from calibflow.pipeline._common import (
     PHASES,
     Layout,
@@ -85,7 +86,16 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def metadata(root: Path, lay: Layout) -> dict[str, Any]:
+def checksums(params: ParamsLike, lay: Layout) -> dict[str, Any]:
+    """The data's checksums: fetch's manifest, or (a project with no fetch stage: score sources only) the
+    sources' fingerprints in the manifest's form."""
+    if lay.manifest.is_file():
+        return read_json(lay.manifest)
+    specs = _sources.specs(params, lay.root)
+    return {name: _sources.manifest_entry(params, name, lay.root) for name in specs}
+
+
+def metadata(root: Path, lay: Layout, params: ParamsLike | None = None) -> dict[str, Any]:
     rev = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
     return {
@@ -93,7 +103,7 @@ def metadata(root: Path, lay: Layout) -> dict[str, Any]:
         "git_dirty": bool(status) if status is not None else None,
         "python": platform.python_version(),
         "packages": package_versions(),
-        "checksums": read_json(lay.manifest) if lay.manifest.is_file() else {},
+        "checksums": checksums(params, lay) if params is not None else {},
     }
 
 
@@ -136,7 +146,7 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Pat
     lay = Layout(Path(root))
     data = load_report_data(
         params=params.model_dump(by_alias=True),  # the params in effect, defaults included
-        metadata=metadata(Path(root), lay),
+        metadata=metadata(Path(root), lay, params),
         validation_files=[lay.validation / f"{p}.json" for p in PHASES],
         evaluation_dir=lay.evaluation,
         reliability_dir=lay.plots / "reliability",

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from calibflow import metrics, models
+from calibflow import models
 from calibflow.io import write_json
-from calibflow.pipeline import _sources, _streaming
+from calibflow.pipeline import _scores, _sources
 from calibflow.pipeline._common import (
     Layout,
     ParamsLike,
@@ -87,26 +87,20 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any
     with atomic_dir(lay.models) as mdir, atomic_dir(lay.predictions) as pdir:
         for name in _sources.names(params):
             t0 = time.perf_counter()
-            if name in specs and _streaming.prepared_streaming(lay, name):  # tables only: no rows file
-                summary[name] = _streaming.skip_train(pdir, lay, name)
-                log.info("train skipped for %s: %s", name, summary[name]["skipped"])
+            if name in specs and specs[name].kind == "score":  # the user's model: no base model to train
+                summary[name] = _scores.write_one(lay, pdir, name, specs[name])
                 continue
             path = require(lay.prepared / f"{name}.parquet", "prepared data", "the prepare stage")
-            if name in specs and specs[name].kind == "score":  # the user's model: no base model to train
-                preds = _sources.score_predictions(pd.read_parquet(path), specs[name])
-            else:
-                preds = train_one(
-                    pd.read_parquet(path),
-                    model_params,
-                    int(params.seed),
-                    mdir / f"{name}.json",
-                    int(params.replicas.n or 0),
-                    str(params.replicas.scheme),
-                )
+            preds = train_one(
+                pd.read_parquet(path),
+                model_params,
+                int(params.seed),
+                mdir / f"{name}.json",
+                int(params.replicas.n or 0),
+                str(params.replicas.scheme),
+            )
             preds.to_parquet(pdir / f"{name}.parquet", index=False)
-            test = preds[preds["split"] == "test"]
-            y, p = test["y"].to_numpy(float), test["prob"].to_numpy(float)
-            summary[name] = {"test_auc": metrics.auc(y, p), "test_log_loss": metrics.log_loss(y, p)}
+            summary[name] = _scores.test_record(preds)
             log.info("trained %s in %.1f s: %s", name, time.perf_counter() - t0, summary[name])
     write_json(lay.metrics / "train.json", summary)
     return summary

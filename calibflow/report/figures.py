@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -160,10 +161,24 @@ def panel_limits(curves: dict[str, list[dict[str, Any]]]) -> float | tuple[float
     return logit_limits(curves) if use_logit(curves) else zoom_limit(curves)
 
 
+#: Grids drawn in this process, by their inputs: the report page and plots/report/ show the same figure, and
+#: a grid of 15 methods costs seconds of matplotlib layout (it was drawn twice per report).
+_GRIDS: dict[str, str] = {}
+
+
 def reliability_grid(
     curves: dict[str, list[dict[str, Any]]], ece: dict[str, float] | None = None, ncols: int = 4
 ) -> str:
     """Small multiples: one reliability diagram per method, axes zoomed to the data, shared by all panels."""
+    key = json.dumps([curves, ece, ncols], sort_keys=True, default=repr)
+    if key not in _GRIDS:
+        _GRIDS[key] = _reliability_grid(curves, ece, ncols)
+    return _GRIDS[key]
+
+
+def _reliability_grid(
+    curves: dict[str, list[dict[str, Any]]], ece: dict[str, float] | None, ncols: int
+) -> str:
     from calibflow.report._format import fmt_sig
 
     methods = list(curves)

@@ -9,6 +9,7 @@ import yaml
 from calibflow.pipeline import (
     calibrate,
     calibrate_segments,
+    dag,
     evaluate,
     fetch,
     fingerprint,
@@ -52,21 +53,21 @@ def source_params(path: str, with_features: bool = True) -> dict:
 
 
 def run_pipeline(params: dict, root: Path, with_report: bool = True, segments: bool = False) -> None:
-    """The stages in dvc.yaml's order, in-process (as `dvc repro` would run them); ``segments``: the
+    """The stages in the declared order (calibflow.pipeline.dag, as `dvc repro` runs a user project of these
+    params: no fetch or train when every source brings its scores), in-process; ``segments``: the
     calibrate_segments stage too (per-segment fits of the sources' segment columns)."""
-    for name in params["sources"]:
-        fingerprint.run(name, params, root)
-    fetch.run(params, root)
-    validate.run("raw", params, root)
-    prepare.run(params, root)
-    validate.run("prepared", params, root)
-    train.run(params, root)
-    for m in params["calibrate"]["methods"]:
-        calibrate.run(m, params, root)
-    if segments:
-        calibrate_segments.run(params, root)
-    validate.run("calibrated", params, root)
-    evaluate.run(params, root)
-    select.run(params, root)
-    if with_report:
-        report.run(params, root)
+    scores = dag.scores_only(params)
+    steps = {
+        "sources": lambda key: fingerprint.run(key, params, root),
+        "fetch": lambda key: fetch.run(params, root),
+        "validate": lambda key: validate.run(key, params, root),
+        "prepare": lambda key: prepare.run(params, root, predictions=scores),
+        "train": lambda key: train.run(params, root),
+        "calibrate": lambda key: [calibrate.run(m, params, root) for m in params["calibrate"]["methods"]],
+        "calibrate_segments": lambda key: calibrate_segments.run(params, root) if segments else None,
+        "evaluate": lambda key: evaluate.run(params, root),
+        "select": lambda key: select.run(params, root),
+        "report": lambda key: report.run(params, root) if with_report else None,
+    }
+    for name, key in dag.order(params):
+        steps[name](key)

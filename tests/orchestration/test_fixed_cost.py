@@ -131,3 +131,33 @@ def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monk
     second = _start(home, cache)
     assert second["seeded_before_start"] and second["block_types"] == first["block_types"]
     assert sorted(p.name for p in (cache / "calibflow").iterdir()) == [templates[0].name]  # no -wal/-shm
+
+
+def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monkeypatch):
+    from typer.testing import CliRunner
+
+    from calibflow.flows import cli
+
+    for st in dvc_stages.plan(toy):
+        dvc_stages.reproduce_stage(toy, st.name)
+    assert cli.up_to_date(toy, []) == 4 and cli.up_to_date(toy, ["b"]) == 2
+
+    def no_server(port: int):
+        raise AssertionError("a no-op run started a Prefect server")
+
+    def not_needed(path):
+        raise AssertionError("a no-op run validated params.yaml (the last run did)")
+
+    monkeypatch.setenv("CALIBFLOW_ROOT", str(toy))
+    monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", not_needed)
+    monkeypatch.setattr(cli, "_use_server", no_server)
+    res = CliRunner().invoke(cli.app, ["run", "-q"])
+    assert res.exit_code == 0, res.output
+    assert "all 4 stage(s) up to date, nothing ran" in res.output
+    monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", lambda path: {})
+
+    # a stale stage is no answer from status: the run goes on to the server (refused here)
+    (toy / "params.yaml").write_text("scale: 2\nfail: none\n")
+    assert cli.up_to_date(toy, []) is None
+    res = CliRunner().invoke(cli.app, ["run", "-q"])
+    assert res.exit_code != 0 and "a no-op run started a Prefect server" in repr(res.exception) + res.output

@@ -35,13 +35,12 @@ from calibflow import metrics
 
 pytestmark = pytest.mark.slow
 
+# a score source: no fetch (nothing to download) and no train (no model to fit), calibflow.pipeline.dag
 STAGES = {
     "sources@ads",
-    "fetch",
     "validate@raw",
     "prepare",
     "validate@prepared",
-    "train",
     "calibrate_segments",
     "calibrate",
     "validate@calibrated",
@@ -155,11 +154,12 @@ def test_wheel_init_run_apply_in_an_empty_folder(tmp_path):
 
     lock = yaml.safe_load((proj / "dvc.lock").read_text())
     assert set(lock["stages"]) == STAGES
-    assert sorted(p.name for p in (proj / "data/raw").iterdir()) == ["manifest.json"]  # no dataset fetched
+    assert not (proj / "data/raw").exists()  # no dataset fetched: no fetch stage at all
     assert sorted(p.name for p in (proj / "models").iterdir()) == ["ads"]
     assert list(json.loads((proj / "metrics/headline.json").read_text())) == ["ads"]
     html = (proj / "reports/index.html").read_text()
     assert "ads" in html
+    assert "No data checksums recorded" not in html  # the source's fingerprint, without a fetch stage
     # benchmark datasets or paper pages (the glossary may cite a paper: a reference, not a page)
     leaked = ("bank_marketing", "hillstrom", "Coat", "paper-calem", "paper-ranking", "paper-vad")
     assert not any(d in html for d in leaked), "benchmark in report"

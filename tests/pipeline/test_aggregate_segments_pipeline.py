@@ -126,6 +126,19 @@ def test_validate_catches_an_order_reversal_within_a_segment():
     assert frame["prob_drop"].max() == 0.0
 
 
+def test_the_within_segment_order_check_keys_on_every_column_and_null():
+    """Segments are combinations of the columns' values, a null a value of its own: a reversal inside the null
+    segment, or inside (a, x), is caught; the same values across (a, x) and (a, y) are not a reversal."""
+    df = pd.DataFrame({"margin": [0.0, 1.0, 0.0, 1.0, 0.0, 1.0], "prob": [0.5, 0.6, 0.9, 0.1, 0.7, 0.2],
+                       "y": [0, 1, 0, 1, 0, 1], "row": range(6),
+                       "s:c": ["a", "a", None, None, "a", "a"], "s:d": ["x", "x", "x", "x", "y", "y"]})
+    frame, _ = validate.segmented_suite(df, ["s:c", "s:d"])
+    assert sorted(frame["prob_drop"].round(12)) == [0.0, 0.0, 0.0, 0.0, 0.5, 0.8]  # (a, y) and (null, x)
+    ok = df.assign(prob=[0.5, 0.6, 0.05, 0.1, 0.2, 0.3])
+    frame, _ = validate.segmented_suite(ok, ["s:c", "s:d"])
+    assert frame["prob_drop"].max() == 0.0 and len(frame) == len(df)
+
+
 def test_aggregate_stage_adds_a_supported_pair(tmp_path):
     """Two segment columns with a country x device bias in the predictions file: the aggregate path's
     partial_pooling holds the pair (joint table) and predicts every test row from the saved JSON."""

@@ -317,6 +317,22 @@ def test_reliability_axes_zoom_to_the_data_and_show_counts():
     assert "n/bin 400" in svg  # matplotlib keeps text as a comment beside its glyph paths
 
 
+def test_a_reliability_grid_is_drawn_once_per_report_for_the_page_and_plots(monkeypatch):
+    from calibflow import plots
+    from calibflow.pipeline.evaluate import reliability_records
+    from calibflow.report import figures
+
+    y, p = _low_base_rate()
+    curves = {"uncalibrated": reliability_records(y, p, 15), "platt": reliability_records(y, p / 1.4, 15)}
+    drawn = []
+    real = plots.small_multiples
+    monkeypatch.setattr(plots, "small_multiples", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    first = figures.reliability_grid(curves, {"platt": 0.01})
+    assert figures.reliability_grid(curves, {"platt": 0.01}) == first and len(drawn) == 1
+    other = figures.reliability_grid(curves, {"platt": 0.02})  # other inputs: drawn, and drawn differently
+    assert len(drawn) == 2 and other != first and "0.02" in other
+
+
 # ---- Issue 19: no markup from data reaches the page ---------------------------------------------------
 
 HOSTILE_SVG = (

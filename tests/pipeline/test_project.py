@@ -57,7 +57,7 @@ def test_init_makes_an_empty_folder_a_project_and_adds_sources(tmp_path):
     assert res.exit_code == 0, res.output
     assert "new calibflow project" in res.output
     assert (tmp_path / ".git").is_dir() and (tmp_path / ".dvc").is_dir()
-    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml()
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=True)
     assert "__pycache__/" in (tmp_path / ".dvcignore").read_text().splitlines()
     stamp = json.loads((tmp_path / ".calibflow/code.json").read_text())
     assert stamp == project.code_stamp() and len(stamp["sha256"]) == 64
@@ -75,7 +75,26 @@ def test_init_makes_an_empty_folder_a_project_and_adds_sources(tmp_path):
     assert list(yaml.safe_load(after)["sources"]) == ["ads", "search"]
     block = re.search(r"\n  search:\n(    .*\n)+", after).group(0)
     assert after.replace(block, "\n", 1) == before  # only the new source's lines were added
-    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml()
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=True)
+
+
+def test_a_source_with_features_brings_fetch_and_train_back_and_an_edited_dvc_yaml_stays(tmp_path):
+    write(scores_frame(n=600, days=10, seed=3), "parquet", tmp_path)
+    assert _init(tmp_path, "--name", "ads").exit_code == 0
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=True)
+    assert "\n  train:\n" not in project.render_dvc_yaml(scores=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        args = ["--label", "clicked", "--features", "x1,x2", "--name", "feat"]
+        res = CliRunner().invoke(app, ["init", "--data", "scores.parquet", *args])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "dvc.yaml").read_text() == project.render_dvc_yaml(scores=False)
+    assert "rewrote dvc.yaml: the full pipeline" in res.output
+
+    edited = project.render_dvc_yaml(scores=True) + "# mine\n"
+    (tmp_path / "dvc.yaml").write_text(edited)
+    assert project.sync_dvc_yaml(tmp_path) is None
+    assert (tmp_path / "dvc.yaml").read_text() == edited  # the user's file is theirs
 
 
 def test_init_refused_leaves_the_folder_as_it_was(tmp_path):
