@@ -210,6 +210,8 @@ LARGE_BYTES = 256 << 20
 
 def _say_when_large(data: str) -> None:
     """One progress line on stderr before a long inspection (stdout keeps the summary)."""
+    from calibflow import sources as src
+
     if src.is_url(data):
         return
     with contextlib.suppress(OSError, ValueError):
