@@ -94,7 +94,8 @@ def num(v: float) -> str:
 
 
 def clamp(e: str, lo: float, hi: float) -> str:
-    return f"LEAST(GREATEST({e}, {num(lo)}), {num(hi)})"
+    """A CASE, not LEAST/GREATEST: SQLite has neither (SQLGlot's emulation nests too deep for its parser)."""
+    return f"(CASE WHEN {e} < {num(lo)} THEN {num(lo)} WHEN {e} > {num(hi)} THEN {num(hi)} ELSE {e} END)"
 
 
 def sigmoid(z: str) -> str:
@@ -242,8 +243,8 @@ def _shape(cal, p: Plan) -> None:
         core = f"({num(th[0])} * {f1} + {num(th[1])} * {f2} + {num(th[2])})"
         wl = _bound((Z_CAP + 50.0 + abs(z_lo)) / abs(sl)) if sl else 0.0
         wh = _bound((Z_CAP + 50.0 + abs(z_hi)) / abs(sh)) if sh else 0.0
-        below = f"{num(sl)} * (GREATEST({s}, {num(lo - wl)}) - {num(lo)})"
-        above = f"{num(sh)} * (LEAST({s}, {num(hi + wh)}) - {num(hi)})"
+        below = f"{num(sl)} * ({clamp(s, lo - wl, lo)} - {num(lo)})"
+        above = f"{num(sh)} * ({clamp(s, hi, hi + wh)} - {num(hi)})"
         z = f"({core} + CASE WHEN {s} < {num(lo)} THEN {below} WHEN {s} > {num(hi)} THEN {above} ELSE 0.0e+00 END)"
         return sigmoid(z)
 
@@ -331,7 +332,7 @@ def _spline(cal, p: Plan) -> None:
 
     def value(s: str, kn: str) -> str:
         u = f"(({s} - {num(lo)}) * {num(scale)})"
-        first = f"LEAST(FLOOR({u}), {num(n_seg - 1)})"
+        first = clamp(f"FLOOR({u})", 0.0, n_seg - 1.0)
         f = f"({u} - {first})"
         b0 = f"((1.0e+00 - {f}) * (1.0e+00 - {f}) * (1.0e+00 - {f}))"
         b1 = f"(3.0e+00 * {f} * {f} * {f} - 6.0e+00 * {f} * {f} + 4.0e+00)"
@@ -442,12 +443,17 @@ def query_sql(p: Plan, column: str, table: str, out: str) -> tuple[str, dict[str
             f"SELECT DISTINCT {s} AS s, CAST(NULL AS BIGINT) AS k, 1 AS o FROM {tbl} AS {src} "
             f"WHERE {valid}) AS __calibflow_u)"
         )
-        value = p.table["value"](s, "__calibflow_kn")
+        # the map is evaluated once per distinct score, on the plain column (no expression copied into it)
+        value = p.table["value"]("__calibflow_ks.s", "__calibflow_kn")
+        vals = (
+            f"__calibflow_vals AS (SELECT __calibflow_ks.s AS s, {value} AS p FROM __calibflow_keys AS "
+            "__calibflow_ks JOIN __calibflow_knots AS __calibflow_kn ON __calibflow_kn.k = __calibflow_ks.k "
+            "WHERE __calibflow_ks.o = 1)"
+        )
         sql = (
-            f"WITH {_rows_cte('__calibflow_knots', cols, types)}, {keys} "
-            f"SELECT {src}.*, CASE WHEN {valid} THEN {value} END AS {o} FROM {tbl} AS {src} "
-            f"LEFT JOIN __calibflow_keys AS __calibflow_ks ON __calibflow_ks.o = 1 AND __calibflow_ks.s = {s} "
-            "LEFT JOIN __calibflow_knots AS __calibflow_kn ON __calibflow_kn.k = __calibflow_ks.k"
+            f"WITH {_rows_cte('__calibflow_knots', cols, types)}, {keys}, {vals} "
+            f"SELECT {src}.*, CASE WHEN {valid} THEN __calibflow_vs.p END AS {o} FROM {tbl} AS {src} "
+            f"LEFT JOIN __calibflow_vals AS __calibflow_vs ON __calibflow_vs.s = {s}"
         )
         return sql, splice
     return _segmented_sql(p, u, valid, src, tbl, o, splice), splice
@@ -556,4 +562,4 @@ def _check_names(text: str, dialect: str, allowed: set[str]) -> None:
         raise SqlExportError(f"internal: unexpected identifier {name!r} in the {dialect} SQL")
 
 
-_OURS = {"k", "x", "v_at", "c0", "c1", "c2", "c3", "j", "s", "o", "d", "g", "l0", "l1"}
+_OURS = {"k", "x", "v_at", "c0", "c1", "c2", "c3", "j", "s", "o", "p", "d", "g", "l0", "l1"}
