@@ -98,8 +98,10 @@ def clamp(e: str, lo: float, hi: float) -> str:
     return f"(CASE WHEN {e} < {num(lo)} THEN {num(lo)} WHEN {e} > {num(hi)} THEN {num(hi)} ELSE {e} END)"
 
 
-def sigmoid(z: str) -> str:
-    return f"(1.0e+00 / (1.0e+00 + EXP(-{clamp(z, -Z_CAP, Z_CAP)})))"
+def sigmoid(z: str, bounded: bool = False) -> str:
+    """``1 / (1 + exp(-z))``; ``bounded``: the caller made |z| <= Z_CAP already (no clamp: an engine without
+    common-subexpression reuse, SQLite, evaluates a clamped argument up to three times)."""
+    return f"(1.0e+00 / (1.0e+00 + EXP(-{z if bounded else clamp(z, -Z_CAP, Z_CAP)})))"
 
 
 def logit_clipped(p: str, eps: float) -> str:
@@ -109,15 +111,19 @@ def logit_clipped(p: str, eps: float) -> str:
 
 
 def _bound(width: float) -> float:
-    return float(min(width, 1e300))
+    return float(np.clip(width, -1e300, 1e300))
 
 
-def linear_logit(s: str, a: float, b: float) -> str:
-    """``a * s + b``, with ``s`` clamped where the sigmoid has long saturated (no overflow in any engine)."""
+def linear_logit(s: str, a: float, b: float) -> tuple[str, bool]:
+    """``a * s + b`` and whether it is bounded by Z_CAP: ``s`` is clamped to where ``|a s + b| <= Z_CAP``
+    (beyond, the sigmoid is 1 or below 1e-304: the same answer to 1e-300, and no overflow in any engine)."""
     if a == 0:
-        return num(b)
+        return num(b), abs(b) <= Z_CAP
+    if abs(b) < Z_CAP:
+        lo, hi = sorted(((-Z_CAP - b) / a, (Z_CAP - b) / a))
+        return f"({num(a)} * {clamp(s, _bound(lo), _bound(hi))} + {num(b)})", True
     t = _bound((Z_CAP + 50.0 + abs(b)) / abs(a))
-    return f"({num(a)} * {clamp(s, -t, t)} + {num(b)})"
+    return f"({num(a)} * {clamp(s, -t, t)} + {num(b)})", False
 
 
 # ---- the plan: what the calibrator computes, from apply's input ---------------------------------------------
@@ -183,13 +189,13 @@ def plan(cal: Any, score_kind: str | None = None) -> Plan:
 
 def _platt(cal, p: Plan) -> None:
     a, b = float(cal.coef_), float(cal.intercept_)
-    p.closed = lambda s: sigmoid(linear_logit(s, a, b))
+    p.closed = lambda s: sigmoid(*linear_logit(s, a, b))
 
 
 def _temperature(cal, p: Plan) -> None:
     t = float(cal.temperature_)
-    w = _bound((Z_CAP + 50.0) * abs(t))
-    p.closed = lambda s: sigmoid(f"({clamp(s, -w, w)} / {num(t)})")
+    w = _bound(Z_CAP * abs(t))  # |s / t| <= Z_CAP
+    p.closed = lambda s: sigmoid(f"({clamp(s, -w, w)} / {num(t)})", bounded=Z_CAP * abs(t) < 1e300)
 
 
 def _sigmoid(cal, p: Plan) -> None:
@@ -210,9 +216,12 @@ def _beta(cal, p: Plan) -> None:
     a, b = (float(v) for v in cal.coef_)
     c = float(cal.intercept_)
 
+    # |z| <= (a + b) * ln(1 / eps) + |c| on the clipped probability
+    bounded = (abs(a) + abs(b)) * -math.log(BETA_CLIP) + abs(c) <= Z_CAP
+
     def f(s: str) -> str:
         q = clamp(s, BETA_CLIP, 1.0 - BETA_CLIP)
-        return sigmoid(f"({num(a)} * LN({q}) + {num(b)} * (-LN(1.0e+00 - {q})) + {num(c)})")
+        return sigmoid(f"({num(a)} * LN({q}) + {num(b)} * (-LN(1.0e+00 - {q})) + {num(c)})", bounded)
 
     p.closed = f
 
@@ -238,15 +247,23 @@ def _shape(cal, p: Plan) -> None:
     z_lo, z_hi = (float(v) for v in cal._logit(np.array([lo, hi])))
     sl, sh = float(cal._slope(lo)), float(cal._slope(hi))
 
+    # the core is monotone on [lo, hi] (its fit's constraints): |core| <= max(|z_lo|, |z_hi|); the
+    # continuations are clamped to where |z| stays <= Z_CAP (beyond, the sigmoid has saturated)
+    bounded = max(abs(z_lo), abs(z_hi)) < Z_CAP and sl >= 0 and sh >= 0
+
     def f(s: str) -> str:
         f1, f2 = feats(clamp(s, lo, hi))
         core = f"({num(th[0])} * {f1} + {num(th[1])} * {f2} + {num(th[2])})"
-        wl = _bound((Z_CAP + 50.0 + abs(z_lo)) / abs(sl)) if sl else 0.0
-        wh = _bound((Z_CAP + 50.0 + abs(z_hi)) / abs(sh)) if sh else 0.0
+        if bounded:
+            wl = _bound((Z_CAP + z_lo) / sl) if sl else 0.0
+            wh = _bound((Z_CAP - z_hi) / sh) if sh else 0.0
+        else:
+            wl = _bound((Z_CAP + 50.0 + abs(z_lo)) / abs(sl)) if sl else 0.0
+            wh = _bound((Z_CAP + 50.0 + abs(z_hi)) / abs(sh)) if sh else 0.0
         below = f"{num(sl)} * ({clamp(s, lo - wl, lo)} - {num(lo)})"
         above = f"{num(sh)} * ({clamp(s, hi, hi + wh)} - {num(hi)})"
         z = f"({core} + CASE WHEN {s} < {num(lo)} THEN {below} WHEN {s} > {num(hi)} THEN {above} ELSE 0.0e+00 END)"
-        return sigmoid(z)
+        return sigmoid(z, bounded)
 
     p.closed = f
 
@@ -298,7 +315,7 @@ def _bbq(cal, p: Plan) -> None:
 def _scaling_binning(cal, p: Plan) -> None:
     a, b, inner = float(cal.coef_), float(cal.intercept_), p.key
     _table(p, *_steps(np.asarray(cal.edges_, float), np.asarray(cal.bin_value_, float)),
-           key=lambda u: sigmoid(linear_logit(inner(u), a, b)))
+           key=lambda u: sigmoid(*linear_logit(inner(u), a, b)))
 
 
 def _venn_abers(cal, p: Plan) -> None:
