@@ -23,7 +23,8 @@ from calibflow import export as X
 
 def _server_cpu(pg) -> float:
     pid = int((pg.data / "postmaster.pid").read_text().split()[0])
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
 
 
@@ -36,7 +37,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     iso = C.make("isotonic", input="logit")
-    iso.x_, iso.y_, iso.fitted_ = np.sort(rng.uniform(-8, 8, args.knots)), np.sort(rng.uniform(0, 1, args.knots)), True
+    iso.x_, iso.y_, iso.fitted_ = (
+        np.sort(rng.uniform(-8, 8, args.knots)),
+        np.sort(rng.uniform(0, 1, args.knots)),
+        True,
+    )
     t = time.perf_counter()
     sql, _ = X.export(iso.to_json(), "sql", dialect="postgres", table="scores")
     print(f"export: {time.perf_counter() - t:.2f} s, {len(sql) / 1e6:.1f} MB of SQL, {args.knots} knots")
@@ -46,15 +51,19 @@ def main(argv: list[str] | None = None) -> None:
     print(f"apply's computation (numpy predict) on {args.rows:,} rows: {time.perf_counter() - t:.3f} s")
     pg = PgServer()
     try:
-        pg.load("scores", {"id": np.arange(u.size), "score": u}, {"id": "bigint", "score": "double precision"})
+        pg.load(
+            "scores", {"id": np.arange(u.size), "score": u}, {"id": "bigint", "score": "double precision"}
+        )
         pg.psql("ANALYZE scores")
         for run in (1, 2):
             cpu0, t = _server_cpu(pg), time.perf_counter()
             pg.psql(f"SELECT count(*), sum(calibrated) FROM ({sql}) AS q")
             wall = time.perf_counter() - t
             time.sleep(1.0)  # the postmaster reaps the finished backend: its CPU lands in cutime
-            print(f"PostgreSQL run {run}: {wall:.2f} s wall, {_server_cpu(pg) - cpu0:.2f} s server CPU "
-                  f"(target < 10 s); load {os.getloadavg()[0]:.1f}")
+            print(
+                f"PostgreSQL run {run}: {wall:.2f} s wall, {_server_cpu(pg) - cpu0:.2f} s server CPU "
+                f"(target < 10 s); load {os.getloadavg()[0]:.1f}"
+            )
         got = pg.query_floats(f"SELECT calibrated FROM ({sql}) AS q ORDER BY id")
         print(f"max |PostgreSQL - predict| = {np.abs(got - want).max():.2e}")
     finally:
@@ -85,8 +94,11 @@ def _flat_platt() -> None:
     got = np.asarray(con.execute(f"SELECT {sql} AS p FROM t").fetchnumpy()["p"])
     t_run = time.perf_counter() - t
     diff = np.abs(got - calibrate_scores(cal, x, "probability")).max()
-    print(f"flat Platt (slope {cal.coef_:.3f}): export {t_export:.2f} s, {len(sql):,} characters; DuckDB on 1e6 "
-          f"scores in [1e-12, 1 - 1e-12]: {t_run:.2f} s, max |diff| to apply {diff:.1e} (target 1e-12)")
+    print(
+        f"flat Platt (slope {cal.coef_:.3f}): export {t_export:.2f} s, {len(sql):,} characters; "
+        "DuckDB on 1e6 "
+        f"scores in [1e-12, 1 - 1e-12]: {t_run:.2f} s, max |diff| to apply {diff:.1e} (target 1e-12)"
+    )
 
 
 if __name__ == "__main__":

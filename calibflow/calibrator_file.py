@@ -46,7 +46,9 @@ def parse(text: str, where: str = "calibrator file") -> Any:
     try:
         payload = json.loads(text)
     except RecursionError:
-        raise CalibratorFileError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator") from None
+        raise CalibratorFileError(
+            f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator"
+        ) from None
     except ValueError as exc:
         raise CalibratorFileError(f"{where}: not valid JSON ({str(exc)[:120]})") from None
     if _depth(payload) > MAX_DEPTH:
@@ -69,27 +71,40 @@ def _depth(obj: Any) -> int:
     return deepest
 
 
-# ---- the fitted state ---------------------------------------------------------------------------------------
+# ---- the fitted state --------------------------------------------------------------------------------------
 
 #: Per method: fields that are knots/edges (sorted), and fields whose entries are probabilities.
 _SORTED = {
-    "isotonic": ("x_",), "centered_isotonic": ("x_",), "histogram": ("edges_",), "bbq": ("edges_",),
-    "scaling_binning": ("edges_",), "venn_abers": ("scores_",),
+    "isotonic": ("x_",),
+    "centered_isotonic": ("x_",),
+    "histogram": ("edges_",),
+    "bbq": ("edges_",),
+    "scaling_binning": ("edges_",),
+    "venn_abers": ("scores_",),
 }
 _STRICT = {"isotonic": ("x_",), "centered_isotonic": ("x_",), "venn_abers": ("scores_",)}
 _PROBABILITIES = {
-    "isotonic": ("y_",), "centered_isotonic": ("y_",), "histogram": ("bin_value_",), "bbq": ("values_",),
-    "scaling_binning": ("bin_value_",), "venn_abers": ("p0_", "p1_"),
+    "isotonic": ("y_",),
+    "centered_isotonic": ("y_",),
+    "histogram": ("bin_value_",),
+    "bbq": ("values_",),
+    "scaling_binning": ("bin_value_",),
+    "venn_abers": ("p0_", "p1_"),
 }
 #: Values of a monotone method that must not decrease along the knots.
 _MONOTONE = {
-    "isotonic": ("y_",), "centered_isotonic": ("y_",), "venn_abers": ("p0_", "p1_"), "spline": ("coef_",),
+    "isotonic": ("y_",),
+    "centered_isotonic": ("y_",),
+    "venn_abers": ("p0_", "p1_"),
+    "spline": ("coef_",),
     "scaling_binning": ("bin_value_",),
 }
 #: Matching lengths: (field, field, offset): len(a) == len(b) + offset.
 _LENGTHS = {
-    "isotonic": (("y_", "x_", 0),), "centered_isotonic": (("y_", "x_", 0),),
-    "histogram": (("bin_value_", "edges_", 1),), "bbq": (("values_", "edges_", 1),),
+    "isotonic": (("y_", "x_", 0),),
+    "centered_isotonic": (("y_", "x_", 0),),
+    "histogram": (("bin_value_", "edges_", 1),),
+    "bbq": (("values_", "edges_", 1),),
     "scaling_binning": (("bin_value_", "edges_", 1),),
     "venn_abers": (("p0_", "scores_", 0), ("p1_", "scores_", 0)),
 }
@@ -98,7 +113,9 @@ _MAX_LOG_SLOPE = 50.0
 
 
 def _fail(field: str, what: str) -> None:
-    raise CalibratorFileError(f"calibrator field state.{field} {what}; the file is damaged or edited: refit it")
+    raise CalibratorFileError(
+        f"calibrator field state.{field} {what}; the file is damaged or edited: refit it"
+    )
 
 
 def _array(cal: Any, name: str) -> np.ndarray:
@@ -125,10 +142,15 @@ def check(cal: Any) -> Any:
         strict = field in _STRICT.get(name, ())
         bad = np.flatnonzero(np.diff(a) <= 0 if strict else np.diff(a) < 0)
         if bad.size:
-            _fail(field, f"is not {'strictly ' if strict else ''}increasing (entry {bad[0] + 1} after {bad[0]})")
+            _fail(
+                field, f"is not {'strictly ' if strict else ''}increasing (entry {bad[0] + 1} after {bad[0]})"
+            )
     for a_name, b_name, extra in _LENGTHS.get(name, ()):
         if _array(cal, a_name).size != _array(cal, b_name).size + extra:
-            _fail(a_name, f"has {_array(cal, a_name).size} entries; {b_name} needs {_array(cal, b_name).size + extra}")
+            _fail(
+                a_name,
+                f"has {_array(cal, a_name).size} entries; {b_name} needs {_array(cal, b_name).size + extra}",
+            )
     for field in _PROBABILITIES.get(name, ()):
         a = _array(cal, field)
         bad = np.flatnonzero((a < 0) | (a > 1))

@@ -1,6 +1,14 @@
-"""A fitted calibrator in forms a serving stack can load without Python: a lookup table, SQL, ONNX.
+"""A fitted calibrator in forms a serving stack can load without Python: SQL, a lookup table, ONNX.
 
-Every form is the same piecewise-linear map, so they agree with each other to rounding:
+- **SQL** (``--format sql``, ``to_sql_query``; ``calibflow.export_sql``): ``apply``'s own computation, not
+  an approximation: closed forms (Platt, temperature, Beta, quadratic, ...) as their formula, step and
+  spline maps as a knot table found by a window and joined, ``partial_pooling`` reading the segment
+  columns; NULL wherever ``apply`` keeps null or refuses; DuckDB, PostgreSQL, SQLite, Spark SQL and
+  BigQuery through SQLGlot. See docs/serving.md.
+- **Segment parameters** (``--format params``): partial_pooling's per-level offsets and log slopes as CSV.
+
+The table and ONNX forms are the same piecewise-linear approximation, so they agree with each other to
+rounding:
 
 - **The table.** Knots ``x_k`` on the logit axis of the input (a probability input is read as
   ``t = ln(p) - ln(1 - p)`` after clipping; a logit or raw score is ``t`` itself) and the calibrated
@@ -12,10 +20,8 @@ Every form is the same piecewise-linear map, so they agree with each other to ro
   Venn-Abers) gets a pair of adjacent doubles at each jump; the knots not needed are then dropped, and a
   dense random probe adds a knot wherever the table still misses. ``max_error`` is then measured against
   ``predict`` on other points (seven inside every interval, 200,000 random ones, the extrapolated ends) and
-  stated in the table.
-- **SQL.** One expression (``CASE`` searched as a binary tree over the knots, ``LN``, ``EXP``, ``LEAST``,
-  ``GREATEST``, numbers written with an exponent so every engine reads them as doubles): it runs as is in
-  DuckDB, BigQuery and Spark SQL. A NULL score gives NULL.
+  stated in the table. ``to_sql(table)`` writes this table as one nested-CASE expression; it is kept for
+  checking the table itself, and ``calibflow export`` never writes it (a CASE grows with the knots).
 - **ONNX.** The same table as an opset-17 graph (a branch-free binary search with ``Gather``/``Where``,
   then the segment's line and a ``Sigmoid``), float64 in and out: runs in onnxruntime and any ONNX runtime
   (C++, Java, C#) without calibflow. Needs the ``onnx`` package (``pip install calibflow[serve]``).
@@ -35,7 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from calibflow.calibrators import from_json, get_class
+from calibflow.calibrators import get_class
 from calibflow.calibrators.base import BaseCalibrator
 from calibflow.metrics import LOG_LOSS_CLIP, expit, logit
 
@@ -51,7 +57,9 @@ class ExportError(ValueError):
     """A calibrator that cannot be exported in the asked form; the message says why and what to do."""
 
 
-def load(text: str, score_kind: str | None = None, segments: bool = False) -> tuple[BaseCalibrator, str | None]:
+def load(
+    text: str, score_kind: str | None = None, segments: bool = False
+) -> tuple[BaseCalibrator, str | None]:
     """The calibrator in ``text`` (its ``to_json``) and the user's score kind: ``score_kind`` if given, else
     the one the file records (a top-level ``score_kind``), else None (the calibrator's own input).
 
@@ -78,7 +86,9 @@ def load(text: str, score_kind: str | None = None, segments: bool = False) -> tu
     if cal.needs and not (segments and cal.needs == ("segments",)):
         needs = ", ".join(cal.needs)
         hint = "; export it with --format sql or params" if cal.needs == ("segments",) else ""
-        raise ExportError(f"{cal.name} needs inputs besides the score ({needs}): cannot export this format{hint}")
+        raise ExportError(
+            f"{cal.name} needs inputs besides the score ({needs}): cannot export this format{hint}"
+        )
     return cal, score_kind
 
 
@@ -269,7 +279,8 @@ def _num(v: float) -> str:
 
 
 def to_sql(table: Table, column: str = "score") -> str:
-    """One SQL expression of ``column`` (DuckDB, BigQuery, Spark SQL): the table's probability."""
+    """The *table's* probability as one nested-CASE expression of ``column`` (DuckDB): a check of the table
+    only. Serving SQL is ``to_sql_query`` (exact, every dialect, no CASE growing with the knots)."""
     x, z, b = table.x, table.z, table.slopes()
     if table.input_kind == "probability":
         c = f"LEAST(GREATEST({column}, {_num(table.clip)}), {_num(1 - table.clip)})"

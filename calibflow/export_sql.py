@@ -55,7 +55,7 @@ class SqlExportError(ValueError):
     """A calibrator or a name that cannot be exported as SQL; the message says why and what to do."""
 
 
-# ---- quoting: the one place a name or a string enters SQL ---------------------------------------------------
+# ---- quoting: the one place a name or a string enters SQL --------------------------------------------------
 
 
 def quote(name: str, what: str = "column") -> str:
@@ -69,7 +69,9 @@ def quote(name: str, what: str = "column") -> str:
     if bad:
         raise SqlExportError(f"--{what} {name!r}: control character {bad[0]!r} cannot be quoted in SQL")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        raise SqlExportError(f"--{what} {name[:20]!r}...: over {MAX_NAME_BYTES} bytes (PostgreSQL truncates it)")
+        raise SqlExportError(
+            f"--{what} {name[:20]!r}...: over {MAX_NAME_BYTES} bytes (PostgreSQL truncates it)"
+        )
     if name.lower().startswith(_PREFIX):
         raise SqlExportError(f"--{what} {name!r}: names starting with {_PREFIX} are the export's own")
     return '"' + name.replace('"', '""') + '"'
@@ -90,7 +92,7 @@ def num(v: float) -> str:
     return f"{v:.17e}" if v >= 0 else f"(-{-v:.17e})"
 
 
-# ---- expression pieces (DuckDB dialect) ---------------------------------------------------------------------
+# ---- expression pieces (DuckDB dialect) --------------------------------------------------------------------
 
 
 def clamp(e: str, lo: float, hi: float) -> str:
@@ -126,7 +128,7 @@ def linear_logit(s: str, a: float, b: float) -> tuple[str, bool]:
     return f"({num(a)} * {clamp(s, -t, t)} + {num(b)})", False
 
 
-# ---- the plan: what the calibrator computes, from apply's input ---------------------------------------------
+# ---- the plan: what the calibrator computes, from apply's input --------------------------------------------
 
 
 @dataclass
@@ -262,13 +264,14 @@ def _shape(cal, p: Plan) -> None:
             wh = _bound((Z_CAP + 50.0 + abs(z_hi)) / abs(sh)) if sh else 0.0
         below = f"{num(sl)} * ({clamp(s, lo - wl, lo)} - {num(lo)})"
         above = f"{num(sh)} * ({clamp(s, hi, hi + wh)} - {num(hi)})"
-        z = f"({core} + CASE WHEN {s} < {num(lo)} THEN {below} WHEN {s} > {num(hi)} THEN {above} ELSE 0.0e+00 END)"
+        ends = f"CASE WHEN {s} < {num(lo)} THEN {below} WHEN {s} > {num(hi)} THEN {above} ELSE 0.0e+00 END"
+        z = f"({core} + {ends})"
         return sigmoid(z, bounded)
 
     p.closed = f
 
 
-# ---- knot tables --------------------------------------------------------------------------------------------
+# ---- knot tables -------------------------------------------------------------------------------------------
 # Row k: the knot ``x`` (row 0 at -DBL_MAX: below every finite score), ``v_at`` (the value at s == x) and
 # the line ``c0 + c1 * (s - x)`` up to the next knot; a B-spline table has its own value (``_spline``).
 
@@ -277,12 +280,20 @@ _LINEAR = ("k", "x", "v_at", "c0", "c1")
 
 def _linear_value(s: str, kn: str) -> str:
     # a flat piece is its constant (no subtraction: a score far from the knot would overflow in PostgreSQL)
-    return (f"CASE WHEN {s} = {kn}.x THEN {kn}.v_at WHEN {kn}.c1 = 0.0e+00 THEN {kn}.c0 "
-            f"ELSE {kn}.c1 * ({s} - {kn}.x) + {kn}.c0 END")
+    return (
+        f"CASE WHEN {s} = {kn}.x THEN {kn}.v_at WHEN {kn}.c1 = 0.0e+00 THEN {kn}.c0 "
+        f"ELSE {kn}.c1 * ({s} - {kn}.x) + {kn}.c0 END"
+    )
 
 
-def _table(p: Plan, x: np.ndarray, v_at: np.ndarray, c0: np.ndarray, c1: np.ndarray,
-           key: Callable[[str], str] | None = None) -> None:
+def _table(
+    p: Plan,
+    x: np.ndarray,
+    v_at: np.ndarray,
+    c0: np.ndarray,
+    c1: np.ndarray,
+    key: Callable[[str], str] | None = None,
+) -> None:
     rows = np.column_stack([np.arange(x.size), x, v_at, c0, c1])
     p.table = {"columns": _LINEAR, "rows": rows, "value": _linear_value}
     if key is not None:
@@ -314,8 +325,11 @@ def _bbq(cal, p: Plan) -> None:
 
 def _scaling_binning(cal, p: Plan) -> None:
     a, b, inner = float(cal.coef_), float(cal.intercept_), p.key
-    _table(p, *_steps(np.asarray(cal.edges_, float), np.asarray(cal.bin_value_, float)),
-           key=lambda u: sigmoid(*linear_logit(inner(u), a, b)))
+    _table(
+        p,
+        *_steps(np.asarray(cal.edges_, float), np.asarray(cal.bin_value_, float)),
+        key=lambda u: sigmoid(*linear_logit(inner(u), a, b)),
+    )
 
 
 def _venn_abers(cal, p: Plan) -> None:
@@ -355,13 +369,14 @@ def _spline(cal, p: Plan) -> None:
         b1 = f"(3.0e+00 * {f} * {f} * {f} - 6.0e+00 * {f} * {f} + 4.0e+00)"
         b2 = f"(-3.0e+00 * {f} * {f} * {f} + 3.0e+00 * {f} * {f} + 3.0e+00 * {f} + 1.0e+00)"
         b3 = f"({f} * {f} * {f})"
-        z = f"(({b0} / 6.0e+00) * {kn}.c0 + ({b1} / 6.0e+00) * {kn}.c1 + ({b2} / 6.0e+00) * {kn}.c2 + ({b3} / 6.0e+00) * {kn}.c3)"
+        terms = [f"({b} / 6.0e+00) * {kn}.c{i}" for i, b in enumerate((b0, b1, b2, b3))]
+        z = "(" + " + ".join(terms) + ")"
         return sigmoid(z)
 
     p.table = {"columns": ("k", "x", "j", "c0", "c1", "c2", "c3"), "rows": rows, "value": value}
 
 
-# ---- partial pooling ----------------------------------------------------------------------------------------
+# ---- partial pooling ---------------------------------------------------------------------------------------
 
 
 def _partial_pooling(cal, p: Plan) -> None:
@@ -378,21 +393,39 @@ def _partial_pooling(cal, p: Plan) -> None:
             nj = len(cal.vocab_[cols[1]])
             keys = np.asarray(blk["keys"], dtype=np.int64)
             levels = [(cal.vocab_[cols[0]][int(k) // nj], cal.vocab_[cols[1]][int(k) % nj]) for k in keys]
-        blocks.append({"columns": [cal.segment_names_[i] for i in cols], "levels": levels,
-                       "offset": off, "log_slope": ls})
+        blocks.append(
+            {
+                "columns": [cal.segment_names_[i] for i in cols],
+                "levels": levels,
+                "offset": off,
+                "log_slope": ls,
+            }
+        )
     p.segments = {"global": (a, b, c), "blocks": blocks, "names": list(cal.segment_names_)}
 
 
 _BUILDERS: dict[str, Callable[[Any, Plan], None]] = {
-    "platt": _platt, "temperature": _temperature, "sigmoid": _sigmoid, "minmax": _minmax,
-    "identity": _identity, "beta": _beta, "gaussian": _shape, "quadratic": _shape, "gamma": _shape,
-    "isotonic": _interp, "centered_isotonic": _interp, "histogram": _histogram, "bbq": _bbq,
-    "scaling_binning": _scaling_binning, "venn_abers": _venn_abers, "spline": _spline,
+    "platt": _platt,
+    "temperature": _temperature,
+    "sigmoid": _sigmoid,
+    "minmax": _minmax,
+    "identity": _identity,
+    "beta": _beta,
+    "gaussian": _shape,
+    "quadratic": _shape,
+    "gamma": _shape,
+    "isotonic": _interp,
+    "centered_isotonic": _interp,
+    "histogram": _histogram,
+    "bbq": _bbq,
+    "scaling_binning": _scaling_binning,
+    "venn_abers": _venn_abers,
+    "spline": _spline,
     "partial_pooling": _partial_pooling,
 }
 
 
-# ---- rendering ----------------------------------------------------------------------------------------------
+# ---- rendering ---------------------------------------------------------------------------------------------
 
 
 def _valid(u: str, kind: str) -> str:
@@ -405,7 +438,8 @@ def _valid(u: str, kind: str) -> str:
 
 def header(p: Plan, dialect: str, column: str) -> str:
     null_rule = (
-        "NULL where apply gives null or refuses: a NULL or NaN score (apply --on-null pass: null; the default "
+        "NULL where apply gives null or refuses: a NULL or NaN score (apply --on-null pass: null; "
+        "the default "
         "--on-null fail refuses the run), an infinite score"
         + (", a probability outside [0, 1]" if p.input_kind == "probability" else "")
         + " (apply refuses the run)"
@@ -489,13 +523,16 @@ def _segmented_sql(p: Plan, u: str, valid: str, src: str, tbl: str, o: str, spli
         lv_cols = tuple(f"l{j}" for j in range(len(blk["columns"])))
         cols = (*lv_cols, "d", "g")
         types = (*("VARCHAR",) * len(lv_cols), "DOUBLE", "DOUBLE")
-        rows = [(*lv, float(d), float(g)) for lv, d, g in zip(blk["levels"], blk["offset"], blk["log_slope"],
-                                                              strict=True)]
+        rows = [
+            (*lv, float(d), float(g))
+            for lv, d, g in zip(blk["levels"], blk["offset"], blk["log_slope"], strict=True)
+        ]
         splice[name] = (cols, rows, (*("s",) * len(lv_cols), "n", "n"))
         ctes.append(_rows_cte(name, cols, types))
         alias = f"__calibflow_b{i}"
-        on = " AND ".join(f"{alias}.{lc} = {level(src, cn)}" for lc, cn in zip(lv_cols, blk["columns"],
-                                                                               strict=True))
+        on = " AND ".join(
+            f"{alias}.{lc} = {level(src, cn)}" for lc, cn in zip(lv_cols, blk["columns"], strict=True)
+        )
         joins.append(f"LEFT JOIN {name} AS {alias} ON {on}")
         off = f"({off} + COALESCE({alias}.d, 0.0e+00))"
         ls = f"({ls} + COALESCE({alias}.g, 0.0e+00))"
@@ -503,11 +540,13 @@ def _segmented_sql(p: Plan, u: str, valid: str, src: str, tbl: str, o: str, spli
     width = 1e250  # exp(b + log slope) <= e^100 (validated): no overflow, the sigmoid saturated long before
     z = f"({num(a)} + {off} + EXP({num(b)} + {ls}) * ({clamp(s, -width, width)} - {num(c)}))"
     with_ = f"WITH {', '.join(ctes)} " if ctes else ""
-    return f"{with_}SELECT {src}.*, CASE WHEN {valid} THEN {sigmoid(z)} END AS {o} FROM {tbl} AS {src} " + " ".join(
-        joins)
+    return (
+        f"{with_}SELECT {src}.*, CASE WHEN {valid} THEN {sigmoid(z)} END AS {o} FROM {tbl} AS {src} "
+        + " ".join(joins)
+    )
 
 
-# ---- translation --------------------------------------------------------------------------------------------
+# ---- translation -------------------------------------------------------------------------------------------
 
 
 def _lit(v: Any, kind: str, dialect: str) -> str:
@@ -520,7 +559,9 @@ def _lit(v: Any, kind: str, dialect: str) -> str:
     return num(v).replace("(", "").replace(")", "")
 
 
-def _row_source(name: str, cols: tuple[str, ...], rows: list[tuple], kinds: tuple[str, ...], dialect: str) -> str:
+def _row_source(
+    name: str, cols: tuple[str, ...], rows: list[tuple], kinds: tuple[str, ...], dialect: str
+) -> str:
     """``rows`` as a FROM item with columns ``cols`` in ``dialect`` (the one piece SQLGlot does not write)."""
     kinds = tuple("i" if c in ("k", "j") else kd for c, kd in zip(cols, kinds, strict=True))
 
@@ -529,7 +570,8 @@ def _row_source(name: str, cols: tuple[str, ...], rows: list[tuple], kinds: tupl
 
     if dialect == "bigquery":
         structs = ", ".join(
-            "STRUCT(" + ", ".join(f"{v} AS {c}" for v, c in zip(tup(r), cols, strict=True)) + ")" for r in rows
+            "STRUCT(" + ", ".join(f"{v} AS {c}" for v, c in zip(tup(r), cols, strict=True)) + ")"
+            for r in rows
         )
         return f"UNNEST([{structs}])"
     values = ", ".join("(" + ", ".join(tup(r)) + ")" for r in rows)
@@ -560,8 +602,12 @@ def translate(sql: str, splice: dict[str, tuple], dialect: str, allowed: set[str
         token = f"{name}_rows"
         if len(re.findall(rf"\b{token}\b", text)) != 1:
             raise SqlExportError(f"internal: placeholder {token} not found once in the {dialect} SQL")
-        text = re.sub(rf"\b{token}\b", lambda _m, c=cols, r=rows, k=kinds, n=name: _row_source(n, c, r, k, dialect),
-                      text, count=1)
+        text = re.sub(
+            rf"\b{token}\b",
+            lambda _m, c=cols, r=rows, k=kinds, n=name: _row_source(n, c, r, k, dialect),
+            text,
+            count=1,
+        )
     return text
 
 

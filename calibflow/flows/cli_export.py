@@ -72,7 +72,10 @@ def export_command(
 
     built = guarded(run, input_errors(), debug)
     if isinstance(built, export.Table):
-        what = f"{built.x.size} knots, input {built.input_text}, max error against predict {built.max_error:.1e}"
+        what = (
+            f"{built.x.size} knots, input {built.input_text}, "
+            f"max error against predict {built.max_error:.1e}"
+        )
     elif fmt == "sql":
         what = f"{dialect}, input {built.input_text}; same numbers as `calibflow apply`"
     else:

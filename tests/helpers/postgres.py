@@ -48,18 +48,43 @@ class PgServer:
             shutil.chown(self.root, "postgres")
             shutil.chown(self.sock, "postgres")
             self.as_user = ["runuser", "-u", "postgres", "--"]
-        self._run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "calibflow", "--auth=trust",
-                   "-E", "UTF8", "--no-sync"])
+        self._run(
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "calibflow",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
+        )
         opts = f"-p {self.port} -k {self.sock} -c listen_addresses='' -c fsync=off -c work_mem=256MB"
-        self._run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-w", "-l",
-                   str(self.root / "log"), "start"])
+        self._run(
+            [
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-o",
+                opts,
+                "-w",
+                "-l",
+                str(self.root / "log"),
+                "start",
+            ]
+        )
 
     def _run(self, cmd: list[str]) -> None:
         subprocess.run([*self.as_user, *cmd], check=True, capture_output=True, timeout=120)
 
     def stop(self) -> None:
-        subprocess.run([*self.as_user, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-                        "stop"], capture_output=True, timeout=60)
+        subprocess.run(
+            [*self.as_user, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
         shutil.rmtree(self.root, ignore_errors=True)
 
     def psql(self, sql: str, stdin: str | None = None, timeout: float = 300) -> str:
@@ -68,9 +93,28 @@ class PgServer:
         script.write_text(sql, encoding="utf-8")
         os.chmod(script, 0o644)
         res = subprocess.run(
-            [str(self.bin / "psql"), "-h", str(self.sock), "-p", str(self.port), "-U", "calibflow",
-             "-d", "postgres", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-f", str(script)],
-            input=stdin, capture_output=True, text=True, timeout=timeout,
+            [
+                str(self.bin / "psql"),
+                "-h",
+                str(self.sock),
+                "-p",
+                str(self.port),
+                "-U",
+                "calibflow",
+                "-d",
+                "postgres",
+                "-X",
+                "-q",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-f",
+                str(script),
+            ],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if res.returncode != 0:
             raise RuntimeError(f"psql failed: {res.stderr.strip()[:2000]}")
@@ -85,8 +129,11 @@ class PgServer:
         n = len(columns[cols[0]])
         for i in range(n):
             w.writerow([_cell(columns[c][i]) for c in cols])
-        self.psql(f'DROP TABLE IF EXISTS "{name}"; CREATE TABLE "{name}" ({ddl});\n'
-                  f"\\copy \"{name}\" FROM pstdin WITH (FORMAT csv)\n", stdin=buf.getvalue())
+        self.psql(
+            f'DROP TABLE IF EXISTS "{name}"; CREATE TABLE "{name}" ({ddl});\n'
+            f'\\copy "{name}" FROM pstdin WITH (FORMAT csv)\n',
+            stdin=buf.getvalue(),
+        )
 
     def query_floats(self, sql: str, timeout: float = 300) -> np.ndarray:
         """The first column of ``sql`` as float64 (NULL as NaN), rows in the query's order."""

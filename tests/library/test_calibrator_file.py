@@ -1,5 +1,5 @@
-"""A calibrator file is untrusted input: each tampered file of issue 37 is refused in one line, nothing served,
-by ``calibflow apply`` and by ``calibflow export``; a 500 MB file is refused without being read."""
+"""A calibrator file is untrusted input: each tampered file of issue 37 is refused in one line, nothing
+served, by ``calibflow apply`` and by ``calibflow export``; a 500 MB file is refused without being read."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def _set(field, fn):
             v["__ndarray__"] = fn(v["__ndarray__"])
         else:
             state[field] = fn(v)
+
     return edit
 
 
@@ -68,15 +69,18 @@ TAMPERED = {
     "histogram reversed edges": (lambda: _hist(_set("edges_", lambda v: v[::-1])), "state.edges_"),
     "histogram negative bin value": (lambda: _hist(_set("bin_value_", _negative_first)), "state.bin_value_"),
     # from_json's own smoke prediction refuses it first, naming the method
-    "platt infinite slope": (lambda: {**_fitted("platt"), "state": {"coef_": 1e400, "intercept_": 0.0}},
-                             "platt"),
+    "platt infinite slope": (
+        lambda: {**_fitted("platt"), "state": {"coef_": 1e400, "intercept_": 0.0}},
+        "platt",
+    ),
 }
 
 
 def _deep(levels: int) -> str:
     base = json.dumps(_fitted("isotonic"))
     return base.replace('"__ndarray__": [', '"__ndarray__": ' + "[" * levels + "[", 1).replace(
-        "]", "]" + "]" * levels, 1)
+        "]", "]" + "]" * levels, 1
+    )
 
 
 @pytest.fixture()
@@ -88,15 +92,29 @@ def scored_input(tmp_path):
 
 def _apply(tmp_path, calibrator, input_path):
     out = tmp_path / "out.parquet"
-    res = CliRunner().invoke(app, ["apply", "--calibrator", str(calibrator), "--input", str(input_path),
-                                   "--output", str(out), "--score", "score"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "apply",
+            "--calibrator",
+            str(calibrator),
+            "--input",
+            str(input_path),
+            "--output",
+            str(out),
+            "--score",
+            "score",
+        ],
+    )
     return res, out
 
 
 def _export(tmp_path, calibrator):
     out = tmp_path / "map.sql"
-    res = CliRunner().invoke(app, ["export", "--calibrator", str(calibrator), "--format", "sql",
-                                   "--output", str(out), "--table", "t"])
+    res = CliRunner().invoke(
+        app,
+        ["export", "--calibrator", str(calibrator), "--format", "sql", "--output", str(out), "--table", "t"],
+    )
     return res, out
 
 

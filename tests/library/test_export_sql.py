@@ -66,7 +66,9 @@ def _want(cal, x: np.ndarray, kind: str, **segments) -> np.ndarray:
 
 def _close(got: np.ndarray, want: np.ndarray, tol: float = 1e-9) -> None:
     assert got.shape == want.shape
-    assert np.array_equal(np.isnan(got), np.isnan(want)), "NULL where apply serves, or a number where it refuses"
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (
+        "NULL where apply serves, or a number where it refuses"
+    )
     assert np.nanmax(np.abs(got - want)) <= tol
 
 
@@ -82,8 +84,13 @@ def _sqlite(sql: str, cols: dict) -> np.ndarray:
     con = sqlite3.connect(":memory:")
     names = list(cols)
     con.execute(f"CREATE TABLE scores ({', '.join(S.quote(c) for c in names)})")
-    rows = zip(*[[None if (isinstance(v, float) and np.isnan(v)) else v for v in np.asarray(cols[c]).tolist()]
-                 for c in names], strict=True)
+    rows = zip(
+        *[
+            [None if (isinstance(v, float) and np.isnan(v)) else v for v in np.asarray(cols[c]).tolist()]
+            for c in names
+        ],
+        strict=True,
+    )
     con.executemany(f"INSERT INTO scores VALUES ({', '.join('?' * len(names))})", rows)
     res = con.execute(f"SELECT calibrated FROM ({sql}) AS q ORDER BY id").fetchall()
     return np.array([np.nan if r[0] is None else r[0] for r in res], dtype=np.float64)
@@ -125,8 +132,10 @@ def test_every_method_equals_apply_in_each_engine(engine, cal_input, score_kind,
             if lite is None:
                 lite = sqlite3.connect(":memory:")
                 lite.execute("CREATE TABLE scores (id INTEGER, score REAL)")
-                lite.executemany("INSERT INTO scores VALUES (?, ?)",
-                                 [(i, None if np.isnan(v) else v) for i, v in enumerate(x.tolist())])
+                lite.executemany(
+                    "INSERT INTO scores VALUES (?, ?)",
+                    [(i, None if np.isnan(v) else v) for i, v in enumerate(x.tolist())],
+                )
             res = lite.execute(f"SELECT calibrated FROM ({sql}) AS q ORDER BY id").fetchall()
             got = np.array([np.nan if r[0] is None else r[0] for r in res])
         else:
@@ -160,7 +169,9 @@ def _segmented(seed: int = 3):
     """partial_pooling on a 200-value string segment (a handful of positives in many) and a second one."""
     rng = np.random.default_rng(seed)
     n = 60_000
-    country = rng.choice([f"c{i:03d}" for i in range(200)], n, p=np.r_[np.full(20, 0.03), np.full(180, 0.4 / 180)])
+    country = rng.choice(
+        [f"c{i:03d}" for i in range(200)], n, p=np.r_[np.full(20, 0.03), np.full(180, 0.4 / 180)]
+    )
     device = rng.choice(["ios", "android", "web"], n)
     bias = {f"c{i:03d}": rng.normal(0, 0.5) for i in range(200)}
     z = rng.normal(-3.0, 1.2, n)
@@ -193,13 +204,20 @@ def test_partial_pooling_reads_the_segment_columns_like_apply(engine, pg):
     assert plan.segments is not None and '"country"' in sql.replace("`", '"')
     cols = {"id": np.arange(N), "score": x, "country": country, "device": device}
     if engine == "duckdb":
-        got = _duckdb(sql, {**cols, "country": pa.array(country.tolist(), pa.string()),
-                            "device": pa.array(device.tolist(), pa.string())})
+        got = _duckdb(
+            sql,
+            {
+                **cols,
+                "country": pa.array(country.tolist(), pa.string()),
+                "device": pa.array(device.tolist(), pa.string()),
+            },
+        )
     elif engine == "sqlite":
         got = _sqlite(sql, cols)
     else:
-        got = _postgres(pg, sql, cols, {"id": "bigint", "score": "double precision", "country": "text",
-                                        "device": "text"})
+        got = _postgres(
+            pg, sql, cols, {"id": "bigint", "score": "double precision", "country": "text", "device": "text"}
+        )
     _close(got, want)
 
 
@@ -280,8 +298,20 @@ def test_a_name_that_cannot_be_quoted_is_refused_in_one_line(name, tmp_path):
 
     path = tmp_path / "calibrator.json"
     path.write_text(_fit("platt", "logit", None).to_json())
-    res = CliRunner().invoke(app, ["export", "--calibrator", str(path), "--format", "sql", "--output",
-                                   str(tmp_path / "m.sql"), "--column", name])
+    res = CliRunner().invoke(
+        app,
+        [
+            "export",
+            "--calibrator",
+            str(path),
+            "--format",
+            "sql",
+            "--output",
+            str(tmp_path / "m.sql"),
+            "--column",
+            name,
+        ],
+    )
     assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
     assert "--column" in res.output and not (tmp_path / "m.sql").exists()
 
@@ -294,14 +324,44 @@ def test_format_decides_the_content_and_the_extension_must_match(tmp_path):
     path = tmp_path / "calibrator.json"
     path.write_text(_fit("isotonic", "logit", None).to_json())
     run = CliRunner().invoke
-    res = run(app, ["export", "--calibrator", str(path), "--format", "table", "--output", str(tmp_path / "map.csv")])
+    res = run(
+        app, ["export", "--calibrator", str(path), "--format", "table", "--output", str(tmp_path / "map.csv")]
+    )
     assert res.exit_code == 1 and "use .json" in res.output and not (tmp_path / "map.csv").exists()
-    res = run(app, ["export", "--calibrator", str(path), "--format", "sql", "--output", str(tmp_path / "m.sql"),
-                    "--dialect", "postgres", "--table", "events", "--output-column", "p_cal"])
+    res = run(
+        app,
+        [
+            "export",
+            "--calibrator",
+            str(path),
+            "--format",
+            "sql",
+            "--output",
+            str(tmp_path / "m.sql"),
+            "--dialect",
+            "postgres",
+            "--table",
+            "events",
+            "--output-column",
+            "p_cal",
+        ],
+    )
     assert res.exit_code == 0, res.output
     sql = (tmp_path / "m.sql").read_text()
     assert sql.startswith("/* calibflow export: isotonic") and '"events"' in sql and '"p_cal"' in sql
     assert "NULL where apply gives null or refuses" in sql
-    res = run(app, ["export", "--calibrator", str(path), "--format", "sql", "--output", str(tmp_path / "m.sql"),
-                    "--dialect", "oracle"])
+    res = run(
+        app,
+        [
+            "export",
+            "--calibrator",
+            str(path),
+            "--format",
+            "sql",
+            "--output",
+            str(tmp_path / "m.sql"),
+            "--dialect",
+            "oracle",
+        ],
+    )
     assert res.exit_code == 1 and "--dialect" in res.output
