@@ -365,3 +365,116 @@ def test_format_decides_the_content_and_the_extension_must_match(tmp_path):
         ],
     )
     assert res.exit_code == 1 and "--dialect" in res.output
+
+
+def test_partial_pooling_pair_block_joins_both_columns():
+    """A column-pair block (an intersection the data supported): its cells join on both segment columns."""
+    cal = _segmented()
+    n_dev = len(cal.vocab_[1])
+    keys = np.array([0 * n_dev + 0, 1 * n_dev + 2, 5 * n_dev + 1], dtype=np.int64)
+    cal.blocks_.append(
+        {
+            "columns": [0, 1],
+            "keys": keys,
+            "offset": np.array([0.3, -0.2, 0.5]),
+            "log_slope": np.zeros(3),
+            "tau2": 0.1,
+            "sigma2": 0.0,
+        }
+    )
+    x, country, device = _segment_rows()
+    country[:3000:2] = cal.vocab_[0][1]  # many rows in a pair cell
+    device[:3000:2] = cal.vocab_[1][2]
+    want = _want(cal, x, "logit", country=country, device=device)
+    sql, plan = X.export(cal.to_json(), "sql", table="scores")
+    assert len(plan.segments["blocks"]) == 3
+    got = _duckdb(
+        sql,
+        {
+            "id": np.arange(N),
+            "score": x,
+            "country": pa.array(country.tolist(), pa.string()),
+            "device": pa.array(device.tolist(), pa.string()),
+        },
+    )
+    _close(got, want)
+
+
+def test_the_worked_example_of_docs_serving(tmp_path, pg):
+    """docs/serving.md's commands: a postgres query over `events` reading `p_model`, a closed-form
+    expression pasted into DuckDB, both equal to `calibflow apply` on the same file."""
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from calibflow.flows.cli import app
+
+    rng = np.random.default_rng(4)
+    p = expit(rng.normal(-2.0, 1.5, 3000))
+    p[:4] = [0.0, 1.0, 1e-14, 0.5]
+    pq.write_table(pa.table({"id": np.arange(p.size), "p_model": p}), tmp_path / "scores.parquet")
+    run = CliRunner().invoke
+    for method in ("isotonic", "platt"):
+        cal = _fit(method, "logit", "probability")
+        path = tmp_path / f"{method}.json"
+        path.write_text(cal.to_json())
+        res = run(
+            app,
+            [
+                "apply",
+                "--calibrator",
+                str(path),
+                "--input",
+                str(tmp_path / "scores.parquet"),
+                "--score",
+                "p_model",
+                "--output",
+                str(tmp_path / "applied.parquet"),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        applied = pq.read_table(tmp_path / "applied.parquet").column("calibrated").to_numpy()
+        res = run(
+            app,
+            [
+                "export",
+                "--calibrator",
+                str(path),
+                "--format",
+                "sql",
+                "--dialect",
+                "postgres",
+                "--table",
+                "events",
+                "--column",
+                "p_model",
+                "--output",
+                str(tmp_path / "map.sql"),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        pg.load(
+            "events", {"id": np.arange(p.size), "p_model": p}, {"id": "bigint", "p_model": "double precision"}
+        )
+        sql = (tmp_path / "map.sql").read_text()
+        got = pg.query_floats(f"SELECT calibrated FROM ({sql}) AS q ORDER BY id")
+        _close(got, applied)
+        if method == "platt":  # a closed form: the file is an expression to paste
+            res = run(
+                app,
+                [
+                    "export",
+                    "--calibrator",
+                    str(path),
+                    "--format",
+                    "sql",
+                    "--column",
+                    "p_model",
+                    "--output",
+                    str(tmp_path / "platt_expr.sql"),
+                ],
+            )
+            assert res.exit_code == 0, res.output
+            expr = (tmp_path / "platt_expr.sql").read_text()
+            q = f"SELECT {expr} AS calibrated FROM '{tmp_path / 'scores.parquet'}' ORDER BY id"
+            got = np.asarray(duckdb.connect().execute(q).fetchnumpy()["calibrated"], dtype=np.float64)
+            _close(got, applied)
