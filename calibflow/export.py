@@ -206,7 +206,8 @@ def _refine(f, grid: NDArray, tol: float, max_knots: int) -> tuple[NDArray, NDAr
         order = np.argsort(x, kind="stable")
         x, z = x[order], np.concatenate([z, _zlogit(f(mids[bad]))])[order]
     raise ExportError(
-        f"the map needs more than {max_knots} knots for an error below {tol:g}; export with a larger --tol"
+        f"the map needs more than {max_knots} knots for an error below {tol:g}; export with a larger --tol, "
+        "or --format sql (apply's exact computation)"
     )
 
 

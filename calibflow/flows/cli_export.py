@@ -76,6 +76,8 @@ def export_command(
             f"{built.x.size} knots, input {built.input_text}, "
             f"max error against predict {built.max_error:.1e}"
         )
+        if built.max_error > tol:
+            what += f" (above --tol {tol:g}: --format sql is exact)"
     elif fmt == "sql":
         what = f"{dialect}, input {built.input_text}; same numbers as `calibflow apply`"
     else:
