@@ -85,11 +85,15 @@ def string(value: str) -> str:
 
 
 def num(v: float) -> str:
-    """A double literal every engine reads as a double, round-tripping exactly (17 significant digits)."""
+    """A double literal every engine reads as a double, round-tripping exactly: the shortest repr with an
+    exponent (DuckDB and Spark read ``0.5`` as DECIMAL; Spark refuses a 17-digit 1.79769313486231571e308,
+    whose decimal value lies above the largest double, so never more digits than needed)."""
     v = float(v)
     if not math.isfinite(v):
         raise SqlExportError(f"a non-finite number ({v}) cannot be exported")
-    return f"{v:.17e}" if v >= 0 else f"(-{-v:.17e})"
+    r = repr(abs(v))
+    r = r if "e" in r else r + "e0"
+    return r if v >= 0 else f"(-{r})"
 
 
 # ---- expression pieces (DuckDB dialect) --------------------------------------------------------------------

@@ -478,3 +478,49 @@ def test_the_worked_example_of_docs_serving(tmp_path, pg):
             q = f"SELECT {expr} AS calibrated FROM '{tmp_path / 'scores.parquet'}' ORDER BY id"
             got = np.asarray(duckdb.connect().execute(q).fetchnumpy()["calibrated"], dtype=np.float64)
             _close(got, applied)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """Local Spark (one core, no UI) where pyspark and Java are installed; not a dev dependency (450 MB)."""
+    pyspark = pytest.importorskip("pyspark.sql", reason="local Spark needs `pip install pyspark` and Java 17")
+    session = (
+        pyspark.SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.mark.parametrize("method", ["platt", "beta", "quadratic", "isotonic", "venn_abers", "spline"])
+def test_spark_sql_equals_apply(method, spark):
+    """Spark SQL (ANSI mode, Spark 4) on 2e4 rows with NULL/NaN/+-inf/out-of-range probabilities."""
+    import pandas as pd
+
+    x = _scores("probability")[:20_000]
+    cal = _fit(method, "logit", "probability")
+    want = _want(cal, x, "probability")
+    pdf = pd.DataFrame({"id": np.arange(x.size), "score": x})
+    pdf.loc[12, "score"] = None  # a NULL besides the NaN
+    want[12] = np.nan
+    spark.createDataFrame(pdf).createOrReplaceTempView("scores")
+    sql = _sql(cal, "probability", "spark")
+    rows = spark.sql(f"SELECT id, calibrated FROM ({sql}) AS q ORDER BY id").collect()
+    got = np.array([np.nan if r[1] is None else r[1] for r in rows], dtype=np.float64)
+    _close(got, want)
+
+
+def test_partial_pooling_in_spark(spark):
+    import pandas as pd
+
+    cal = _segmented()
+    x, country, device = _segment_rows()
+    x, country, device = x[:20_000], country[:20_000], device[:20_000]
+    want = _want(cal, x, "logit", country=country, device=device)
+    pdf = pd.DataFrame({"id": np.arange(x.size), "score": x, "country": country, "device": device})
+    spark.createDataFrame(pdf).createOrReplaceTempView("scores")
+    sql, _ = X.export(cal.to_json(), "sql", dialect="spark", table="scores")
+    rows = spark.sql(f"SELECT id, calibrated FROM ({sql}) AS q ORDER BY id").collect()
+    _close(np.array([np.nan if r[1] is None else r[1] for r in rows], dtype=np.float64), want)
