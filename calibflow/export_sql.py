@@ -448,9 +448,16 @@ def header(p: Plan, dialect: str, column: str) -> str:
         + (", a probability outside [0, 1]" if p.input_kind == "probability" else "")
         + " (apply refuses the run)"
     )
+    segs = ""
+    if p.segments is not None:
+        names = ", ".join(repr(n) for n in p.segments["names"])
+        segs = (
+            f" Segment column(s) {names} are read as text, a NULL as the level '{NULL_LEVEL}'; a value never "
+            "seen in fitting adds nothing (the global map), as in apply."
+        )
     text = (
         f"calibflow export: {p.method} ({_shape_of(p)}), {dialect} SQL; column {column!r} holds "
-        f"{p.input_text}. Same numbers as `calibflow apply` (double precision). {null_rule}."
+        f"{p.input_text}. Same numbers as `calibflow apply` (double precision). {null_rule}.{segs}"
     )
     return "/* " + text.replace("*/", "* /") + " */"
 
