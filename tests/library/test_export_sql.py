@@ -254,6 +254,7 @@ PROBES = [
     "it's",
     "back`tick",
     "back\\slash",
+    "x */ SELECT 1; DROP TABLE victim; /* y",  # the header comment holds the name: it must not close it
 ]
 
 
