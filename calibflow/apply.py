@@ -59,6 +59,10 @@ def load_calibrator(calibrator: Path) -> Any:
     # untrusted: the size checked before reading, the nesting bounded, the fitted state validated after
     text = calibrator_file.read(calibrator)
     payload = calibrator_file.parse(text, str(calibrator))
+    try:
+        calibrator_file.check_numbers(payload)
+    except calibrator_file.CalibratorFileError as exc:
+        raise ValueError(f"{calibrator}: {exc}") from None
     keys = payload if isinstance(payload, dict) else {}
     what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)
     if what == "the card":

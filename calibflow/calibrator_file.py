@@ -56,6 +56,25 @@ def parse(text: str, where: str = "calibrator file") -> Any:
     return payload
 
 
+def check_numbers(payload: Any) -> None:
+    """Every number in the fitted state finite, checked on the parsed JSON before a calibrator is built
+    (``from_json`` tries a prediction: an infinite slope would warn and fail there in more than one line)."""
+    state = payload.get("state") if isinstance(payload, dict) else None
+    stack = [("", state)] if isinstance(state, dict) else []
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))
+        elif isinstance(node, float) and not np.isfinite(node):
+            field = path.replace(".__ndarray__", "")
+            raise CalibratorFileError(
+                f"calibrator field state.{field} is {node}, not a finite number; the file is damaged or "
+                "edited: refit it"
+            )
+
+
 def _depth(obj: Any) -> int:
     """Nesting depth, iteratively (a recursive walk would itself overflow the stack)."""
     deepest, stack = 0, [(obj, 1)]
@@ -211,7 +230,7 @@ def load_text(text: str, where: str = "calibrator file") -> Any:
     """The calibrator in ``text`` (its ``to_json``), parsed bounded and validated."""
     from calibflow.calibrators import from_json
 
-    parse(text, where)  # bounded nesting, one line (from_json parses again: the file is small by now)
+    check_numbers(parse(text, where))  # bounded nesting, one line (from_json parses again: it is small now)
     try:
         cal = from_json(text)
     except CalibratorFileError:

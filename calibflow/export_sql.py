@@ -459,7 +459,7 @@ def header(p: Plan, dialect: str, column: str) -> str:
         f"calibflow export: {p.method} ({_shape_of(p)}), {dialect} SQL; column {column!r} holds "
         f"{p.input_text}. Same numbers as `calibflow apply` (double precision). {null_rule}.{segs}"
     )
-    # a name may hold */ (would end the comment) or /* (DuckDB and PostgreSQL nest comments: it would open one)
+    # a name may hold */ (ending the comment) or /* (DuckDB and PostgreSQL nest comments: opening one)
     return "/* " + text.replace("*/", "* /").replace("/*", "/ *") + " */"
 
 
