@@ -169,3 +169,26 @@ def test_a_500mb_file_is_refused_without_reading_it(tmp_path, scored_input):
             tracemalloc.stop()
         _refused(res, out, "bytes")
         assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MB"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_methods_own_fits_pass_the_checks(seed):
+    """The control: no fit calibflow writes is refused (weighted fits included: Venn-Abers' p1 may land a
+    few ulps above 1, which apply serves as it always did)."""
+    from calibflow.calibrator_file import check
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 5000))
+    z = rng.normal(rng.normal(), rng.uniform(0.3, 3.0), n)
+    y = (rng.random(n) < expit(z * rng.uniform(-0.2, 2.0))).astype(np.float64)
+    w = rng.uniform(0.0, 3.0, n) if seed % 2 else None
+    checked = 0
+    for method in C.available("scores"):
+        for inp in ("logit", "probability"):
+            try:
+                cal = C.make(method, input=inp).fit(z if inp == "logit" else expit(z), y, w)
+            except ValueError:
+                continue  # a method that refuses this data (anti-correlated scores for temperature, ...)
+            check(C.from_json(cal.to_json()))
+            checked += 1
+    assert checked >= 2 * len(C.available("scores")) - 4
