@@ -54,17 +54,25 @@ def load_calibrator(calibrator: Path) -> Any:
         raise ValueError(f"--calibrator {calibrator} is a folder; give the calibrator.json inside it")
     if not calibrator.is_file():
         raise FileNotFoundError(f"{calibrator}: no such calibrator (run `calibflow run` to produce one)")
-    text = calibrator.read_text(encoding="utf-8", errors="replace")
-    what = None
-    with contextlib.suppress(ValueError, RecursionError):  # not JSON, nested too deep: from_json says so
-        payload = json.loads(text)
-        keys = payload if isinstance(payload, dict) else {}
-        what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)
+    from calibflow import calibrator_file
+
+    # untrusted: the size checked before reading, the nesting bounded, the fitted state validated after
+    text = calibrator_file.read(calibrator)
+    payload = calibrator_file.parse(text, str(calibrator))
+    try:
+        calibrator_file.check_numbers(payload)
+    except calibrator_file.CalibratorFileError as exc:
+        raise ValueError(f"{calibrator}: {exc}") from None
+    keys = payload if isinstance(payload, dict) else {}
+    what = next((v for k, v in _NOT_A_CALIBRATOR.items() if k in keys), None)
     if what == "the card":
         raise ValueError(f"{calibrator}: this is the card; use calibrator.json (beside it)")
     if what:
         raise ValueError(f"{calibrator} is {what}; use one of the <method>.json files beside it")
-    cal = from_json(text)
+    try:
+        cal = calibrator_file.check(from_json(text))
+    except calibrator_file.CalibratorFileError as exc:
+        raise ValueError(f"{calibrator}: {exc}") from None
     kind = _card_input(calibrator).get("score_kind")
     if getattr(cal, "score_kind_", None) is None and kind in src.SCORE_KINDS:
         src.record_score_kind(cal, kind)

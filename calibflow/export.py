@@ -1,6 +1,14 @@
-"""A fitted calibrator in forms a serving stack can load without Python: a lookup table, SQL, ONNX.
+"""A fitted calibrator in forms a serving stack can load without Python: SQL, a lookup table, ONNX.
 
-Every form is the same piecewise-linear map, so they agree with each other to rounding:
+- **SQL** (``--format sql``, ``to_sql_query``; ``calibflow.export_sql``): ``apply``'s own computation, not
+  an approximation: closed forms (Platt, temperature, Beta, quadratic, ...) as their formula, step and
+  spline maps as a knot table found by a window and joined, ``partial_pooling`` reading the segment
+  columns; NULL wherever ``apply`` keeps null or refuses; DuckDB, PostgreSQL, SQLite, Spark SQL and
+  BigQuery through SQLGlot. See docs/serving.md.
+- **Segment parameters** (``--format params``): partial_pooling's per-level offsets and log slopes as CSV.
+
+The table and ONNX forms are the same piecewise-linear approximation, so they agree with each other to
+rounding:
 
 - **The table.** Knots ``x_k`` on the logit axis of the input (a probability input is read as
   ``t = ln(p) - ln(1 - p)`` after clipping; a logit or raw score is ``t`` itself) and the calibrated
@@ -12,10 +20,8 @@ Every form is the same piecewise-linear map, so they agree with each other to ro
   Venn-Abers) gets a pair of adjacent doubles at each jump; the knots not needed are then dropped, and a
   dense random probe adds a knot wherever the table still misses. ``max_error`` is then measured against
   ``predict`` on other points (seven inside every interval, 200,000 random ones, the extrapolated ends) and
-  stated in the table.
-- **SQL.** One expression (``CASE`` searched as a binary tree over the knots, ``LN``, ``EXP``, ``LEAST``,
-  ``GREATEST``, numbers written with an exponent so every engine reads them as doubles): it runs as is in
-  DuckDB, BigQuery and Spark SQL. A NULL score gives NULL.
+  stated in the table. ``to_sql(table)`` writes this table as one nested-CASE expression; it is kept for
+  checking the table itself, and ``calibflow export`` never writes it (a CASE grows with the knots).
 - **ONNX.** The same table as an opset-17 graph (a branch-free binary search with ``Gather``/``Where``,
   then the segment's line and a ``Sigmoid``), float64 in and out: runs in onnxruntime and any ONNX runtime
   (C++, Java, C#) without calibflow. Needs the ``onnx`` package (``pip install calibflow[serve]``).
@@ -35,11 +41,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from calibflow.calibrators import from_json, get_class
+from calibflow.calibrators import get_class
 from calibflow.calibrators.base import BaseCalibrator
 from calibflow.metrics import LOG_LOSS_CLIP, expit, logit
 
-FORMATS = ("table", "sql", "onnx")
+FORMATS = ("table", "sql", "onnx", "params")
 DEFAULT_TOL = 1e-7
 MAX_KNOTS = 200_000
 #: Logit-axis half-width of the knots for a logit or score input (beyond it the end segments continue).
@@ -51,13 +57,20 @@ class ExportError(ValueError):
     """A calibrator that cannot be exported in the asked form; the message says why and what to do."""
 
 
-def load(text: str, score_kind: str | None = None) -> tuple[BaseCalibrator, str | None]:
+def load(
+    text: str, score_kind: str | None = None, segments: bool = False
+) -> tuple[BaseCalibrator, str | None]:
     """The calibrator in ``text`` (its ``to_json``) and the user's score kind: ``score_kind`` if given, else
-    the one the file records (a top-level ``score_kind``), else None (the calibrator's own input)."""
+    the one the file records (a top-level ``score_kind``), else None (the calibrator's own input).
+
+    The file is untrusted: nesting bounded, fitted state validated (``calibflow.calibrator_file``); one line
+    naming the field otherwise. ``segments``: a segmented calibrator is wanted (SQL and its parameters)."""
+    from calibflow import calibrator_file
+
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ExportError(f"not a calibrator file: invalid JSON ({exc.msg})") from None
+        payload = calibrator_file.parse(text)
+    except calibrator_file.CalibratorFileError as exc:
+        raise ExportError(f"not a calibrator file: {exc}") from None
     if not isinstance(payload, dict):
         raise ExportError("not a calibrator file: expected a JSON object")
     if _CARD_KEYS & set(payload) and "state" not in payload:
@@ -66,10 +79,16 @@ def load(text: str, score_kind: str | None = None) -> tuple[BaseCalibrator, str 
     score_kind = score_kind or recorded
     if score_kind is not None and score_kind not in ("probability", "logit", "score"):
         raise ExportError(f"score kind {score_kind!r} is not probability|logit|score")
-    cal = from_json(json.dumps(payload))
-    if cal.needs:
+    try:
+        cal = calibrator_file.load_text(json.dumps(payload))
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+    if cal.needs and not (segments and cal.needs == ("segments",)):
         needs = ", ".join(cal.needs)
-        raise ExportError(f"{cal.name} needs inputs besides the score ({needs}): cannot export")
+        hint = "; export it with --format sql or params" if cal.needs == ("segments",) else ""
+        raise ExportError(
+            f"{cal.name} needs inputs besides the score ({needs}): cannot export this format{hint}"
+        )
     return cal, score_kind
 
 
@@ -187,7 +206,8 @@ def _refine(f, grid: NDArray, tol: float, max_knots: int) -> tuple[NDArray, NDAr
         order = np.argsort(x, kind="stable")
         x, z = x[order], np.concatenate([z, _zlogit(f(mids[bad]))])[order]
     raise ExportError(
-        f"the map needs more than {max_knots} knots for an error below {tol:g}; export with a larger --tol"
+        f"the map needs more than {max_knots} knots for an error below {tol:g}; export with a larger --tol, "
+        "or --format sql (apply's exact computation)"
     )
 
 
@@ -260,7 +280,8 @@ def _num(v: float) -> str:
 
 
 def to_sql(table: Table, column: str = "score") -> str:
-    """One SQL expression of ``column`` (DuckDB, BigQuery, Spark SQL): the table's probability."""
+    """The *table's* probability as one nested-CASE expression of ``column`` (DuckDB): a check of the table
+    only. Serving SQL is ``to_sql_query`` (exact, every dialect, no CASE growing with the knots)."""
     x, z, b = table.x, table.z, table.slopes()
     if table.input_kind == "probability":
         c = f"LEAST(GREATEST({column}, {_num(table.clip)}), {_num(1 - table.clip)})"
@@ -362,17 +383,82 @@ def to_onnx(table: Table, input_name: str = "score") -> bytes:
     return model.SerializeToString()
 
 
+def to_sql_query(
+    cal: BaseCalibrator,
+    score_kind: str | None = None,
+    column: str = "score",
+    dialect: str = "duckdb",
+    table: str | None = None,
+    output_column: str = "calibrated",
+) -> tuple[str, Any]:
+    """SQL giving ``apply``'s numbers (``calibflow.export_sql``): one expression of ``column`` for a
+    closed-form map when ``table`` is None, else a query over ``table`` adding ``output_column``."""
+    from calibflow import export_sql as S
+
+    try:
+        plan = S.plan(cal, score_kind)
+        allowed = {column, output_column, *(plan.segments["names"] if plan.segments else ())}
+        if plan.closed is not None and table is None:
+            sql, splice = f"SELECT {S.expression(plan, column)}", {}
+        else:
+            table = table or "scores"
+            allowed.add(table)
+            sql, splice = S.query_sql(plan, column, table, output_column)
+        text = S.translate(sql, splice, dialect, allowed)
+    except S.SqlExportError as exc:
+        raise ExportError(str(exc)) from None
+    if plan.closed is not None and table is None:
+        text = text.removeprefix("SELECT ")
+    return S.header(plan, dialect, column) + "\n" + text, plan
+
+
+def segment_params_csv(cal: BaseCalibrator) -> str:
+    """partial_pooling's parameters as CSV, one row per segment level (a feature store's table):
+    ``logit p = offset(global) + sum offset(levels) + exp(log_slope(global) + sum log_slope(levels)) *
+    (z - centre)`` with ``z`` the calibrator's logit; a level not listed adds 0."""
+    import csv
+    import io
+
+    if cal.name != "partial_pooling":
+        raise ExportError(f"--format params is for segmented calibrators (partial_pooling), not {cal.name}")
+    from calibflow import export_sql as S
+
+    plan = S.plan(cal)
+    a, b, c = plan.segments["global"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["block", "column_1", "level_1", "column_2", "level_2", "offset", "log_slope", "centre"])
+    w.writerow(["global", "", "", "", "", repr(a), repr(b), repr(c)])
+    for i, blk in enumerate(plan.segments["blocks"]):
+        cols = blk["columns"] + [""] * (2 - len(blk["columns"]))
+        for lv, d, g in zip(blk["levels"], blk["offset"], blk["log_slope"], strict=True):
+            lv2 = lv[1] if len(lv) > 1 else ""
+            w.writerow([str(i), cols[0], lv[0], cols[1], lv2, repr(float(d)), repr(float(g)), ""])
+    return buf.getvalue()
+
+
 def export(
-    text: str, fmt: str, column: str = "score", tol: float = DEFAULT_TOL, score_kind: str | None = None
-) -> tuple[str | bytes, Table]:
-    """``fmt`` (table | sql | onnx) of the calibrator JSON ``text``, and the table behind it; ``score_kind``:
-    the user's score the map takes (default: what the file records, else the calibrator's own input)."""
+    text: str,
+    fmt: str,
+    column: str = "score",
+    tol: float = DEFAULT_TOL,
+    score_kind: str | None = None,
+    dialect: str = "duckdb",
+    table: str | None = None,
+    output_column: str = "calibrated",
+) -> tuple[str | bytes, Any]:
+    """``fmt`` (table | sql | onnx | params) of the calibrator JSON ``text``, and what it was built from (the
+    ``Table``, or the SQL plan); ``score_kind``: the user's score the map takes (default: what the file
+    records, else the calibrator's own input)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    cal, score_kind = load(text, score_kind)
-    table = to_table(cal, score_kind, tol)
-    if fmt == "table":
-        return json.dumps(table.to_dict(), indent=1) + "\n", table
+    cal, score_kind = load(text, score_kind, segments=fmt in ("sql", "params"))
     if fmt == "sql":
-        return to_sql(table, column) + "\n", table
-    return to_onnx(table, column), table
+        sql, plan = to_sql_query(cal, score_kind, column, dialect, table, output_column)
+        return sql + "\n", plan
+    if fmt == "params":
+        return segment_params_csv(cal), cal
+    table_ = to_table(cal, score_kind, tol)
+    if fmt == "table":
+        return json.dumps(table_.to_dict(), indent=1) + "\n", table_
+    return to_onnx(table_, column), table_
