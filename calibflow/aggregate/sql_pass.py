@@ -155,7 +155,8 @@ def tables_from_result(result: pd.DataFrame) -> tuple[Tables, dict[str, Any]]:
     segments, starts = {}, {}
     for c, n_cells in zip(spec["segments"], spec["cells"], strict=True):
         on = (df["segment"] == c).to_numpy()
-        values = df["value"][on]
+        values = df["value"][on].astype(object)
+        values = values.where(values.notna(), None)  # NULL as None, whatever pandas read it as
         levels = pd.Series(values.dropna().unique(), dtype=object).sort_values(kind="stable").tolist()
         if values.isna().any():
             levels.append(None)  # NULL last, as the pass's levels

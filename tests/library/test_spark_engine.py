@@ -61,10 +61,15 @@ def big(tmp_path_factory):
     return paths, T.aggregate_files(paths, "score", "label", segments=SEGS, threads=2)
 
 
+def _keys(col: pd.Series) -> list:
+    """A key column as text, a missing value as None (pandas may hold it as None or NaN)."""
+    return [None if pd.isna(v) else str(v) for v in col]
+
+
 def _same(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> None:
     assert len(a) == len(b)
     for k in keys:
-        assert a[k].astype(str).tolist() == b[k].astype(str).tolist(), k
+        assert _keys(a[k]) == _keys(b[k]), k
     assert (a["n"].to_numpy() == b["n"].to_numpy()).all()
     for c in SUMS:
         np.testing.assert_allclose(a[c].to_numpy(), b[c].to_numpy(), rtol=1e-12, atol=1e-300)
@@ -94,7 +99,7 @@ def test_spark_tables_equal_duckdb_at_1e6(big, spark):
 
 def _text_values(t: T.Tables) -> T.Tables:
     """DuckDB's tables with segment values as text, as a SQL result returns them."""
-    segs = {c: s.assign(seg_0=s["seg_0"].map(lambda v: None if v is None else str(v)))
+    segs = {c: s.assign(seg_0=[None if pd.isna(v) else str(v) for v in s["seg_0"]])
             for c, s in t.segments.items()}
     return T.Tables(t.fine, segs, t.starts, t.grid)
 
