@@ -3,9 +3,10 @@ stages share.
 
 :func:`tables_for` builds the pass's tables (``tables.aggregate_tables``) on the engine the caller names:
 ``duckdb`` (this machine, one worker thread per core), ``dask`` (a ``LocalCluster``, or the scheduler at
-``dask_address``) or ``spark`` (a local session, the master at ``spark_master``, or the active session; a
-Spark catalog table by its name: ``spark_engine``); :func:`fit_files` is ``calibflow fit``: every method fitted on the calibration tables,
-every metric with intervals on the test tables, overall (fine grid) and per segment value (coarse tables).
+``dask_address``) or ``spark`` (a local session, the master at ``spark_master``, or the active session;
+a Spark catalog table by its name: ``spark_engine``); :func:`fit_files` is ``calibflow fit``: every
+method fitted on the calibration tables, every metric with intervals on the test tables, overall (fine
+grid) and per segment value (coarse tables).
 """
 
 from __future__ import annotations

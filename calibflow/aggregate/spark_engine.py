@@ -148,11 +148,11 @@ def spark_table_tables(  # noqa: PLR0913
     from calibflow.aggregate.sql_pass import SOURCE, pass_sql, tables_from_result
     from calibflow.aggregate.table import DEFAULT_GRID, add_replicates
     from calibflow.aggregate.tables import CELLS, cells_for
-
     from calibflow.sources import require_columns
 
     df = spark.table(source) if isinstance(source, str) else source
-    require_columns(df.columns, [score, label, *segments, *([weight] if weight else [])], where=" in the table")
+    need = [score, label, *segments, *([weight] if weight else [])]
+    require_columns(df.columns, need, where=" in the table")
     df.createOrReplaceTempView(SOURCE)
     per_col = cells_for(_n_values(spark, segments), cells or CELLS, 1)
     sql = pass_sql(score, label, kind, segments, weight, grid or DEFAULT_GRID, per_col, ece_bins, "spark",

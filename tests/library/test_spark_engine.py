@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from calibflow.aggregate import tables as T
 from calibflow.aggregate.run import fit_files, tables_for
-from calibflow.aggregate.spark_engine import SparkClient, apply_spark, spark_table_tables
+from calibflow.aggregate.spark_engine import SparkClient, apply_spark
 from calibflow.aggregate.sql_pass import DIALECTS, SOURCE, pass_sql, read_result, tables_from_result
 from calibflow.aggregate.switch import parse_scale
 from calibflow.apply import apply_file
@@ -129,15 +129,17 @@ def test_emitted_sql_per_dialect_is_one_definition(tmp_path):
     names the table given, and keeps one GROUP BY per table."""
     queries = {}
     for d in DIALECTS:
-        res = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", d, "--calib", "proj.logs.events",
-                                       "--score", "p", "--label", "y", "--segment", "country"])
+        res = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", d, "--calib",
+                                       "proj.logs.events", "--score", "p", "--label", "y",
+                                       "--segment", "country"])
         assert res.exit_code == 0, res.output
         queries[d] = res.output
         tree = sqlglot.parse_one(res.output, read=d)
         assert "events" in {t.name for t in tree.find_all(sqlglot.exp.Table)}
         assert res.output.upper().count("GROUP BY") == 2  # the fine table and the one segment column
     assert "FLOAT64" in queries["bigquery"] and "DOUBLE" in queries["spark"]
-    bad = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", "oracle", "--score", "p", "--label", "y"])
+    bad = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", "oracle", "--score", "p",
+                                   "--label", "y"])
     assert bad.exit_code != 0 and "--dialect 'oracle' is not one of" in bad.output
 
 
@@ -149,13 +151,15 @@ def test_fit_from_table_equals_fit_on_the_rows(tmp_path):
     con = duckdb.connect()
     for name, paths in (("calib", calib), ("test", test)):
         con.execute(f"CREATE OR REPLACE VIEW {SOURCE} AS SELECT * FROM read_parquet({paths!r})")
-        con.sql(pass_sql("score", "label", segments=SEGS)).df().to_parquet(tmp_path / f"{name}.result.parquet")
+        result = con.sql(pass_sql("score", "label", segments=SEGS)).df()
+        result.to_parquet(tmp_path / f"{name}.result.parquet")
     methods = ["platt", "isotonic"]
     rows = fit_files(calib, test, "score", "label", tmp_path / "rows", methods, segments=tuple(SEGS),
                      replicates=8, distinct_max=0)
-    res = CliRunner().invoke(app, ["fit", "--from-table", str(tmp_path / "calib.result.parquet"), "--test-table",
-                                   str(tmp_path / "test.result.parquet"), "--out", str(tmp_path / "sql"),
-                                   "--methods", ",".join(methods), "--replicates", "8"])
+    res = CliRunner().invoke(app, ["fit", "--from-table", str(tmp_path / "calib.result.parquet"),
+                                   "--test-table", str(tmp_path / "test.result.parquet"),
+                                   "--out", str(tmp_path / "sql"), "--methods", ",".join(methods),
+                                   "--replicates", "8"])
     assert res.exit_code == 0, res.output
     got = json.loads((tmp_path / "sql/fit.json").read_text())
     z = np.linspace(1e-4, 1 - 1e-4, 999)
@@ -211,10 +215,11 @@ def _segmented_calibrator(tmp_path, paths):
 def test_apply_on_spark_equals_apply(tmp_path, spark):
     """``apply --engine spark`` (calibflow's batch function in mapInPandas) gives ``apply``'s column within
     1e-12, for a global and a per-segment calibrator (NULL segment values included), and NULL scores."""
-    paths = _write(tmp_path / "in", 200_000, 51)
+    _write(tmp_path / "in", 200_000, 51)
     calib = _write(tmp_path / "cal", 100_000, 61)
     fit_files(calib, None, "score", "label", tmp_path / "fit", ["isotonic", "platt"], distinct_max=0)
-    cals = [tmp_path / "fit/isotonic.json", tmp_path / "fit/platt.json", _segmented_calibrator(tmp_path, calib)]
+    cals = [tmp_path / "fit/isotonic.json", tmp_path / "fit/platt.json",
+            _segmented_calibrator(tmp_path, calib)]
     for cal in cals:
         want = pd.read_parquet(apply_file(cal, str(tmp_path / "in"), None, tmp_path / "a.parquet") and
                                tmp_path / "a.parquet")
