@@ -45,7 +45,7 @@ def dask_client(address: str | None = None) -> Iterator[Any]:
 def check_engine(engine: str, dask_address: str | None, spark_master: str | None = None) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if dask_address and engine not in ("dask", "spark"):
+    if dask_address and engine != "dask":
         raise ValueError("a Dask scheduler address needs engine dask (--engine dask / scale.engine: dask)")
     if spark_master and engine != "spark":
         raise ValueError("a Spark master needs engine spark (--engine spark / scale.engine: spark)")
