@@ -59,7 +59,7 @@ def spark_session(master: str | None = None) -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (session_cls.builder.master(master or DEFAULT_MASTER).appName("calibflow")
-               .config("spark.ui.enabled", "false")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "8")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
