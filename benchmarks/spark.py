@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
                     p.terminate()
                     p.wait(30)
             return
-        (spark_cm, w0, c0) = None, time.perf_counter(), _cpu()
+        w0 = time.perf_counter()
         spark_cm = spark_session("local[2]")
         spark = spark_cm.__enter__()
         spark.sparkContext.setLogLevel("ERROR")

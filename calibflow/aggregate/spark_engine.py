@@ -94,8 +94,11 @@ class SparkClient:
         return {"workers": dict.fromkeys(range(self.spark.sparkContext.defaultParallelism))}
 
     def map(self, fn: Callable, items: Iterable[Any], pure: bool = False, **kwargs: Any) -> list[Any]:
+        # At most two partitions per core: a partition's parts are summed where they ran (treeReduce
+        # reduces each partition first), so what moves is ~2 accumulators per core, not one per part.
         items = list(items)
-        rdd = self.spark.sparkContext.parallelize(items, max(len(items), 1))
+        slices = max(min(len(items), 2 * self.spark.sparkContext.defaultParallelism), 1)
+        rdd = self.spark.sparkContext.parallelize(items, slices)
         return [rdd.map(functools.partial(fn, **kwargs)).treeReduce(_sum3, depth=2)]
 
     def gather(self, result: Any) -> Any:
