@@ -23,6 +23,7 @@ logit lies within an ulp of a bucket edge (the tests compare counts exactly on 1
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,16 @@ from calibflow.sources import quote_ident
 DIALECTS = ("duckdb", "spark", "bigquery", "snowflake", "trino")
 #: The FROM item of :func:`pass_sql` when no table is named (a Spark temp view, a DuckDB view).
 SOURCE = "calibflow_source"
-_MAX = "1.7976931348623157e308"  # the largest double: ``s BETWEEN -_MAX AND _MAX`` is false for NaN and inf
+#: The largest double: ``s BETWEEN -_MAX AND _MAX`` is false for NaN and the infinities in every dialect.
+_MAX = "1.7976931348623157e308"
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _ident(name: str) -> str:
+    """A column or table name as written in the query: plain where it is a plain word (SQLGlot quotes it
+    where the dialect needs: a reserved word), quoted otherwise. Quoting every name would make it
+    case-sensitive in Snowflake, where an unquoted ``country`` is stored as ``COUNTRY``."""
+    return name if _PLAIN.match(name) else quote_ident(name)
 
 
 def _cell_case(starts: np.ndarray, lo: int, hi: int) -> str:
@@ -62,8 +72,8 @@ def _duckdb_sql(source: str, spec: dict[str, Any]) -> str:
     kind, grid = spec["kind"], BucketGrid(spec["n_buckets"], spec["z_max"])
     z, q, ll = _z_q_ll(kind)
     segs = spec["segments"]
-    seg = "".join(f"{quote_ident(c)} AS seg_{i}, " for i, c in enumerate(segs))
-    w = f"CAST({quote_ident(spec['weight'])} AS DOUBLE)" if spec["weight"] else "CAST(1 AS DOUBLE)"
+    seg = "".join(f"{_ident(c)} AS seg_{i}, " for i, c in enumerate(segs))
+    w = f"CAST({_ident(spec['weight'])} AS DOUBLE)" if spec["weight"] else "CAST(1 AS DOUBLE)"
     valid = "s BETWEEN 0 AND 1" if kind == "probability" else f"s BETWEEN -{_MAX} AND {_MAX}"
     pc = "greatest(least(s, 1 - 1e-12), 1e-12)"
     logs = f", ln({pc}) AS lp, ln(1 - {pc}) AS l1p" if kind == "probability" else ""
@@ -79,8 +89,8 @@ def _duckdb_sql(source: str, spec: dict[str, Any]) -> str:
         selects.append(f"SELECT '{name}' AS segment, CAST(seg_{i} AS VARCHAR) AS value, cell_{i} AS bucket,"
                        f" label, {sums} FROM rows GROUP BY seg_{i}, cell_{i}, label")
     return f"""WITH r0 AS (
-  SELECT {seg}CAST({quote_ident(spec['score'])} AS DOUBLE) AS s,
-    CAST({quote_ident(spec['label'])} AS DOUBLE) AS y, {w} AS w{logs}
+  SELECT {seg}CAST({_ident(spec['score'])} AS DOUBLE) AS s,
+    CAST({_ident(spec['label'])} AS DOUBLE) AS y, {w} AS w{logs}
   FROM {source}
 ), r1 AS (
   SELECT *, {z} AS z, {q} AS q,
@@ -123,7 +133,7 @@ def pass_sql(
     per_col = [int(cells)] * len(segments) if isinstance(cells, int | np.integer) else [int(c) for c in cells]
     if len(per_col) != len(segments):
         raise ValueError("cells: one number, or one per segment column")
-    source = ".".join(quote_ident(p) for p in (table or SOURCE).split("."))
+    source = ".".join(_ident(p) for p in (table or SOURCE).split("."))
     spec = spec_of(score, label, kind, segments, weight, grid, per_col, ece_bins)
     out = sqlglot.transpile(_duckdb_sql(source, spec), read="duckdb", write=dialect, pretty=pretty)
     return out[0]
