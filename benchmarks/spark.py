@@ -129,20 +129,6 @@ def main(argv: list[str] | None = None) -> None:
         duck, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label", segments=SEGS, threads=2))
         base = wall
         print(f"| duckdb (2 threads) | {wall:.2f} | {cpu:.2f} | 1.00 | reference |", flush=True)
-        if args.standalone:
-            procs = _standalone()
-            try:
-                with spark_session("spark://127.0.0.1:7077") as spark:
-                    spark.sparkContext.setLogLevel("ERROR")
-                    got, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label", segments=SEGS,
-                                                                     client=SparkClient(spark)))
-                    print(f"| spark parts, standalone 2 workers x 1 core | {wall:.2f} | {cpu:.2f} | "
-                          f"{wall / base:.2f} | {_diff(got, duck)} |", flush=True)
-            finally:
-                for p in reversed(procs):
-                    p.terminate()
-                    p.wait(30)
-            return
         w0 = time.perf_counter()
         spark_cm = spark_session("local[2]")
         spark = spark_cm.__enter__()
@@ -161,6 +147,20 @@ def main(argv: list[str] | None = None) -> None:
                       f"{_diff(got, duck, text=True)} |", flush=True)
         finally:
             spark_cm.__exit__(None, None, None)
+        if args.standalone:
+            procs = _standalone()
+            try:
+                with spark_session("spark://127.0.0.1:7077") as spark:
+                    spark.sparkContext.setLogLevel("ERROR")
+                    for rep in (1, 2):
+                        got, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label",
+                                                                         segments=SEGS, client=SparkClient(spark)))
+                        print(f"| spark parts, standalone 2 workers x 1 core, run {rep} | {wall:.2f} | "
+                              f"{cpu:.2f} | {wall / base:.2f} | {_diff(got, duck)} |", flush=True)
+            finally:
+                for p in reversed(procs):
+                    p.terminate()
+                    p.wait(30)
     print(f"load after: {os.getloadavg()}", flush=True)
 
 
