@@ -153,8 +153,9 @@ def main(argv: list[str] | None = None) -> None:
                 with spark_session("spark://127.0.0.1:7077") as spark:
                     spark.sparkContext.setLogLevel("ERROR")
                     for rep in (1, 2):
-                        got, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label",
-                                                                         segments=SEGS, client=SparkClient(spark)))
+                        client = SparkClient(spark)
+                        got, wall, cpu = timed(lambda c=client: T.aggregate_files(paths, "score", "label",
+                                                                                  segments=SEGS, client=c))
                         print(f"| spark parts, standalone 2 workers x 1 core, run {rep} | {wall:.2f} | "
                               f"{cpu:.2f} | {wall / base:.2f} | {_diff(got, duck)} |", flush=True)
             finally:
