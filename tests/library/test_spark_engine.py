@@ -243,3 +243,34 @@ def test_apply_on_spark_equals_apply(tmp_path, spark):
     assert np.isnan(got).sum() == 2
     np.testing.assert_allclose(got, want, rtol=1e-12)
     shutil.rmtree(tmp_path / "in")
+
+
+@pytest.mark.slow
+def test_fit_and_apply_commands_on_spark(tmp_path, spark):
+    """The documented commands: ``calibflow fit --engine spark`` equals the DuckDB pass on the logit grid
+    (the fits and the metrics with intervals), and ``calibflow apply --engine spark`` writes apply's
+    column."""
+    calib = _write(tmp_path / "calib", 100_000, 71)
+    test = _write(tmp_path / "test", 100_000, 81)
+    want = fit_files(calib, test, "score", "label", tmp_path / "duck", ["platt", "isotonic"],
+                     segments=("country",), replicates=8, distinct_max=0)
+    res = CliRunner().invoke(app, ["fit", "--engine", "spark", "--calib", str(tmp_path / "calib"), "--test",
+                                   str(tmp_path / "test"), "--score", "score", "--label", "label",
+                                   "--segment", "country", "--methods", "platt,isotonic", "--replicates", "8",
+                                   "--out", str(tmp_path / "spark")])
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "spark/fit.json").read_text())
+    assert got["engine"] == "spark"
+    for m in ("platt", "isotonic"):
+        for k in ("log_loss", "calibration_ratio", "ece", "auc"):
+            assert got["methods"][m][k] == pytest.approx(want["methods"][m][k], rel=1e-9)
+        for k, ci in want["methods"][m]["ci"].items():
+            assert got["methods"][m]["ci"][k] == pytest.approx(ci, rel=1e-9), (m, k)
+    res = CliRunner().invoke(app, ["apply", "--engine", "spark", "--calibrator",
+                                   str(tmp_path / "spark/platt.json"), "--input", str(tmp_path / "test"),
+                                   "--output", str(tmp_path / "out.parquet")])
+    assert res.exit_code == 0, res.output
+    apply_file(tmp_path / "spark/platt.json", str(tmp_path / "test"), None, tmp_path / "ref.parquet")
+    a = pd.read_parquet(tmp_path / "out.parquet").sort_values("id")["calibrated"].to_numpy()
+    b = pd.read_parquet(tmp_path / "ref.parquet").sort_values("id")["calibrated"].to_numpy()
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
