@@ -103,14 +103,45 @@ def _standalone(master_port: int = 7077) -> list[subprocess.Popen]:
     procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(master_port), "--webui-port", "0"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    time.sleep(8)
+    _wait_port(master_port)
     for _ in range(2):
         procs.append(subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker",
                                        f"spark://127.0.0.1:{master_port}", "--cores", "1", "--memory", "2g",
                                        "--webui-port", "0"], env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
-    time.sleep(10)
+    time.sleep(20)  # the workers register with the master
     return procs
+
+
+def _wait_port(port: int, timeout: float = 180.0) -> None:
+    import socket
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(1)
+    raise RuntimeError(f"the Spark master did not open port {port} in {timeout:.0f} s")
+
+
+def _standalone_runs(paths: list[str], duck: T.Tables, base: float) -> None:
+    """Two runs of the parts route on a standalone cluster on this machine, started and stopped here."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver on the address the master and workers use
+    procs = _standalone()
+    try:
+        with spark_session("spark://127.0.0.1:7077") as spark:
+            spark.sparkContext.setLogLevel("ERROR")
+            for rep in (1, 2):
+                client = SparkClient(spark)
+                got, wall, cpu = timed(lambda c=client: T.aggregate_files(paths, "score", "label",
+                                                                          segments=SEGS, client=c))
+                print(f"| spark parts, standalone 2 workers x 1 core, run {rep} | {wall:.2f} | "
+                      f"{cpu:.2f} | {wall / base:.2f} | {_diff(got, duck)} |", flush=True)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(30)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--standalone", action="store_true")
     ap.add_argument("--no-sql", action="store_true", help="skip the Spark SQL route")
+    ap.add_argument("--no-local", action="store_true", help="skip the local session (with --standalone)")
     args = ap.parse_args(argv)
     rows = int(args.rows)
     print(f"load before: {os.getloadavg()}", flush=True)
@@ -129,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
         duck, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label", segments=SEGS, threads=2))
         base = wall
         print(f"| duckdb (2 threads) | {wall:.2f} | {cpu:.2f} | 1.00 | reference |", flush=True)
+        if args.no_local:
+            return _standalone_runs(paths, duck, base) if args.standalone else None
         w0 = time.perf_counter()
         spark_cm = spark_session("local[2]")
         spark = spark_cm.__enter__()
@@ -148,20 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             spark_cm.__exit__(None, None, None)
         if args.standalone:
-            procs = _standalone()
-            try:
-                with spark_session("spark://127.0.0.1:7077") as spark:
-                    spark.sparkContext.setLogLevel("ERROR")
-                    for rep in (1, 2):
-                        client = SparkClient(spark)
-                        got, wall, cpu = timed(lambda c=client: T.aggregate_files(paths, "score", "label",
-                                                                                  segments=SEGS, client=c))
-                        print(f"| spark parts, standalone 2 workers x 1 core, run {rep} | {wall:.2f} | "
-                              f"{cpu:.2f} | {wall / base:.2f} | {_diff(got, duck)} |", flush=True)
-            finally:
-                for p in reversed(procs):
-                    p.terminate()
-                    p.wait(30)
+            _standalone_runs(paths, duck, base)
     print(f"load after: {os.getloadavg()}", flush=True)
 
 

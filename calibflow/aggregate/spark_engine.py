@@ -65,8 +65,8 @@ def spark_session(master: str | None = None) -> Iterator[Any]:
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     try:
         spark = builder.getOrCreate()
-    except Exception as exc:  # pyspark's "Java gateway process exited" and kin
-        if "java" in str(exc).lower() or "gateway" in str(exc).lower():
+    except Exception as exc:  # pyspark's "Java gateway process exited" when no JVM starts
+        if "gateway process exited" in str(exc).lower() or "java_home" in str(exc).lower():
             raise ValueError(_JAVA_FIX) from None
         raise
     try:
