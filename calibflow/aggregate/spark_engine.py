@@ -55,6 +55,9 @@ def spark_session(master: str | None = None) -> Iterator[Any]:
     if active is not None and master in (None, active.sparkContext.master):
         yield active
         return
+    if active is not None:  # one SparkContext per process: getOrCreate would hand back this one
+        raise ValueError(f"a Spark session on {active.sparkContext.master} is already active in this process;"
+                         f" leave out the Spark master ({master}) to use it, or stop it first")
     # the executors' Python is this one (a local session; on a cluster the workers' own)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -230,12 +233,20 @@ def apply_spark(  # noqa: PLR0913
         con.close()
     with spark_session(master) as spark:
         df = spark.read.parquet(*files)
+        s = F.col(f"`{score}`").cast("double")
         if on_null == "fail":
-            s = F.col(f"`{score}`")
-            bad = df.filter(s.isNull() | F.isnan(s.cast("double"))).count()
+            bad = df.filter(s.isNull() | F.isnan(s)).count()
             if bad:
                 raise ValueError(f"column {score!r}: {bad:,} null or NaN score(s); drop them, or pass "
                                  f"--on-null pass to leave {column!r} empty on those rows")
+        # apply's batch checks, counted over the whole input here (a task's batch knows no row numbers)
+        inf = F.abs(s) == float("inf")
+        out = (s < 0) | (s > 1) if kind == "probability" else F.lit(False)
+        n_inf, n_out = df.select(F.sum(inf.cast("long")), F.sum((out & ~inf).cast("long"))).first()
+        if n_inf or n_out:
+            what = "infinite" if n_inf else ("outside [0, 1] (use --score-kind logit or score if these are "
+                                             "not probabilities)")
+            raise ValueError(f"column {score!r}: {n_inf or n_out:,} score(s) {what}")
         schema = StructType([*df.schema.fields, StructField(column, DoubleType(), True)])
         scored = df.mapInPandas(spark_apply_rows(cal, kind, score, seg_cols, column), schema)
         tmp = output.with_name(f".{output.name}.spark-tmp")

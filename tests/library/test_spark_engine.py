@@ -236,6 +236,10 @@ def test_apply_on_spark_equals_apply(tmp_path, spark):
     with pytest.raises(ValueError, match="2 null or NaN score"):
         apply_spark(cals[1], str(tmp_path / "nulls.parquet"), None, tmp_path / "n.parquet")
     assert not (tmp_path / "n.parquet").exists()
+    frame.loc[[7, 70, 700], "score"] = [1.5, -0.1, 2.0]
+    frame.to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"3 score\(s\) outside \[0, 1\]"):
+        apply_spark(cals[1], str(tmp_path / "bad.parquet"), None, tmp_path / "n.parquet", on_null="pass")
     apply_spark(cals[1], str(tmp_path / "nulls.parquet"), None, tmp_path / "n.parquet", on_null="pass")
     apply_file(cals[1], str(tmp_path / "nulls.parquet"), None, tmp_path / "na.parquet", on_null="pass")
     got = pd.read_parquet(tmp_path / "n.parquet").sort_values("id")["calibrated"].to_numpy()
