@@ -241,7 +241,8 @@ def apply_spark(  # noqa: PLR0913
                                  f"--on-null pass to leave {column!r} empty on those rows")
         # apply's batch checks, counted over the whole input here (a task's batch knows no row numbers)
         inf = F.abs(s) == float("inf")
-        out = (s < 0) | (s > 1) if kind == "probability" else F.lit(False)
+        # Spark orders NaN above every number: a NaN (passed through as NULL) is not "outside [0, 1]"
+        out = ~F.isnan(s) & ((s < 0) | (s > 1)) if kind == "probability" else F.lit(False)
         n_inf, n_out = df.select(F.sum(inf.cast("long")), F.sum((out & ~inf).cast("long"))).first()
         if n_inf or n_out:
             what = "infinite" if n_inf else ("outside [0, 1] (use --score-kind logit or score if these are "
