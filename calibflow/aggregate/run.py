@@ -201,7 +201,7 @@ def fit_files(  # noqa: PLR0913
 
         ctab, spec = read_result(calib)
         kind, score = spec["kind"], spec["score"]
-        score_kind = kind if score_kind == "probability" else score_kind
+        score_kind = kind  # the query's own scale (a "score" column was emitted as a logit)
         ttab = None
         if test:
             ttab, tspec = read_result(test, replicates, seed)

@@ -111,6 +111,9 @@ def fit(  # noqa: PLR0913
             if calib or test:
                 raise ValueError("--from-table fits from a query's result: leave out --calib and --test "
                                  "(--test-table evaluates on the test rows' result)")
+        elif test_table:
+            raise ValueError("--test-table goes with --from-table (the query's result over the calibration "
+                             "rows); with rows, give --test")
         elif not (calib and score and label):
             raise ValueError("give --calib, --score and --label (or --from-table with a query's result)")
         _check_out(out, names)
