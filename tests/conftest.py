@@ -7,7 +7,7 @@ import pytest
 
 #: Fixtures shared across test modules live beside their helpers (tests/helpers/); a test module never
 #: imports another test module.
-pytest_plugins = ["helpers.prefect_harness", "helpers.crash"]
+pytest_plugins = ["helpers.prefect_harness", "helpers.crash", "helpers.spark_session"]
 
 
 @pytest.fixture

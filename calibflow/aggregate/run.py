@@ -2,9 +2,11 @@
 stages share.
 
 :func:`tables_for` builds the pass's tables (``tables.aggregate_tables``) on the engine the caller names:
-``duckdb`` (this machine, one worker thread per core) or ``dask`` (a ``LocalCluster``, or the scheduler at
-``dask_address``); :func:`fit_files` is ``calibflow fit``: every method fitted on the calibration tables,
-every metric with intervals on the test tables, overall (fine grid) and per segment value (coarse tables).
+``duckdb`` (this machine, one worker thread per core), ``dask`` (a ``LocalCluster``, or the scheduler at
+``dask_address``) or ``spark`` (a local session, the master at ``spark_master``, or the active session;
+a Spark catalog table by its name: ``spark_engine``); :func:`fit_files` is ``calibflow fit``: every
+method fitted on the calibration tables, every metric with intervals on the test tables, overall (fine
+grid) and per segment value (coarse tables).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pandas as pd
 
 from calibflow.aggregate.tables import Part, Tables, aggregate_files, aggregate_split_tables
 
-ENGINES = ("duckdb", "dask")
+ENGINES = ("duckdb", "dask", "spark")
 #: Per segment column, this many values (the largest) go to fit.json; all of them to segments.parquet.
 TOP_SEGMENTS = 50
 
@@ -40,11 +42,28 @@ def dask_client(address: str | None = None) -> Iterator[Any]:
         yield client
 
 
-def check_engine(engine: str, dask_address: str | None) -> None:
+def check_engine(engine: str, dask_address: str | None, spark_master: str | None = None) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if dask_address and engine != "dask":
         raise ValueError("a Dask scheduler address needs engine dask (--engine dask / scale.engine: dask)")
+    if spark_master and engine != "spark":
+        raise ValueError("a Spark master needs engine spark (--engine spark / scale.engine: spark)")
+
+
+@contextlib.contextmanager
+def engine_client(engine: str, address: str | None = None) -> Iterator[Any]:
+    """None (DuckDB), a Dask client, or a ``spark_engine.SparkClient`` on the master ``address``."""
+    if engine == "dask":
+        with dask_client(address) as c:
+            yield c
+    elif engine == "spark":
+        from calibflow.aggregate.spark_engine import spark_client
+
+        with spark_client(address) as c:
+            yield c
+    else:
+        yield None
 
 
 def tables_for(
@@ -57,14 +76,24 @@ def tables_for(
     **options: Any,
 ) -> Tables:
     """The pass's tables of Parquet ``paths`` on ``engine``; ``options``: ``tables.aggregate_files``'s
-    (kind, segments, weight, grid, replicates, seed, cells, ece_bins, threads, distinct_max, where...)."""
-    check_engine(engine, dask_address)
+    (kind, segments, weight, grid, replicates, seed, cells, ece_bins, threads, distinct_max, where...).
+    ``dask_address``: the engine's address (a Dask scheduler; with engine spark, the Spark master). With
+    engine spark, ``paths`` may name a Spark catalog table (``spark_engine.spark_table_tables``)."""
+    check_engine(engine, None if engine == "spark" else dask_address)
     if engine == "duckdb":
         return aggregate_files(paths, score, label, **options)
     options.pop("threads", None)
+    if engine == "spark":
+        from calibflow.aggregate import spark_engine
+
+        if isinstance(paths, str) and spark_engine.is_table_name(paths):
+            keep = {k: options[k] for k in ("kind", "segments", "weight", "grid", "cells", "ece_bins",
+                                            "replicates", "seed") if k in options}
+            with spark_engine.spark_session(dask_address) as spark:
+                return spark_engine.spark_table_tables(spark, paths, score, label, **keep)
     if client is not None:
         return aggregate_files(paths, score, label, client=client, **options)
-    with dask_client(dask_address) as c:
+    with engine_client(engine, dask_address) as c:
         return aggregate_files(paths, score, label, client=c, **options)
 
 
@@ -80,11 +109,11 @@ def split_tables_for(
 ) -> tuple[dict[str, Tables], dict[str, dict[str, int]]]:
     """:func:`tables_for` of every split in one pass (``tables.aggregate_split_tables``): the pipeline's
     prepare on a streamed source, on the same engines."""
-    check_engine(engine, dask_address)
+    check_engine(engine, None if engine == "spark" else dask_address)
     if engine == "duckdb":
         return aggregate_split_tables(parts, score, label, splits, n_tab, **options)
     options.pop("threads", None)
-    with dask_client(dask_address) as c:
+    with engine_client(engine, dask_address) as c:
         return aggregate_split_tables(parts, score, label, splits, n_tab, client=c, **options)
 
 
@@ -134,6 +163,12 @@ def _top(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: r[k] for k in keep if k in r} for r in top.to_dict("records")]
 
 
+def _is_table(source: str | None) -> bool:
+    from calibflow.aggregate.spark_engine import is_table_name
+
+    return bool(source) and is_table_name(str(source))
+
+
 def fit_files(  # noqa: PLR0913
     calib: str,
     test: str | None,
@@ -149,57 +184,90 @@ def fit_files(  # noqa: PLR0913
     distinct_max: int = 1 << 20,
     engine: str = "duckdb",
     dask_address: str | None = None,
+    spark_master: str | None = None,
+    from_results: bool = False,
 ) -> dict[str, Any]:
     """Fit ``methods`` on the ``calib`` files and evaluate them on the ``test`` files; write ``out``:
     ``<method>.json``, ``fit.json`` (metrics, the largest segments) and ``segments.parquet`` (every
-    segment value's metrics per method), each atomically."""
+    segment value's metrics per method), each atomically. ``from_results``: ``calib`` and ``test`` are
+    Parquet results of the pass's query run in a warehouse (``calibflow fit --emit-sql``), not rows:
+    score, label and kind are the query's own (its ``spec``)."""
+    check_engine(engine, dask_address, spark_master)
+    address = spark_master if engine == "spark" else dask_address
+    kind = "logit" if score_kind in ("logit", "score") else score_kind
+    t0 = time.perf_counter()
+    if from_results:
+        from calibflow.aggregate.sql_pass import read_result
+
+        ctab, spec = read_result(calib)
+        kind, score = spec["kind"], spec["score"]
+        score_kind = kind  # the query's own scale (a "score" column was emitted as a logit)
+        ttab = None
+        if test:
+            ttab, tspec = read_result(test, replicates, seed)
+            if (tspec["kind"], tspec["score"]) != (kind, score):
+                raise ValueError(f"{test}: built on {tspec['score']!r} ({tspec['kind']}), the calibration "
+                                 f"table on {score!r} ({kind}); emit both queries with the same options")
+        return _fit_write(ctab, (lambda: ttab) if test else None, calib, test, "sql", score, kind,
+                          score_kind, out, methods, replicates, seed, t0)
+    # The calibration pass reads no segment column: a misspelt one is still named before any work.
+    if not (engine == "spark" and _is_table(calib)):
+        _check_source(calib, [score, label, *segments, *([weight] if weight else [])], score, label, weight)
+    if test and not (engine == "spark" and _is_table(test)):
+        _check_source(test, [score, label, *segments], score, label, None)
+    opts = {"kind": kind, "distinct_max": distinct_max}
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(engine_client(engine, address))
+        # The fits read the fine table only: the calibration pass builds no segment tables.
+        ctab = tables_for(calib, score, label, engine, client=client, weight=weight, **opts)
+
+        def test_tables() -> Tables:
+            return tables_for(test, score, label, engine, client=client, replicates=replicates, seed=seed,
+                              segments=segments, **opts)
+
+        return _fit_write(ctab, test_tables if test else None, calib, test, engine, score, kind, score_kind,
+                          out, methods, replicates, seed, t0)
+
+
+def _fit_write(  # noqa: PLR0913
+    ctab: Tables, test_tables: Any, calib: str, test: str | None, engine: str, score: str, kind: str,
+    score_kind: str, out: Path, methods: list[str], replicates: int, seed: int, t0: float,
+) -> dict[str, Any]:
+    """:func:`fit_files` from its tables: the fits, the metrics, the files."""
     from calibflow.aggregate import fit_from_table, metrics_from_table
     from calibflow.aggregate.metrics import calibrated_table
     from calibflow.io import atomic_path, write_json
     from calibflow.sources import record_score_kind
 
-    check_engine(engine, dask_address)
-    kind = "logit" if score_kind in ("logit", "score") else score_kind
-    t0 = time.perf_counter()
-    # The calibration pass reads no segment column: a misspelt one is still named before any work.
-    _check_source(calib, [score, label, *segments, *([weight] if weight else [])], score, label, weight)
-    if test:
-        _check_source(test, [score, label, *segments], score, label, None)
-    opts = {"kind": kind, "distinct_max": distinct_max}
-    with contextlib.ExitStack() as stack:
-        client = stack.enter_context(dask_client(dask_address)) if engine == "dask" else None
-        # The fits read the fine table only: the calibration pass builds no segment tables.
-        ctab = tables_for(calib, score, label, engine, client=client, weight=weight, **opts)
-        # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
-        fits = {m: record_score_kind(fit_from_table(ctab.fine, m, kind), score_kind, score) for m in methods}
-        record: dict[str, Any] = {
-            "path": "aggregate",
-            "engine": engine,
-            "calib": {"source": calib, "rows": float(ctab.fine["n"].sum()), "table_rows": len(ctab.fine)},
-            "score_kind": kind,
-            "methods": {},
+    # the user's scale goes into every file, so that `calibflow apply` converts as the fit did
+    fits = {m: record_score_kind(fit_from_table(ctab.fine, m, kind), score_kind, score) for m in methods}
+    record: dict[str, Any] = {
+        "path": "aggregate",
+        "engine": engine,
+        "calib": {"source": calib, "rows": float(ctab.fine["n"].sum()), "table_rows": len(ctab.fine)},
+        "score_kind": kind,
+        "methods": {},
+    }
+    del ctab  # fitted: a distinct-score calibration table (~1e6 groups) need not outlive the fits
+    seg_rows = pd.DataFrame()
+    if test_tables is not None:
+        ttab = test_tables()
+        record["test"] = {
+            "source": test,
+            "rows": float(ttab.fine["n"].sum()),
+            "table_rows": len(ttab.fine),
+            "segment_table_rows": {c: len(t) for c, t in ttab.segments.items()},
         }
-        del ctab  # fitted: a distinct-score calibration table (~1e6 groups) need not outlive the fits
-        seg_rows = pd.DataFrame()
-        if test:
-            ttab = tables_for(test, score, label, engine, client=client, replicates=replicates, seed=seed,
-                              segments=segments, **opts)
-            record["test"] = {
-                "source": test,
-                "rows": float(ttab.fine["n"].sum()),
-                "table_rows": len(ttab.fine),
-                "segment_table_rows": {c: len(t) for c, t in ttab.segments.items()},
-            }
-            record["uncalibrated"] = _brief(metrics_from_table(ttab.fine))
-            rows = [_segment_rows(ttab, "uncalibrated", None, kind, replicates, seed)]
-            record["uncalibrated"]["segments"] = _top(rows[0])
-            for m, cal in fits.items():
-                record["methods"][m] = _brief(metrics_from_table(calibrated_table(ttab.fine, cal, kind)))
-                rows.append(_segment_rows(ttab, m, cal, kind, replicates, seed))
-                record["methods"][m]["segments"] = _top(rows[-1])
-            seg_rows = pd.concat(rows, ignore_index=True)
-        else:
-            record["methods"] = {m: {} for m in fits}
+        record["uncalibrated"] = _brief(metrics_from_table(ttab.fine))
+        rows = [_segment_rows(ttab, "uncalibrated", None, kind, replicates, seed)]
+        record["uncalibrated"]["segments"] = _top(rows[0])
+        for m, cal in fits.items():
+            record["methods"][m] = _brief(metrics_from_table(calibrated_table(ttab.fine, cal, kind)))
+            rows.append(_segment_rows(ttab, m, cal, kind, replicates, seed))
+            record["methods"][m]["segments"] = _top(rows[-1])
+        seg_rows = pd.concat(rows, ignore_index=True)
+    else:
+        record["methods"] = {m: {} for m in fits}
     record["seconds"] = round(time.perf_counter() - t0, 2)
     out.mkdir(parents=True, exist_ok=True)
     for m, cal in fits.items():

@@ -2,7 +2,7 @@
 
     scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0,
             distinct_max: 1048576, cells: 256, threads: 0, engine: duckdb, dask_address: null,
-            compare_rows: 5000000}
+            spark_master: null, compare_rows: 5000000}
 
 Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
 instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
@@ -31,13 +31,20 @@ class ScaleConfig:
     cells: int = 256
     #: Worker threads of the DuckDB engine (0: one per core).
     threads: int = 0
-    #: "duckdb" (this machine) or "dask" (a LocalCluster, or the scheduler at ``dask_address``).
+    #: "duckdb" (this machine), "dask" (a LocalCluster, or the scheduler at ``dask_address``) or "spark"
+    #: (a local session, the master at ``spark_master``, or the process's active session).
     engine: str = "duckdb"
     dask_address: str | None = None
+    spark_master: str | None = None
     #: Select's segmented challenge scores a seeded sample of about this many test rows when the test
     #: split holds more (the paired interval has ample power on a few million rows; the pass costs
     #: ~0.6 us a row); 0 scores every row. Sampled by ``segment_compare.RowSample`` (seed: ``seed``).
     compare_rows: int = 5_000_000
+
+    @property
+    def address(self) -> str | None:
+        """The engine's address: the Dask scheduler, or the Spark master (engine spark)."""
+        return self.spark_master if self.engine == "spark" else self.dask_address
 
     @property
     def grid(self) -> BucketGrid:
@@ -72,8 +79,13 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     if "cells" in decl and decl["cells"] < 2:
         raise ValueError(f"scale.cells must be an integer >= 2, got {decl['cells']!r}")
     engine, address = decl.get("engine", "duckdb"), decl.get("dask_address")
-    if engine not in ("duckdb", "dask"):
-        raise ValueError(f"scale.engine must be duckdb or dask, got {engine!r}")
+    if engine not in ("duckdb", "dask", "spark"):
+        raise ValueError(f"scale.engine must be duckdb, dask or spark, got {engine!r}")
+    master = decl.get("spark_master")
+    if master is not None and not (isinstance(master, str) and master.strip()):
+        raise ValueError(f"scale.spark_master must be a master like spark://host:7077, got {master!r}")
+    if master and engine != "spark":
+        raise ValueError("scale.spark_master is set but scale.engine is not spark: set scale.engine: spark")
     if address is not None and not (isinstance(address, str) and address.strip()):
         raise ValueError(f"scale.dask_address must be an address like tcp://host:8786, got {address!r}")
     if address and engine != "dask":

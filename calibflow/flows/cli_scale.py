@@ -58,12 +58,23 @@ def _summary(record: dict[str, Any], weight: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def fit(
-    calib: str = typer.Option(..., "--calib", help="Parquet file, folder or glob: the calibration rows."),
+def _emit_sql(calib: str | None, score: str | None, label: str | None, score_kind: str, segments: list[str],
+              weight: str | None, dialect: str, cells: int) -> str:
+    from calibflow.aggregate.sql_pass import pass_sql
+
+    if not (score and label):
+        raise ValueError("--emit-sql needs --score and --label (and --calib: the table the query reads)")
+    kind = "logit" if score_kind in ("logit", "score") else score_kind
+    return pass_sql(score, label, kind, segments, weight, cells=cells, dialect=dialect, table=calib)
+
+
+def fit(  # noqa: PLR0913
+    calib: str = typer.Option(None, "--calib", help="Parquet file, folder or glob: the calibration rows "
+                              "(engine spark: or a Spark table's name; --emit-sql: the table to read)."),
     test: str = typer.Option(None, "--test", help="Parquet file, folder or glob to evaluate on (optional)."),
-    score: str = typer.Option(..., "--score", help="The column holding your model's score."),
-    label: str = typer.Option(..., "--label", help="The 0/1 outcome column."),
-    out: Path = typer.Option(..., "--out", help="Folder for <method>.json and fit.json."),
+    score: str = typer.Option(None, "--score", help="The column holding your model's score."),
+    label: str = typer.Option(None, "--label", help="The 0/1 outcome column."),
+    out: Path = typer.Option(None, "--out", help="Folder for <method>.json and fit.json."),
     methods: str = typer.Option(
         None, "--methods", help="Comma-separated calibrators (default: those marked scale_default)."
     ),
@@ -72,9 +83,25 @@ def fit(
     weight: str = typer.Option(None, "--weight", help="Frequency-weight column for the fit."),
     replicates: int = typer.Option(32, "--replicates", min=0, help="Poisson-bootstrap replicates."),
     seed: int = typer.Option(0, "--seed", help="Seed of the replicates."),
-    engine: str = typer.Option("duckdb", "--engine", help="duckdb (this machine) | dask (a Dask cluster)."),
+    engine: str = typer.Option(
+        "duckdb", "--engine", help="duckdb (this machine) | dask (a Dask cluster) | spark (a Spark session)."
+    ),
     dask_address: str = typer.Option(
         None, "--dask-address", help="Dask scheduler (tcp://host:8786); default: a local cluster."
+    ),
+    spark_master: str = typer.Option(
+        None, "--spark-master", help="Spark master (spark://host:7077, yarn); default: local[2]."
+    ),
+    emit_sql: bool = typer.Option(
+        False, "--emit-sql", help="Print the pass as one SQL query for a warehouse, and stop."
+    ),
+    dialect: str = typer.Option("duckdb", "--dialect", help="bigquery | snowflake | trino | spark | duckdb"),
+    cells: int = typer.Option(256, "--cells", min=2, help="--emit-sql: coarse cells per segment value."),
+    from_table: str = typer.Option(
+        None, "--from-table", help="Fit from the --emit-sql query's result saved as Parquet (not rows)."
+    ),
+    test_table: str = typer.Option(
+        None, "--test-table", help="Evaluate on the --emit-sql query's result over the test rows."
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -83,6 +110,10 @@ def fit(
 
     methods = methods if methods is not None else ",".join(scale_default_methods())
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    if emit_sql:
+        typer.echo(guarded(lambda: _emit_sql(calib, score, label, score_kind, list(segment or ()), weight,
+                                             dialect, cells), input_errors(), debug))
+        return
 
     def run() -> dict[str, Any]:
         from calibflow.aggregate.run import fit_files
@@ -92,9 +123,24 @@ def fit(
             raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(available())}")
         if score_kind not in ("probability", "logit", "score"):
             raise ValueError(f"--score-kind {score_kind!r} is not one of probability|logit")
+        if out is None:
+            raise ValueError("--out is missing: give a folder for <method>.json and fit.json")
+        if from_table:
+            if calib or test:
+                raise ValueError("--from-table fits from a query's result: leave out --calib and --test "
+                                 "(--test-table evaluates on the test rows' result)")
+        elif test_table:
+            raise ValueError("--test-table goes with --from-table (the query's result over the calibration "
+                             "rows); with rows, give --test")
+        elif not (calib and score and label):
+            raise ValueError("give --calib, --score and --label (or --from-table with a query's result)")
         _check_out(out, names)
+        if from_table:
+            return fit_files(from_table, test_table, score or "", label or "", out, names, score_kind,
+                             replicates=replicates, seed=seed, from_results=True)
         return fit_files(calib, test, score, label, out, names, score_kind, tuple(segment or ()), weight,
-                         replicates, seed, engine=engine, dask_address=dask_address)
+                         replicates, seed, engine=engine, dask_address=dask_address,
+                         spark_master=spark_master)
 
     record = guarded(run, input_errors(), debug)
     typer.echo(_summary(record, weight))

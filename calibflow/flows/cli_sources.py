@@ -355,12 +355,28 @@ def apply(
     batch_rows: int = typer.Option(1_000_000, "--batch-rows", min=1, help="Rows per streamed batch."),
     column: str = typer.Option("calibrated", "--column", help="Name of the added column."),
     on_null: str = typer.Option("fail", "--on-null", help="fail (default) | pass: null scores stay null."),
+    engine: str = typer.Option(
+        "duckdb", "--engine", help="duckdb (this machine) | spark (Parquet in, a Parquet folder out)."
+    ),
+    spark_master: str = typer.Option(None, "--spark-master", help="Spark master; default: local[2]."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Add a `calibrated` column to a file of scores with a saved calibrator (streamed, bounded memory)."""
     from calibflow.apply import apply_file
 
     unseen: dict[str, int] = {}
+    if engine != "duckdb":
+        from calibflow.aggregate.spark_engine import apply_spark
+
+        def on_spark() -> int:
+            if engine != "spark":
+                raise ValueError(f"--engine {engine!r} is not one of duckdb|spark")
+            return apply_spark(calibrator, input_path, score, output, score_kind, column, on_null,
+                               spark_master)
+
+        n = guarded(on_spark, input_errors(), debug)
+        typer.echo(f"calibrated {n:,} rows -> {output}", err=sys.stderr.isatty())
+        return
     n = guarded(
         lambda: apply_file(
             calibrator, input_path, score, output, score_kind, batch_rows, column,

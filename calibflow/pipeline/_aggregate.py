@@ -91,7 +91,7 @@ def split_tables(
     col, kind = ("prob", "probability") if input_kind == "probability" else ("margin", "logit")
     try:
         tabs = tables_for(
-            str(path), col, "y", cfg.engine, cfg.dask_address, kind=kind, segments=seg_cols,
+            str(path), col, "y", cfg.engine, cfg.address, kind=kind, segments=seg_cols,
             weight=weight, grid=cfg.grid, replicates=replicates, seed=cfg.seed, cells=cfg.cells,
             threads=cfg.threads or None, distinct_max=cfg.distinct_max, where="split = $split",
             where_params={"split": split},
@@ -127,7 +127,7 @@ def probability_table(path: Any, cfg: ScaleConfig, replicates: int = 0) -> pd.Da
     """The fine table of a calibrated predictions file (``row``, ``y``, ``prob``: a segmented calibrator's
     test rows), on its probabilities, with ``replicates`` Poisson columns."""
     try:
-        tabs = tables_for(str(path), "prob", "y", cfg.engine, cfg.dask_address, kind="probability",
+        tabs = tables_for(str(path), "prob", "y", cfg.engine, cfg.address, kind="probability",
                           grid=cfg.grid, replicates=replicates, seed=cfg.seed, cells=cfg.cells,
                           threads=cfg.threads or None)
     except ValueError as exc:

@@ -69,7 +69,7 @@ def prepare_record(
     splits.json. The tables are on ``calibrate.input``'s column (``input_kind``)."""
     try:
         tables, got = source_stream.split_tables(
-            spec, seed, input_kind, cfg.engine, cfg.dask_address, cfg.threads or None, grid=cfg.grid,
+            spec, seed, input_kind, cfg.engine, cfg.address, cfg.threads or None, grid=cfg.grid,
             cells=cfg.cells, distinct_max=cfg.distinct_max,
         )
     except ValueError as exc:

@@ -162,7 +162,7 @@ def test_1e5_values_bounded_and_only_values_with_rows(tmp_path, monkeypatch):
 def test_scale_engine_params():
     assert parse_scale({"engine": "dask", "dask_address": "tcp://h:8786"}).engine == "dask"
     bad_values = (
-        ({"engine": "spark"}, "scale.engine"),
+        ({"engine": "flink"}, "scale.engine"),
         ({"dask_address": "tcp://h:1"}, "engine is not dask"),
         ({"cells": 1}, "scale.cells"),
         ({"threads": -1}, "scale.threads"),

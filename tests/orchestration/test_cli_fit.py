@@ -67,7 +67,8 @@ def test_fit_recovers_the_map_and_reports_test_intervals(logs, tmp_path):
         (["--label", "y", "--methods", "plat"], "unknown method 'plat'"),
         (["--label", "y", "--score-kind", "odds"], "--score-kind"),
         (["--label", "y", "--segment", "contry"], "contry"),
-        (["--label", "y", "--engine", "spark"], "engine must be one of duckdb, dask"),
+        (["--label", "y", "--engine", "flink"], "engine must be one of duckdb, dask, spark"),
+        (["--label", "y", "--spark-master", "spark://h:1"], "needs engine spark"),
         (["--label", "y", "--dask-address", "tcp://h:1"], "needs engine dask"),
     ],
 )
