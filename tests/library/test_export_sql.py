@@ -481,18 +481,7 @@ def test_the_worked_example_of_docs_serving(tmp_path, pg):
             _close(got, applied)
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """Local Spark (one core, no UI) where pyspark and Java are installed; not a dev dependency (450 MB)."""
-    pyspark = pytest.importorskip("pyspark.sql", reason="local Spark needs `pip install pyspark` and Java 17")
-    session = (
-        pyspark.SparkSession.builder.master("local[1]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
+# ``spark``: the one local session of the test process (helpers.spark_session; pyspark is a dev dependency).
 
 
 @pytest.mark.parametrize("method", ["platt", "beta", "quadratic", "isotonic", "venn_abers", "spline"])
