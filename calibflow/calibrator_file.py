@@ -50,7 +50,7 @@ def parse(text: str, where: str = "calibrator file") -> Any:
             f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator"
         ) from None
     except ValueError as exc:
-        raise CalibratorFileError(f"{where}: not valid JSON ({str(exc)[:120]})") from None
+        raise CalibratorFileError(f"{where}: not a calibrator file: not valid JSON ({str(exc)[:120]})") from None
     if _depth(payload) > MAX_DEPTH:
         raise CalibratorFileError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator")
     return payload
@@ -92,41 +92,6 @@ def _depth(obj: Any) -> int:
 
 # ---- the fitted state --------------------------------------------------------------------------------------
 
-#: Per method: fields that are knots/edges (sorted), and fields whose entries are probabilities.
-_SORTED = {
-    "isotonic": ("x_",),
-    "centered_isotonic": ("x_",),
-    "histogram": ("edges_",),
-    "bbq": ("edges_",),
-    "scaling_binning": ("edges_",),
-    "venn_abers": ("scores_",),
-}
-_STRICT = {"isotonic": ("x_",), "centered_isotonic": ("x_",), "venn_abers": ("scores_",)}
-_PROBABILITIES = {
-    "isotonic": ("y_",),
-    "centered_isotonic": ("y_",),
-    "histogram": ("bin_value_",),
-    "bbq": ("values_",),
-    "scaling_binning": ("bin_value_",),
-    "venn_abers": ("p0_", "p1_"),
-}
-#: Values of a monotone method that must not decrease along the knots.
-_MONOTONE = {
-    "isotonic": ("y_",),
-    "centered_isotonic": ("y_",),
-    # (not venn_abers: its weighted fits' p0/p1 may dip by rounding; they are only bounded)
-    "spline": ("coef_",),
-    "scaling_binning": ("bin_value_",),
-}
-#: Matching lengths: (field, field, offset): len(a) == len(b) + offset.
-_LENGTHS = {
-    "isotonic": (("y_", "x_", 0),),
-    "centered_isotonic": (("y_", "x_", 0),),
-    "histogram": (("bin_value_", "edges_", 1),),
-    "bbq": (("values_", "edges_", 1),),
-    "scaling_binning": (("bin_value_", "edges_", 1),),
-    "venn_abers": (("p0_", "scores_", 0), ("p1_", "scores_", 0)),
-}
 #: Rounding slack: a weighted mean may land a few ulps outside [0, 1] or below its neighbour.
 _SLACK = 1e-9
 #: Bound on a log slope of partial pooling (exp(100) is 2.7e43: no fit gets near it).
@@ -156,29 +121,30 @@ def check(cal: Any) -> Any:
             a = _array(cal, field)
             if not np.isfinite(a).all():
                 _fail(field, f"holds a non-finite number at entry {int(np.flatnonzero(~np.isfinite(a))[0])}")
-    for field in _SORTED.get(name, ()):
+    checks = type(cal)._state_checks  # the class's own (calibflow.calibrators.base.StateChecks)
+    for field in checks.sorted:
         a = _array(cal, field)
         if a.size == 0:
             _fail(field, "is empty")
-        strict = field in _STRICT.get(name, ())
+        strict = field in checks.strict
         bad = np.flatnonzero(np.diff(a) <= 0 if strict else np.diff(a) < 0)
         if bad.size:
             _fail(
                 field, f"is not {'strictly ' if strict else ''}increasing (entry {bad[0] + 1} after {bad[0]})"
             )
-    for a_name, b_name, extra in _LENGTHS.get(name, ()):
+    for a_name, b_name, extra in checks.lengths:
         if _array(cal, a_name).size != _array(cal, b_name).size + extra:
             _fail(
                 a_name,
                 f"has {_array(cal, a_name).size} entries; {b_name} needs {_array(cal, b_name).size + extra}",
             )
-    for field in _PROBABILITIES.get(name, ()):
+    for field in checks.probabilities:
         a = _array(cal, field)
         bad = np.flatnonzero((a < -_SLACK) | (a > 1 + _SLACK))
         if bad.size:
             _fail(field, f"entry {bad[0]} is {a[bad[0]]:g}, not a probability in [0, 1]")
     if getattr(type(cal), "monotone", False):
-        for field in _MONOTONE.get(name, ()):
+        for field in checks.monotone:
             bad = np.flatnonzero(np.diff(_array(cal, field)) < -_SLACK)
             if bad.size:
                 _fail(field, f"decreases at entry {bad[0] + 1}, but {name} is monotone")
@@ -192,7 +158,7 @@ def _check_params(cal: Any) -> None:
         _fail("temperature_", "is not positive")
     if name == "beta" and (_array(cal, "coef_").size != 2 or (_array(cal, "coef_") < 0).any()):
         _fail("coef_", "must be two numbers >= 0 (beta calibration's a, b)")
-    if name in ("gaussian", "quadratic", "gamma"):
+    if hasattr(cal, "theta_") and hasattr(cal, "s_max_"):  # a ranking shape map (gaussian and its kin)
         if _array(cal, "theta_").size != 3:
             _fail("theta_", "must hold 3 numbers")
         if not float(cal.s_max_) > float(cal.s_min_):

@@ -193,31 +193,51 @@ def plan(cal: Any, score_kind: str | None = None) -> Plan:
     return p
 
 
+#: The SQL builder of each exportable method, registered beside it (``_builds``); a method without one is
+#: refused by ``plan`` in one line, and the export tests run every ``available("scores")`` method.
+_BUILDERS: dict[str, Callable[[Any, Plan], None]] = {}
+
+
+def _builds(*names: str) -> Callable[[Callable[[Any, Plan], None]], Callable[[Any, Plan], None]]:
+    def deco(fn: Callable[[Any, Plan], None]) -> Callable[[Any, Plan], None]:
+        for n in names:
+            _BUILDERS[n] = fn
+        return fn
+
+    return deco
+
+
+@_builds("platt")
 def _platt(cal, p: Plan) -> None:
     a, b = float(cal.coef_), float(cal.intercept_)
     p.closed = lambda s: sigmoid(*linear_logit(s, a, b))
 
 
+@_builds("temperature")
 def _temperature(cal, p: Plan) -> None:
     t = float(cal.temperature_)
     w = _bound(Z_CAP * abs(t))  # |s / t| <= Z_CAP
     p.closed = lambda s: sigmoid(f"({clamp(s, -w, w)} / {num(t)})", bounded=Z_CAP * abs(t) < 1e300)
 
 
+@_builds("sigmoid")
 def _sigmoid(cal, p: Plan) -> None:
     p.closed = (lambda s: s) if cal.input == "probability" else sigmoid
 
 
+@_builds("minmax")
 def _minmax(cal, p: Plan) -> None:
     lo, hi = float(cal.min_), float(cal.max_)
     # clipped to [0, 1] by predict: clamping the score to [min, max] first is the same, without overflow
     p.closed = lambda s: f"(({clamp(s, lo, hi)} - {num(lo)}) / ({num(hi)} - {num(lo)}))"
 
 
+@_builds("identity")
 def _identity(cal, p: Plan) -> None:
     p.closed = lambda s: s  # expects a probability: s is one, in [0, 1]
 
 
+@_builds("beta")
 def _beta(cal, p: Plan) -> None:
     a, b = (float(v) for v in cal.coef_)
     c = float(cal.intercept_)
@@ -232,6 +252,7 @@ def _beta(cal, p: Plan) -> None:
     p.closed = f
 
 
+@_builds("gaussian", "quadratic", "gamma")
 def _shape(cal, p: Plan) -> None:
     """Gaussian / quadratic / gamma: ``theta . phi(clip(s))`` plus the linear continuation outside."""
     lo, hi = float(cal.s_min_), float(cal.s_max_)
@@ -304,6 +325,7 @@ def _table(
         p.key = key
 
 
+@_builds("isotonic", "centered_isotonic")
 def _interp(cal, p: Plan) -> None:
     """np.interp(s, x_, y_): flat outside, ``slope * (s - x_j) + y_j`` inside (numpy's own operations)."""
     x, y = np.asarray(cal.x_, float), np.asarray(cal.y_, float)
@@ -319,14 +341,17 @@ def _steps(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
     return x, values, values, np.zeros(x.size)
 
 
+@_builds("histogram")
 def _histogram(cal, p: Plan) -> None:
     _table(p, *_steps(np.asarray(cal.edges_, float), np.asarray(cal.bin_value_, float)))
 
 
+@_builds("bbq")
 def _bbq(cal, p: Plan) -> None:
     _table(p, *_steps(np.asarray(cal.edges_, float), np.asarray(cal.values_, float)))
 
 
+@_builds("scaling_binning")
 def _scaling_binning(cal, p: Plan) -> None:
     a, b, inner = float(cal.coef_), float(cal.intercept_), p.key
     _table(
@@ -336,6 +361,7 @@ def _scaling_binning(cal, p: Plan) -> None:
     )
 
 
+@_builds("venn_abers")
 def _venn_abers(cal, p: Plan) -> None:
     """p1 / (1 - p0 + p1) with (p0, p1) from the last score <= s and the first score >= s."""
     sc, p0, p1 = (np.asarray(v, float) for v in (cal.scores_, cal.p0_, cal.p1_))
@@ -348,6 +374,7 @@ def _venn_abers(cal, p: Plan) -> None:
     _table(p, x, np.r_[below, at], np.r_[below, after], np.zeros(k + 1))
 
 
+@_builds("spline")
 def _spline(cal, p: Plan) -> None:
     """The B-spline's own evaluation: segment j of ``u = (x - lo) * (n / (hi - lo))``, ``f = u - j``."""
     from calibflow.calibrators.spline import DEGREE
@@ -383,6 +410,7 @@ def _spline(cal, p: Plan) -> None:
 # ---- partial pooling ---------------------------------------------------------------------------------------
 
 
+@_builds("partial_pooling")
 def _partial_pooling(cal, p: Plan) -> None:
     cal._check_state()
     a, b, c = (float(v) for v in cal.global_)
@@ -408,25 +436,6 @@ def _partial_pooling(cal, p: Plan) -> None:
     p.segments = {"global": (a, b, c), "blocks": blocks, "names": list(cal.segment_names_)}
 
 
-_BUILDERS: dict[str, Callable[[Any, Plan], None]] = {
-    "platt": _platt,
-    "temperature": _temperature,
-    "sigmoid": _sigmoid,
-    "minmax": _minmax,
-    "identity": _identity,
-    "beta": _beta,
-    "gaussian": _shape,
-    "quadratic": _shape,
-    "gamma": _shape,
-    "isotonic": _interp,
-    "centered_isotonic": _interp,
-    "histogram": _histogram,
-    "bbq": _bbq,
-    "scaling_binning": _scaling_binning,
-    "venn_abers": _venn_abers,
-    "spline": _spline,
-    "partial_pooling": _partial_pooling,
-}
 
 
 # ---- rendering ---------------------------------------------------------------------------------------------

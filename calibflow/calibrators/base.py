@@ -116,6 +116,19 @@ def memory_estimate(cls: type[BaseCalibrator], params: dict[str, Any]) -> float:
     return total
 
 
+@dataclass(frozen=True)
+class StateChecks:
+    """What a fitted state read from a file must hold (``calibflow.calibrator_file.check``): knot fields
+    sorted (``strict``: increasing), entries that are probabilities, values a monotone map never lowers, and
+    lengths that match (``(a, b, extra)``: ``len(a) == len(b) + extra``)."""
+
+    sorted: tuple[str, ...] = ()
+    strict: tuple[str, ...] = ()
+    probabilities: tuple[str, ...] = ()
+    monotone: tuple[str, ...] = ()
+    lengths: tuple[tuple[str, str, int], ...] = ()
+
+
 #: Facts a registered class declares for itself (never inherited from a registered parent); ``_bounds``
 #: and ``needs`` are inherited, as a subclass takes its parent's arguments and inputs.
 OWN_FACTS = ("default_candidate", "out_of_defaults", "scale_default", "needs_rows", "familiarity", "glossary",
@@ -191,6 +204,7 @@ class BaseCalibrator(BaseEstimator):
     negative_weights: ClassVar[bool] = False
     _state_fields: ClassVar[tuple[str, ...]] = ()
     _state_spec: ClassVar[dict[str, tuple[str, int]]] = {}
+    _state_checks: ClassVar[StateChecks] = StateChecks()
     needs: ClassVar[tuple[str, ...]] = ()
     _bounds: ClassVar[dict[str, Bound]] = {}
     default_candidate: ClassVar[bool] = False

@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammaln
 
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, StateChecks, register
 
 
 @register("bbq")
@@ -55,6 +55,8 @@ class BBQCalibrator(BaseCalibrator):
     expects = "probability"
     monotone = False
     _state_fields = ("edges_", "values_", "bins_grid_", "model_weights_")
+    _state_checks = StateChecks(sorted=("edges_",), probabilities=("values_",),
+                                lengths=(("values_", "edges_", 1),))
     _state_spec = {
         "edges_": ("f", 1),
         "values_": ("f", 1),

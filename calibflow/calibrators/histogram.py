@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from calibflow._validation import check_n_bins
 from calibflow.binning import equal_mass_edges
 from calibflow.calibrators._binning import bin_stats, fill_empty
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, StateChecks, register
 from calibflow.metrics import STRATEGIES
 
 
@@ -38,6 +38,8 @@ class HistogramCalibrator(BaseCalibrator):
     expects = "probability"
     monotone = False
     _state_fields = ("edges_", "bin_value_", "bin_weight_")
+    _state_checks = StateChecks(sorted=("edges_",), probabilities=("bin_value_",),
+                                lengths=(("bin_value_", "edges_", 1),))
     _state_spec = {"edges_": ("f", 1), "bin_value_": ("f", 1), "bin_weight_": ("f", 1)}
 
     def __init__(self, n_bins: int = 10, strategy: str = "uniform", input: str = DEFAULT_INPUT) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.isotonic import isotonic_regression
 
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, StateChecks, register
 
 
 def pav(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
@@ -55,6 +55,8 @@ class IsotonicCalibrator(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("x_", "y_")
+    _state_checks = StateChecks(sorted=("x_",), strict=("x_",), probabilities=("y_",), monotone=("y_",),
+                                lengths=(("y_", "x_", 0),))
     _state_spec = {"x_": ("f", 1), "y_": ("f", 1)}
 
     def __init__(self, input: str = DEFAULT_INPUT) -> None:

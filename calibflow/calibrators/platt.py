@@ -32,6 +32,15 @@ def _separable(s: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.flo
     return bool(neg.max() < pos.min() or pos.max() < neg.min())
 
 
+def _effective_size(w: NDArray[np.float64]) -> float:
+    """Kish's effective sample size of one class's weights (0 for none)."""
+    top = float(np.max(w, initial=0.0))
+    if top <= 0.0:
+        return 0.0
+    v = w / top  # scaled first: squares of 1e-300 weights underflow, of 1e300 overflow
+    return float(v.sum() ** 2 / (v @ v))
+
+
 def _no_spread(s: NDArray[np.float64], w: NDArray[np.float64]) -> bool:
     """Every weighted score the same (to rounding: a table's group means can differ by an ulp)."""
     v = s[w > 0]
@@ -78,8 +87,11 @@ class PlattCalibrator(LikelihoodCalibrator):
         # Platt's N+, N- are the classes' weight sums, as in scikit-learn's _sigmoid_calibration: a weight
         # of k is k rows (a table's group counts, a sample_weight of 2 equal to a repeated row).
         n_pos, n_neg = float(w @ y), float(w @ (1.0 - y))
+        # "Small" is judged on each class's effective size (sum w)^2 / sum w^2: the row count for unit
+        # weights, unchanged when every weight is rescaled (1e-300 or 1e300 weights fit as 1s do).
+        small = min(_effective_size(w * y), _effective_size(w * (1.0 - y))) < PRIOR_MIN_COUNT
         prior = self.targets == "prior" or (
-            self.targets == "auto" and (min(n_pos, n_neg) < PRIOR_MIN_COUNT or _separable(s, y, w))
+            self.targets == "auto" and (small or _separable(s, y, w))
         )
         if prior:
             t = np.where(y == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))

@@ -11,7 +11,7 @@ from calibflow.binning import equal_mass_edges
 from calibflow.calibrators._binning import bin_stats
 from calibflow.calibrators._logistic import label_weights
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, Bound, StateChecks, register
 
 
 @register("scaling_binning")
@@ -42,6 +42,8 @@ class ScalingBinningCalibrator(BaseCalibrator):
 
     expects = "logit"
     _state_fields = ("coef_", "intercept_", "edges_", "bin_value_")
+    _state_checks = StateChecks(sorted=("edges_",), probabilities=("bin_value_",), monotone=("bin_value_",),
+                                lengths=(("bin_value_", "edges_", 1),))
     _state_spec = {"coef_": ("f", 0), "intercept_": ("f", 0), "edges_": ("f", 1), "bin_value_": ("f", 1)}
 
     def __init__(self, n_bins: int = 10, input: str = DEFAULT_INPUT) -> None:

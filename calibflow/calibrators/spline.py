@@ -8,7 +8,7 @@ from scipy.special import expit
 
 from calibflow.calibrators._logistic import fit_logistic
 from calibflow.calibrators._warm import fit_logistic_warm
-from calibflow.calibrators.base import DEFAULT_INPUT, Bound, LikelihoodCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, Bound, LikelihoodCalibrator, StateChecks, register
 
 DEGREE = 3
 
@@ -175,6 +175,7 @@ class SplineCalibrator(LikelihoodCalibrator):
     expects = "logit"
     negative_terms = False  # the active-set Newton loop needs a convex objective
     _state_fields = ("coef_", "lo_", "hi_")
+    _state_checks = StateChecks(monotone=("coef_",))
     _state_spec = {"coef_": ("f", 1), "lo_": ("f", 0), "hi_": ("f", 0)}
 
     def __init__(self, n_splines: int = 20, lam: float = 0.6, input: str = DEFAULT_INPUT) -> None:

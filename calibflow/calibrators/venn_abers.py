@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow._validation import check_labels, check_scores
-from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, register
+from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, StateChecks, register
 from calibflow.calibrators.isotonic import pool_ties
 
 
@@ -128,6 +128,9 @@ class VennAbersCalibrator(BaseCalibrator):
 
     expects = "any"
     _state_fields = ("scores_", "p0_", "p1_")
+    # p0/p1 only bounded, not checked monotone: weighted fits may dip by rounding
+    _state_checks = StateChecks(sorted=("scores_",), strict=("scores_",), probabilities=("p0_", "p1_"),
+                                lengths=(("p0_", "scores_", 0), ("p1_", "scores_", 0)))
     _state_spec = {"scores_": ("f", 1), "p0_": ("f", 1), "p1_": ("f", 1)}
 
     def __init__(self, input: str = DEFAULT_INPUT) -> None:

@@ -32,7 +32,7 @@ def _run_now(
     from calibflow.flows import check_writable
     from calibflow.flows.project import outside_message
 
-    if message := outside_message(project_root()):  # before any log, file or server is made there
+    if message := outside_message(project_root(), needs=("params.yaml",)):  # before any log, file or server is made there
         fail(ValueError(message))
     try:  # a read-only project, a full disk: one line before any server starts
         check_writable(project_root(), ".prefect")

@@ -228,9 +228,10 @@ def first_commit(folder: Path, data_path: str) -> str:
 INIT_HINT = "make one here with `calibflow init --data FILE --label COLUMN --score COLUMN` (README)"
 
 
-def outside_message(root: Path) -> str | None:
-    """The one line a project command prints when ``root`` is no calibflow project, else None."""
-    missing = [n for n in ("params.yaml", "dvc.yaml") if not (root / n).is_file()]
+def outside_message(root: Path, needs: tuple[str, ...] = ("params.yaml", "dvc.yaml")) -> str | None:
+    """The one line a project command prints when ``root`` lacks the project files it ``needs``, else None
+    (the monitor needs only ``params.yaml``: a monitor-only project has no pipeline)."""
+    missing = [n for n in needs if not (root / n).is_file()]
     if not missing:
         return None
     return f"no calibflow project in {root} (no {' and '.join(missing)} here or above): {INIT_HINT}"
