@@ -50,7 +50,8 @@ def parse(text: str, where: str = "calibrator file") -> Any:
             f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator"
         ) from None
     except ValueError as exc:
-        raise CalibratorFileError(f"{where}: not a calibrator file: not valid JSON ({str(exc)[:120]})") from None
+        why = str(exc)[:120]
+        raise CalibratorFileError(f"{where}: not a calibrator file: not valid JSON ({why})") from None
     if _depth(payload) > MAX_DEPTH:
         raise CalibratorFileError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels; not a calibrator")
     return payload

@@ -32,10 +32,12 @@ def _run_now(
     from calibflow.flows import check_writable
     from calibflow.flows.project import outside_message
 
-    if message := outside_message(project_root(), needs=("params.yaml",)):  # before any log, file or server is made there
+    # before any log, file or server is made there
+    if message := outside_message(project_root(), needs=("params.yaml",)):
         fail(ValueError(message))
     try:  # a read-only project, a full disk: one line before any server starts
-        check_writable(project_root(), ".prefect")
+        root = project_root()  # a monitor-only project may have no .dvc: check it only where it exists
+        check_writable(root, ".prefect", *((".dvc/tmp",) if (root / ".dvc").is_dir() else ()), dvc=False)
     except OSError as exc:
         from calibflow.errors import os_brief
 
