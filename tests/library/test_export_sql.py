@@ -113,6 +113,7 @@ CASES = [("logit", "probability"), ("probability", None)]
 
 
 @pytest.mark.parametrize("cal_input,score_kind", CASES)
+@pytest.mark.slow  # a real engine on 1e5 rows (PostgreSQL, SQLite, Spark): make test, not test-fast
 @pytest.mark.parametrize("engine", ["duckdb", "sqlite", "postgres"])
 def test_every_method_equals_apply_in_each_engine(engine, cal_input, score_kind, pg):
     """1e5 rows with NULL/NaN/+-inf/out-of-range scores; every score method; within 1e-9 of apply."""
@@ -195,6 +196,7 @@ def _segment_rows(seed: int = 9):
     return x, country, device
 
 
+@pytest.mark.slow  # a real engine on 1e5 rows (PostgreSQL, SQLite, Spark): make test, not test-fast
 @pytest.mark.parametrize("engine", ["duckdb", "sqlite", "postgres"])
 def test_partial_pooling_reads_the_segment_columns_like_apply(engine, pg):
     cal = _segmented()
@@ -401,6 +403,7 @@ def test_partial_pooling_pair_block_joins_both_columns():
     _close(got, want)
 
 
+@pytest.mark.slow  # a real engine on 1e5 rows (PostgreSQL, SQLite, Spark): make test, not test-fast
 def test_the_worked_example_of_docs_serving(tmp_path, pg):
     """docs/serving.md's commands: a postgres query over `events` reading `p_model`, a closed-form
     expression pasted into DuckDB, both equal to `calibflow apply` on the same file."""
@@ -484,6 +487,7 @@ def test_the_worked_example_of_docs_serving(tmp_path, pg):
 # ``spark``: the one local session of the test process (helpers.spark_session; pyspark is a dev dependency).
 
 
+@pytest.mark.slow  # a real engine on 1e5 rows (PostgreSQL, SQLite, Spark): make test, not test-fast
 @pytest.mark.parametrize("method", ["platt", "beta", "quadratic", "isotonic", "venn_abers", "spline"])
 def test_spark_sql_equals_apply(method, spark):
     """Spark SQL (ANSI mode, Spark 4) on 2e4 rows with NULL/NaN/+-inf/out-of-range probabilities."""
@@ -502,6 +506,7 @@ def test_spark_sql_equals_apply(method, spark):
     _close(got, want)
 
 
+@pytest.mark.slow  # a real engine on 1e5 rows (PostgreSQL, SQLite, Spark): make test, not test-fast
 def test_partial_pooling_in_spark(spark):
     import pandas as pd
 
