@@ -44,6 +44,9 @@ CSS = " ".join(
         "table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:auto}",
         "table.stack thead{display:none} table.stack tr{border:1px solid #d6d6d6;margin:0 0 6px}",
         "table.stack td{border:0;border-top:1px solid #eee;text-align:right;overflow-wrap:anywhere}",
+        # an empty cell has no line to give (its floated label would ride into the next line), and each
+        # line clears its label's float
+        "table.stack td:empty{display:none} table.stack td::after{content:'';display:block;clear:both}",
         "table.stack td:first-child{text-align:left;font-weight:600;background:#f2f2f4;border-top:0}",
         "table.stack td[data-label]::before{content:attr(data-label);float:left;color:#555;",
         "font-weight:normal;padding-right:10px;text-align:left}}",
