@@ -68,7 +68,9 @@ from calibflow.intervals import paired_mean_interval, row_resamples
 
 ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
-WATCHED = ("calibration_ratio", "ece")
+WATCHED = ("calibration_ratio", "ece", "calibration_slope")
+#: A row whose logit prediction moves by more than this is "changed" by a challenger (min_gain base).
+CHANGE_TOL = 0.01
 STATE_SCHEMA = 2
 
 
@@ -90,6 +92,11 @@ class MonitorConfig:
     floor_ratio: tuple[float, float] | None = (0.5, 2.0)  # absolute calibration-ratio limits (None: off)
     floor_ece: float | None = None  # absolute ECE ceiling (None: off)
     practical_ratio: float | None = 0.1  # out when the ratio's interval is wholly outside 1 +- this
+    practical_ece: float | None = 0.02  # out when ECE exceeds this plus 3x its calibrated-noise level
+    practical_slope: float | None = 0.1  # out when the calibration slope is beyond 1 +- this (z se)
+    replace_after: int = 3  # champion found worse (interval > 0) on this many gates in a row: replaced
+    label_deadline: str | None = "7D"  # a matured window still without labels this long after its end
+    delivery_deadline: str | None = "2D"  # a window with no delivery this long after its end: incident
     recovery: int = 3  # consecutive in-band windows that close an incident
     cooldown: int = 3  # an alert within this many windows of a close reopens that incident
     min_gain: float = 0.002  # promotion needs a mean gain >= this share of the champion's loss
@@ -115,6 +122,7 @@ class MonitorConfig:
             "patience",
             "n_bootstrap",
             "recovery",
+            "replace_after",
         ):
             _check(int(getattr(self, k)) >= 1, f"monitor.{k} must be an integer >= 1, got {getattr(self, k)}")
         _check(self.min_calib_windows <= self.calib_windows, "monitor.min_calib_windows > calib_windows")
@@ -126,6 +134,17 @@ class MonitorConfig:
             _check(
                 0 < self.practical_ratio < 1,
                 f"monitor.practical_ratio must be in (0, 1) or null, got {self.practical_ratio}",
+            )
+        for key in ("practical_ece", "practical_slope"):
+            v = getattr(self, key)
+            _check(v is None or 0 < v < 1, f"monitor.{key} must be in (0, 1) or null, got {v}")
+        for key in ("label_deadline", "delivery_deadline"):
+            v = getattr(self, key)
+            _check(v is None or _offset(v) >= pd.Timedelta(0), f"monitor.{key} must be a duration >= 0")
+        if self.label_deadline is not None:
+            _check(
+                _offset(self.label_deadline) >= _offset(self.label_delay),
+                f"monitor.label_deadline ({self.label_deadline}) must be >= label_delay ({self.label_delay})",
             )
         _check(self.min_positives >= 1, f"monitor.min_positives must be >= 1, got {self.min_positives}")
         _check(0 < self.ci_level < 1, f"monitor.ci_level must be in (0, 1), got {self.ci_level}")
@@ -214,6 +233,15 @@ def window_index(times: pd.Series, cfg: MonitorConfig) -> NDArray[np.int64]:
     return np.floor((t - _origin(cfg.origin)) / step).to_numpy(dtype=float).astype(np.int64)
 
 
+def window_keys(times: pd.Series, cfg: MonitorConfig) -> NDArray[np.object_]:
+    """Each timestamp's window key, vectorised: one ``window_at`` per distinct window, not per row."""
+    if len(times) == 0:
+        return np.array([], dtype=object)
+    ks, inverse = np.unique(window_index(times, cfg), return_inverse=True)
+    keys = np.array([window_at(int(k), cfg).key for k in ks], dtype=object)
+    return keys[inverse.reshape(-1)]
+
+
 def window_at(k: int, cfg: MonitorConfig) -> Window:
     step = _offset(cfg.period)
     start = _origin(cfg.origin) + int(k) * step
@@ -288,11 +316,53 @@ def score(
         ratio_high=hi,
         ratio_se=ratio_se(y, p, ratio),
         ece=M.ece(y, p, cfg.n_bins),
+        ece_null=ece_null(p, cfg.n_bins),
         log_loss=M.log_loss(y, p),
         brier=M.brier(y, p),
         skipped="",
     )
+    row.update(calibration_slope(y, p))
     return row
+
+
+def ece_null(p: NDArray[np.float64], n_bins: int) -> float:
+    """The ECE a perfectly calibrated window with these predictions shows on average (its noise level):
+    per bin, ``E|sum (y - p)| ~ sqrt(2/pi) sqrt(sum p (1 - p))`` (normal approximation), over n rows."""
+    if p.size == 0:
+        return 0.0
+    idx = M.bin_index(p, n_bins)
+    var = np.bincount(idx, weights=p * (1 - p), minlength=n_bins)
+    return float(math.sqrt(2 / math.pi) * np.sqrt(var).sum() / p.size)
+
+
+def calibration_slope(y: NDArray[np.float64], p: NDArray[np.float64]) -> dict[str, float]:
+    """Logistic recalibration ``logit P(y) = a + b logit(p)``: the slope ``b`` (1 when calibrated; below
+    1 when the scores are over-confident) and its standard error, by a few Newton steps from (0, 1).
+    Empty when the window cannot identify a slope (one class, constant predictions)."""
+    pos = float(y.sum())
+    if p.size < 3 or pos <= 0 or pos >= y.size:
+        return {}
+    z = np.log(M.clip_probability(p)) - np.log1p(-M.clip_probability(p))
+    if float(np.std(z)) < 1e-9:
+        return {}
+    x = np.column_stack([np.ones_like(z), z])
+    beta = np.array([0.0, 1.0])
+    cov = None
+    for _ in range(25):
+        mu = 1 / (1 + np.exp(-np.clip(x @ beta, -35, 35)))
+        w = mu * (1 - mu)
+        info = x.T @ (x * w[:, None])
+        try:
+            cov = np.linalg.inv(info)
+        except np.linalg.LinAlgError:
+            return {}
+        step = cov @ (x.T @ (y - mu))
+        beta = beta + step
+        if float(np.abs(step).max()) < 1e-8:
+            break
+    if cov is None or not np.all(np.isfinite(beta)):
+        return {}
+    return {"calibration_slope": float(beta[1]), "slope_se": float(math.sqrt(max(cov[1, 1], 0.0)))}
 
 
 def segment_masks(frame: pd.DataFrame, segments: tuple[str, ...]) -> list[tuple[str, NDArray[np.bool_]]]:
@@ -383,12 +453,18 @@ def challenge(
     score_kind: str | None = None,
     pinned: int | None = None,
     segments: tuple[str, ...] = (),
+    worse_before: int = 0,
 ) -> tuple[dict[str, Any], C.BaseCalibrator | None]:
     """Fit the challengers on ``calib``, compare the best with the champion on ``held_out``.
 
     ``score`` columns are the user's scores of ``score_kind`` (default: the champion's recorded kind).
     With ``segments`` (the source's declared columns) the segmented methods compete too, under the same
     paired test, Bonferroni level and ``min_gain``; their ranking check is within each segment cell.
+    ``min_gain`` is a share of the champion's loss on the rows the challenger changes (its logit moves by
+    more than ``CHANGE_TOL``), so a one-segment fix is judged on that segment, not diluted by the whole
+    source. ``worse_before``: consecutive earlier gates (same champion) that found it worse with the whole
+    interval above 0; with this one making ``replace_after`` in a row the champion is replaced whatever
+    ``min_gain`` says (a small but sure bias is still a bias served every day).
     Returns the gate record (every challenger's metric, the best, the paired interval, the decision and
     its reason) and the fitted best challenger when it is to be promoted, else None.
     """
@@ -397,9 +473,10 @@ def challenge(
     ys, ss = calib["label"].to_numpy(float), calib["score"].to_numpy(float)
     yh, sh = held_out["label"].to_numpy(float), held_out["score"].to_numpy(float)
     metric = cfg.selection_metric
-    champ_loss = per_row_loss(yh, predict_frame(champion, held_out, kind), metric)
+    p_champ = predict_frame(champion, held_out, kind)
+    champ_loss = per_row_loss(yh, p_champ, metric)
     rec: dict[str, Any] = {"metric": metric, "champion": float(champ_loss.mean()), "challengers": {}}
-    fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64]]] = {}
+    fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64], NDArray[np.float64]]] = {}
     for m in _candidates(cfg, segments, calib):
         per_seg = "segments" in C.get_class(m).needs
         cols = {c: calib[c].to_numpy(dtype=object) for c in segments} if per_seg else None
@@ -408,14 +485,15 @@ def challenge(
         except ValueError as exc:  # e.g. a method that cannot fit this window; recorded, never silent
             rec["challengers"][m] = {"error": str(exc)}
             continue
-        loss = per_row_loss(yh, predict_frame(cal, held_out, kind), metric)
+        p_new = predict_frame(cal, held_out, kind)
+        loss = per_row_loss(yh, p_new, metric)
         if per_seg:
             both = pd.concat([calib[["score", *segments]], held_out[["score", *segments]]], ignore_index=True)
             mono = keeps_ranking_within(cal, both, kind)
         else:
             mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
         rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono, "segmented": per_seg}
-        fitted[m] = (cal, loss)
+        fitted[m] = (cal, loss, p_new)
     if not fitted:
         rec.update(best=None, promoted=False, reason="no challenger could be fitted")
         return rec, None
@@ -423,10 +501,21 @@ def challenge(
     level = 1 - (1 - cfg.ci_level) / len(fitted)  # Bonferroni: the best of m is picked on this window
     delta, lo, hi = paired_mean_interval(champ_loss - fitted[best][1], cfg.n_bootstrap, level, rng)
     mono = rec["challengers"][best]["monotone"]
-    need = cfg.min_gain * rec["champion"]
-    promoted = lo > 0 and mono and delta >= need and pinned is None
-    if promoted:
+    changed = _changed_rows(p_champ, fitted[best][2])
+    need = cfg.min_gain * float(champ_loss[changed].sum()) / max(champ_loss.size, 1)
+    worse = bool(lo > 0 and mono)  # the champion is worse for sure on this window
+    streak = worse_before + 1 if worse else 0
+    by_gain = worse and delta >= need and pinned is None
+    by_streak = worse and streak >= cfg.replace_after and pinned is None
+    promoted = by_gain or by_streak
+    if by_gain:
         reason = f"{best} better by {delta:.5f} {metric}, {level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0"
+    elif by_streak:
+        reason = (
+            f"{best} better by {delta:.5f} {metric} ({level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0): the "
+            f"champion was found worse on {streak} consecutive windows (replace_after={cfg.replace_after}), "
+            f"so it is replaced although the gain is under min_gain ({need:.5f})"
+        )
     elif not mono:
         reason = f"{best} would reverse the ranking (not monotone): kept the champion"
     elif lo <= 0:
@@ -436,7 +525,16 @@ def challenge(
     else:
         reason = f"{best} better by {delta:.5f}, but a rollback pins v{pinned}: kept the champion"
     rec.update(best=best, delta=delta, delta_ci=[lo, hi], ci_level=level, promoted=promoted, reason=reason)
+    rec.update(min_gain_needed=need, changed_share=float(changed.mean()) if changed.size else 0.0)
+    rec.update(champion_worse=worse, worse_streak=streak)
     return rec, (fitted[best][0] if promoted else None)
+
+
+def _changed_rows(p_old: NDArray[np.float64], p_new: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows whose prediction a challenger moves by more than ``CHANGE_TOL`` on the logit scale."""
+    a, b = M.clip_probability(p_old), M.clip_probability(p_new)
+    moved = np.abs((np.log(b) - np.log1p(-b)) - (np.log(a) - np.log1p(-a)))
+    return moved > CHANGE_TOL
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -460,6 +558,9 @@ class MonitorState:
     start_at: str | None = None  # windows before this are never scored (``--start``)
     grid: dict[str, str] = field(default_factory=dict)  # origin and period the keys were cut on
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # delivered file -> digest, windows
+    # Windows waiting (labels not in, no delivery, behind a pending one): key -> what, since, deadline;
+    # kept after they resolve only when they went past their deadline (an incident's record).
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def start_with(
@@ -546,8 +647,18 @@ def _reference(state: MonitorState, segment: str, version: int, metric: str, n: 
         and r["segment"] == segment
         and not r.get("skipped")
         and metric not in r.get("drifted", [])
+        and shown_calibrated(r)
     ]
     return vals[:n]
+
+
+def shown_calibrated(row: dict[str, Any]) -> bool:
+    """A window whose calibration was shown right: its ratio interval covers 1 and it is not out on any
+    watched metric. Only such windows teach a band what normal is, so a champion's own biased output
+    (a ratio of 0.95 on every window, each interval above or below 1) never becomes normal."""
+    lo, hi = row.get("ratio_low"), row.get("ratio_high")
+    covers = lo is None or hi is None or lo <= 1.0 <= hi  # a row with no interval: no evidence either way
+    return bool(covers) and not row.get("out")
 
 
 def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
@@ -577,6 +688,8 @@ def bands(
         top = min(top, 1.0)  # ECE <= 1: a band above 1 (few references) alerts the same, and the figure reads
     out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
     out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
+    ps = cfg.practical_slope  # not learned: the slope is judged against 1 (``slope_off``)
+    out["calibration_slope"] = [None, None] if ps is None else [1 - ps, 1 + ps]
     out["reference"] = [int(r.size)]
     return out
 
@@ -606,12 +719,56 @@ def practically_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1
     return (r - (1 + pr)) / se > z or ((1 - pr) - r) / se > z
 
 
+def _z(cfg: MonitorConfig, n_segments: int) -> float:
+    """The normal quantile at the band's own tail (``band_k`` sd, split over the watched segments)."""
+    return float(stats.norm.isf(stats.norm.sf(cfg.band_k) / max(int(n_segments), 1)))
+
+
+def ece_off(row: dict[str, Any], cfg: MonitorConfig) -> bool:
+    """ECE above the absolute practical limit: ``practical_ece`` plus three times the ECE a calibrated
+    window of these predictions shows by noise alone (``ece_null``). No learned band can widen it."""
+    if cfg.practical_ece is None or row.get("ece") is None:
+        return False
+    return bool(row["ece"] > cfg.practical_ece + 3 * float(row.get("ece_null") or 0.0))
+
+
+def slope_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1) -> bool:
+    """The calibration slope is beyond ``1 +- practical_slope`` by more than z standard errors (z at the
+    band's tail): over- or under-confident scores, which a ratio near 1 cannot show."""
+    ps, b, se = cfg.practical_slope, row.get("calibration_slope"), row.get("slope_se")
+    if ps is None or b is None or se is None:
+        return False
+    return bool((abs(b - 1) - ps) / max(se, 1e-12) > _z(cfg, n_segments))
+
+
+def within_limit(metric: str, rows: list[dict[str, Any]], cfg: MonitorConfig) -> bool:
+    """``rows`` (the last ``recovery`` in-band windows) are back within the practical limit, which an
+    incident needs to close besides being in band: their pooled ratio ``sum p / sum y`` within
+    ``1 +- practical_ratio``, their mean slope within ``1 +- practical_slope``, no ECE practically off.
+    Pooled over the windows, so a segment still 18% low closes no incident inside its wide band, and one
+    noisy window of a small segment does not hold an incident open."""
+    if metric == "calibration_ratio":
+        if cfg.practical_ratio is None:
+            return True
+        pos = sum(float(r["positives"]) for r in rows)
+        sp = sum(float(r["calibration_ratio"]) * float(r["positives"]) for r in rows)
+        return bool(pos > 0 and abs(sp / pos - 1) <= cfg.practical_ratio)
+    if metric == "ece":
+        return not any(ece_off(r, cfg) for r in rows)
+    slopes = [r["calibration_slope"] for r in rows if r.get("calibration_slope") is not None]
+    return not slopes or cfg.practical_slope is None or abs(float(np.mean(slopes)) - 1) <= cfg.practical_slope
+
+
 def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig, n_segments: int = 1) -> list[str]:
-    """The watched metrics of ``row`` outside their band, or (ratio) practically off for sure."""
-    out = [m for m in WATCHED if _outside(row[m], band[m])]
-    off = practically_off(row, cfg, n_segments)
-    if off and "calibration_ratio" not in out:
+    """The watched metrics of ``row`` outside their band, or practically off for sure (ratio beyond its
+    practical limit by z standard errors, ECE above its absolute limit, slope beyond its limit)."""
+    out = [m for m in ("calibration_ratio", "ece") if _outside(row[m], band[m])]
+    if practically_off(row, cfg, n_segments) and "calibration_ratio" not in out:
         out.insert(0, "calibration_ratio")
+    if ece_off(row, cfg) and "ece" not in out:
+        out.append("ece")
+    if slope_off(row, cfg, n_segments):
+        out.append("calibration_slope")
     return out
 
 
@@ -648,7 +805,8 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
     for r in state.history:
         if not r.get("skipped"):
             for m in WATCHED:
-                scored.setdefault((r["segment"], m), []).append(r)
+                if r.get(m) is not None:
+                    scored.setdefault((r["segment"], m), []).append(r)
     found: list[dict[str, Any]] = []
     for (seg, metric), rows in scored.items():
         cur: dict[str, Any] | None = None
@@ -673,7 +831,7 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
                         "worst": r[metric],
                         "reopened": 0,
                         "version": r["version"],
-                        "band": r["band_ratio" if metric == "calibration_ratio" else "band_ece"],
+                        "band": _incident_band(metric, r, cfg),
                     }
                     found.append(cur)
                 streak = 0
@@ -686,16 +844,89 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
                     cur["worst"] = r[metric]
             else:
                 streak += 1
-                if streak >= cfg.recovery:
+                # In band is not enough: the last ``recovery`` windows must be back within the limit.
+                if streak >= cfg.recovery and within_limit(metric, rows[i - cfg.recovery + 1 : i + 1], cfg):
                     cur["closed"], cur = r["window"], None
                     since_close = i
     for inc in found:
         inc.pop("key")
+    found += wait_incidents(state)
     return sorted(found, key=lambda x: (x["opened"], x["segment"], x["metric"]))
 
 
+#: A wait's kind -> the metric name of its incident once past its deadline.
+WAIT_METRICS = {"labels": "labels_overdue", "delivery": "delivery_missing"}
+
+
+def wait_incidents(state: MonitorState) -> list[dict[str, Any]]:
+    """One incident per window that waited past its deadline (labels or a delivery), closed when the
+    window's labels or file arrived."""
+    out = []
+    for key, w in sorted(state.waits.items()):
+        if not w.get("overdue_at") or w["kind"] not in WAIT_METRICS:
+            continue
+        metric = WAIT_METRICS[w["kind"]]
+        out.append(
+            {
+                "id": f"{state.source}/all/{metric}/{key}",
+                "source": state.source,
+                "segment": ALL,
+                "metric": metric,
+                "opened": key,
+                "closed": w.get("resolved"),
+                "windows": 1,
+                "worst": float(w.get("rows") or 0),
+                "reopened": 0,
+                "version": state.champion,
+                "band": [None, None],
+                "why": w.get("why", ""),
+            }
+        )
+    return out
+
+
+def update_waits(
+    state: MonitorState, now: pd.Timestamp, waiting: dict[str, dict[str, Any]], cfg: MonitorConfig
+) -> list[dict[str, Any]]:
+    """Record this run's waiting windows (``waiting``: key -> {kind, rows, why}; kinds ``labels``,
+    ``delivery``, ``due`` (labels not due yet), ``blocked`` (behind a pending window)) in
+    ``state.waits``: ``since`` kept from the first run that saw it, ``deadline`` from the window's end
+    (``label_deadline`` / ``delivery_deadline``), ``overdue_at`` once past it. A wait no longer listed
+    is resolved: dropped, or kept with ``resolved`` when it was overdue (its incident closes).
+    Returns the current waits, oldest window first."""
+    stamp = pd.Timestamp(now).isoformat()
+    step = _offset(cfg.period)
+    limits = {"labels": cfg.label_deadline, "delivery": cfg.delivery_deadline}
+    for key, w in waiting.items():
+        old = state.waits.get(key) or {}
+        entry = {**w, "since": old.get("since", stamp) if old.get("kind") == w["kind"] else stamp}
+        limit = limits.get(w["kind"])
+        if limit is not None:
+            deadline = pd.Timestamp(key) + step + _offset(limit)
+            entry["deadline"] = deadline.isoformat()
+            entry["overdue_at"] = old.get("overdue_at") or (stamp if pd.Timestamp(now) >= deadline else None)
+        entry["resolved"] = None
+        state.waits[key] = entry
+    for key in [k for k in state.waits if k not in waiting]:
+        w = state.waits[key]
+        if w.get("overdue_at"):
+            w["resolved"] = w.get("resolved") or stamp
+        else:
+            del state.waits[key]
+    return [dict(state.waits[k], window=k) for k in sorted(waiting)]
+
+
 def _severity(metric: str, value: float) -> float:
-    return abs(value - 1.0) if metric == "calibration_ratio" else value
+    return value if metric == "ece" else abs(value - 1.0)
+
+
+def _incident_band(metric: str, row: dict[str, Any], cfg: MonitorConfig) -> list[float | None]:
+    if metric == "calibration_ratio":
+        return row["band_ratio"]
+    if metric == "ece":
+        return row["band_ece"]
+    ps = cfg.practical_slope
+    return [None, None] if ps is None else [1 - ps, 1 + ps]
 
 
 def process_window(
@@ -789,7 +1020,9 @@ def _gate(
             "promoted": False,
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
-    rec, winner = challenge(champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments)
+    rec, winner = challenge(
+        champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state)
+    )
     rec["window"] = window.key
     rec["champion_version"] = state.champion
     if winner is not None:
@@ -813,6 +1046,16 @@ def _gate(
     return rec
 
 
+def _worse_streak(new: MonitorState, state: MonitorState) -> int:
+    """Consecutive latest gates that found the champion in office worse (interval above 0)."""
+    n = 0
+    for g in reversed(new.gates):
+        if not g.get("champion_worse") or g.get("champion_version") != state.champion:
+            break
+        n += 1
+    return n
+
+
 def history_frame(state: MonitorState) -> pd.DataFrame:
     """The history as a flat table (one row per window and segment), for CSV metrics and plots."""
     cols = [
@@ -825,6 +1068,7 @@ def history_frame(state: MonitorState) -> pd.DataFrame:
         "ratio_low",
         "ratio_high",
         "ece",
+        "calibration_slope",
         "log_loss",
         "brier",
         "alert",
