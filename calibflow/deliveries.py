@@ -9,7 +9,8 @@ turns the files into what the monitor needs to decide honestly:
   hash over the role columns, read as text: the same rows re-exported under another name, compression or
   row order give the same content) and the windows its rows fall in; a file with the same content as
   another is ignored with a note naming the copy and the original (the file counted before, else the
-  older, else the first by name): it would double its window; a file that lacks a declared column or whose times do
+  older, else the first by name): it would double its window; a file that lacks a declared column or
+  whose times do
   not parse is *refused* in one line naming the source, the file, the column and the row count, and its
   windows are *held* (a file whose rows cannot be placed in time holds the whole source);
 - each window's fingerprint: a digest of the (file, digest) pairs that feed it, which the monitor keeps
@@ -210,7 +211,8 @@ def inventory(
         hit = cache.get(f.rel)
         same = by_digest.get(digest)
         if same is not None:  # byte-identical: same placement, no second read
-            f.windows, f.content, f.problem, f.placed = dict(same.windows), same.content, same.problem, same.placed
+            f.windows, f.content = dict(same.windows), same.content
+            f.problem, f.placed = same.problem, same.placed
         elif hit and hit.get("digest") == digest and "content" in hit:
             f.windows, f.content = dict(hit["windows"]), hit["content"]
         else:
@@ -242,7 +244,10 @@ def _mark_copies(spec: S.SourceSpec, files: list[DayFile], cache: dict[str, dict
         first = group[0]
         for f in group[1:]:
             f.duplicate_of = first.rel
-            how = "a byte-identical copy" if f.digest == first.digest else "the same rows (another name or encoding)"
+            how = (
+                "a byte-identical copy" if f.digest == first.digest
+                else "the same rows (another name or encoding)"
+            )
             notes.append(
                 f"source {spec.name!r}: file {f.rel} is {how} of {first.rel}; ignored "
                 "(counting it would double its rows)"

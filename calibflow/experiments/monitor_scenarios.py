@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
-from scipy.special import expit, logit
+from scipy.special import expit
 
 from calibflow import calibrators as C
 from calibflow import monitoring as mon
@@ -143,7 +143,8 @@ def run(
         "promotions": [(day_of(v["promoted_after"]), v["method"]) for v in state.versions[1:]],
         "reasons": [g["reason"] for g in state.gates if g.get("promoted")],
         "incidents": [
-            {k: i[k] for k in ("segment", "metric", "opened", "closed", "worst")} for i in mon.incidents(state, cfg)
+            {k: i[k] for k in ("segment", "metric", "opened", "closed", "worst")}
+            for i in mon.incidents(state, cfg)
         ],
         "served": served,
         "never": never,

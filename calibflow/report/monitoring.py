@@ -101,8 +101,8 @@ def incident_sentence(state: MonitorState, inc: dict[str, Any]) -> str:
     """What an open incident means and what to do, in a sentence (HTML-escaped)."""
     seg, metric, since = _e(inc["segment"]), inc["metric"], _e(inc["opened"][:10])
     if metric == "labels_overdue":
-        return (f"{seg}: window {since} still waits for {int(inc['worst'])} label(s) past monitor.label_deadline; "
-                "check the label feed (the window is scored once they arrive)")
+        return (f"{seg}: window {since} still waits for {int(inc['worst'])} label(s) past "
+                "monitor.label_deadline; check the label feed (the window is scored once they arrive)")
     if metric == "delivery_missing":
         return (f"{seg}: no file delivered for window {since} past monitor.delivery_deadline; "
                 "check the export job")
@@ -129,8 +129,8 @@ def _pending_table(state: MonitorState) -> str:
     waits = [(k, w) for k, w in sorted(state.waits.items()) if not w.get("resolved")]
     if not waits:
         return "<p>None: every delivered window whose labels are due is scored.</p>"
-    what = {"due": "labels not due yet", "labels": "labels not all in", "blocked": "waits for an earlier window",
-            "delivery": "no file delivered"}
+    what = {"due": "labels not due yet", "labels": "labels not all in",
+            "blocked": "waits for an earlier window", "delivery": "no file delivered"}
     rows = [
         [
             _e(k[:10]),
@@ -243,7 +243,9 @@ def _worst_table(state: MonitorState, segs: list[str], thin: dict[str, str]) -> 
         ]
         for s in segs
     ]
-    rows += [[_e(s), "–", "–", "–", "–", "–", "–", _e(f"not watched: {why}")] for s, why in sorted(thin.items())]
+    rows += [
+        [_e(s), "–", "–", "–", "–", "–", "–", _e(f"not watched: {why}")] for s, why in sorted(thin.items())
+    ]
     return _table(
         ["segment", "newest window", "ratio", "interval", "ECE", "slope", "positives", "out"], rows, 2
     )

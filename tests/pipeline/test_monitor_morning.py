@@ -19,7 +19,8 @@ def _state(root) -> dict:
 
 
 def _argv(root, now) -> list[str]:
-    return ["--root", str(root), "--params", str(root / "params.yaml"), "--now", pd.Timestamp(now).isoformat()]
+    now = pd.Timestamp(now).isoformat()
+    return ["--root", str(root), "--params", str(root / "params.yaml"), "--now", now]
 
 
 def _day(root, d: int):
