@@ -1013,6 +1013,7 @@ def _gate(
     """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
     if overall_skipped:
         return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
+    calib, since = _since_change(new, calib, cfg)
     n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
     if n_calib_windows < cfg.min_calib_windows or calib["label"].sum() < cfg.min_positives:
         return {
@@ -1025,6 +1026,9 @@ def _gate(
     )
     rec["window"] = window.key
     rec["champion_version"] = state.champion
+    if since is not None:
+        rec["fitted_since"] = since
+        rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
     if winner is not None:
         t = pd.to_datetime(calib["time"])
         version = len(new.versions) + 1
@@ -1044,6 +1048,25 @@ def _gate(
         new.champion = version
         rec["new_version"] = version
     return rec
+
+
+def _since_change(
+    new: MonitorState, calib: pd.DataFrame, cfg: MonitorConfig
+) -> tuple[pd.DataFrame, str | None]:
+    """While a drift incident is open, the challengers are fitted on the windows since it opened (when
+    there are ``min_calib_windows`` of them with ``min_positives``): the trailing window's older days
+    describe the world before the change, and a map fitted half on them serves half the bias."""
+    opened = [
+        i["opened"] for i in incidents(new, cfg) if i["closed"] is None and i["metric"] in WATCHED
+    ]
+    if not opened or not len(calib):
+        return calib, None
+    since = min(opened)
+    recent = calib[pd.to_datetime(calib["time"]) >= pd.Timestamp(since)]
+    n = int(np.unique(window_index(recent["time"], cfg)).size) if len(recent) else 0
+    if n < cfg.min_calib_windows or recent["label"].sum() < cfg.min_positives or len(recent) == len(calib):
+        return calib, None
+    return recent, since
 
 
 def _worse_streak(new: MonitorState, state: MonitorState) -> int:

@@ -183,7 +183,13 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
         "dashed red: the alert band; dashed green: a promotion; grey tick: window skipped.</p>"
     )
     seg_alerts = {(a["window"], a["metric"]) for a in state.alerts}
-    for seg in segs:
+    drawn = _drawn(state, cfg, segs)
+    if len(drawn) < len(segs):
+        parts.append(
+            f"<p class='muted'>Figures for {len(drawn)} of {len(segs)} watched segments: overall, every "
+            f"segment with an incident, and the {FIGURE_WORST} worst; the others are in the table above.</p>"
+        )
+    for seg in drawn:
         by_w = {r["window"]: r for r in state.history if r["segment"] == seg and not r.get("skipped")}
         rows = [by_w.get(w) for w in windows]
         sa = {
@@ -211,6 +217,18 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(state.source)} "
         f"monitoring</title><style>{_CSS} {_EXTRA_CSS}</style></head><body>{body}</body></html>\n"
     )
+
+
+#: Segments drawn besides ``all`` and those with an incident: the worst this many by the table's order.
+FIGURE_WORST = 5
+
+
+def _drawn(state: MonitorState, cfg: MonitorConfig, segs: list[str]) -> list[str]:
+    """The segments that get figures (in ``segs``' order): a page of 34 segments drew 69 figures."""
+    with_incident = {i["segment"] for i in incidents(state, cfg)}
+    others = [s for s in segs if s != ALL and s not in with_incident][:FIGURE_WORST]
+    keep = {ALL, *with_incident, *others}
+    return [s for s in segs if s in keep]
 
 
 def _segments_worst_first(state: MonitorState) -> tuple[list[str], dict[str, str]]:
