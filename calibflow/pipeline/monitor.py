@@ -222,6 +222,7 @@ def latest_metrics(state: mon.MonitorState, cfg: mon.MonitorConfig) -> dict[str,
         "alerts": len(state.alerts),
         "incidents": len(incs),
         "open_incidents": sum(1 for i in incs if i["closed"] is None),
+        "pending": sum(1 for w in state.waits.values() if not w.get("resolved")),
     }
     if rows:
         r = rows[-1]

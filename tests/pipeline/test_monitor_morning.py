@@ -130,3 +130,17 @@ def test_thirty_mornings_with_label_delays_of_1_to_3_days_exit_0_and_score_each_
     assert not any(n.startswith("rescored from") for n in state["notes"]), state["notes"]
     assert len(seen) == len(set(seen)) == 27  # days 0..26 (labels of 27-29 can still be missing)
     assert seen == sorted(seen)
+
+
+def test_monitor_status_speaks_in_lines_not_one_json_line():
+    from calibflow.flows.cli_monitor import status_lines
+
+    s = {"prod": 2, "windows": 12, "champion_version": 2, "promotions": 1, "incidents": 3,
+         "open_incidents": 1, "pending": 2, "window": "2026-01-12T00:00:00", "calibration_ratio": 0.98765, "ece": 0.0123,
+         "positives": 80, "n": 800}
+    lines = status_lines("ads", s)
+    assert lines[0] == "ads: champion v2 serves (registry prod: 2); 12 window(s) scored, 1 promotion(s)"
+    assert "1 open of 3; 2 window(s) pending" in lines[1]
+    assert "newest window 2026-01-12: sum p / sum y 0.988, ECE 0.0123, 80 positives of 800 rows" in lines[2]
+    assert lines[-1] == "  page: reports/pages/monitoring-ads.html"
+    assert status_lines("ads", {"prod": None}) == ["ads: no monitor run yet (calibflow monitor run)"]
