@@ -136,8 +136,8 @@ def test_monitor_status_speaks_in_lines_not_one_json_line():
     from calibflow.flows.cli_monitor import status_lines
 
     s = {"prod": 2, "windows": 12, "champion_version": 2, "promotions": 1, "incidents": 3,
-         "open_incidents": 1, "pending": 2, "window": "2026-01-12T00:00:00", "calibration_ratio": 0.98765, "ece": 0.0123,
-         "positives": 80, "n": 800}
+         "open_incidents": 1, "pending": 2, "window": "2026-01-12T00:00:00", "calibration_ratio": 0.98765,
+         "ece": 0.0123, "positives": 80, "n": 800}
     lines = status_lines("ads", s)
     assert lines[0] == "ads: champion v2 serves (registry prod: 2); 12 window(s) scored, 1 promotion(s)"
     assert "1 open of 3; 2 window(s) pending" in lines[1]
