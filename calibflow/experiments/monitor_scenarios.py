@@ -85,12 +85,14 @@ def day_frame(scenario: str, day: int, rows: int, seed: int, shift_day: int = 30
 
 
 def _ratios(p: np.ndarray, frame: pd.DataFrame) -> dict[str, list[float]]:
-    y = frame["label"].to_numpy(float)
-    out = {"all": [float(p.sum()), float(y.sum())]}
+    """``[sum p, sum y, sum p_true]`` overall and per country: the served sums beside the truth's (the
+    true probabilities' own ratio is the noise floor a served ratio is judged against)."""
+    y, t = frame["label"].to_numpy(float), frame["p_true"].to_numpy(float)
+    out = {"all": [float(p.sum()), float(y.sum()), float(t.sum())]}
     c = frame["country"].to_numpy()
     for v in COUNTRIES:
         m = c == v
-        out[v] = [float(p[m].sum()), float(y[m].sum())]
+        out[v] = [float(p[m].sum()), float(y[m].sum()), float(t[m].sum())]
     return out
 
 
@@ -156,9 +158,13 @@ def pooled(sums: dict[int, dict[str, list[float]]], lo: int, hi: int) -> dict[st
     """``sum p / sum y`` and positives pooled over days ``lo .. hi - 1``, per key (all, countries)."""
     out = {}
     for key in sums[lo]:
-        p = sum(sums[d][key][0] for d in range(lo, hi) if d in sums)
-        y = sum(sums[d][key][1] for d in range(lo, hi) if d in sums)
-        out[key] = {"ratio": p / y if y else float("nan"), "positives": y}
+        p, y, t = (sum(sums[d][key][i] for d in range(lo, hi) if d in sums) for i in range(3))
+        out[key] = {
+            "ratio": p / y if y else float("nan"),
+            "truth": t / y if y else float("nan"),  # the true probabilities' ratio on the same rows
+            "vs_truth": p / t if t else float("nan"),  # served against the truth: the bias itself
+            "positives": y,
+        }
     return out
 
 
@@ -175,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     res.pop("state")
     print(json.dumps({k: res[k] for k in ("first_alert", "promotions", "incidents")}, default=str, indent=1))
     print("served, last 15 days:", json.dumps({k: round(v["ratio"], 3) for k, v in tail.items()}))
+    print("served / truth, last 15 days:", json.dumps({k: round(v["vs_truth"], 3) for k, v in tail.items()}))
+    print("positives:", json.dumps({k: int(v["positives"]) for k, v in tail.items()}))
 
 
 if __name__ == "__main__":
