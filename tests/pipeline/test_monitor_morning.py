@@ -144,3 +144,25 @@ def test_monitor_status_speaks_in_lines_not_one_json_line():
     assert "newest window 2026-01-12: sum p / sum y 0.988, ECE 0.0123, 80 positives of 800 rows" in lines[2]
     assert lines[-1] == "  page: reports/pages/monitoring-ads.html"
     assert status_lines("ads", {"prod": None}) == ["ads: no monitor run yet (calibflow monitor run)"]
+
+
+def test_future_rows_a_one_class_day_and_an_empty_day_are_named_never_double_counted(tmp_path, capsys):
+    """Issue 39's delivery cases: rows stamped in the future wait as pending (never scored early), a day
+    with no positive is skipped with its reason, an empty day file is a missing day; exit 0."""
+    df = make_project(tmp_path, "stable", days=8)
+    days = df[df["day"] >= 0].copy()
+    days.loc[days["day"] == 3, "label"] = 0.0  # one class
+    future = days[days["day"] == 2].copy()
+    future["time"] = future["time"] + pd.Timedelta(days=30)  # a clock gone wrong: 30 days ahead
+    future["day"] = 99
+    write_days(tmp_path, pd.concat([days, future]))
+    empty = days[days["day"] == 5].iloc[:0]
+    empty[["time", "score", "label", "segment"]].to_parquet(_day(tmp_path, 5), index=False)
+    assert tm.main(_argv(tmp_path, DAY0 + pd.Timedelta(days=10))) == 0
+    out = capsys.readouterr().out
+    assert "MISSING 2026-01-06: no rows delivered" in out  # the empty file holds no row of its day
+    assert "pending 2026-02-02: labels due by" in out  # the future rows wait; nothing scored early
+    state = _state(tmp_path)
+    assert "2026-02-02T00:00:00" not in state["processed"]
+    assert any("2026-01-04" in n and "0 labelled positive(s)" in n for n in state["notes"])
+    assert sorted(state["processed"]) == state["processed"] and len(set(state["processed"])) == 7
