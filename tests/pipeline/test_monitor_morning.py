@@ -166,3 +166,16 @@ def test_future_rows_a_one_class_day_and_an_empty_day_are_named_never_double_cou
     assert "2026-02-02T00:00:00" not in state["processed"]
     assert any("2026-01-04" in n and "0 labelled positive(s)" in n for n in state["notes"])
     assert sorted(state["processed"]) == state["processed"] and len(set(state["processed"])) == 7
+
+
+def test_a_window_past_its_deadline_has_its_own_event_not_a_drift_event():
+    from calibflow.flows.monitor import ARRIVED, EVENT, incident_event
+
+    inc = {"id": "ads/all/labels_overdue/2026-01-06T00:00:00", "source": "ads", "segment": "all",
+           "metric": "labels_overdue", "opened": "2026-01-06T00:00:00", "closed": None, "windows": 1,
+           "worst": 10.0, "reopened": 0, "version": 1, "band": [None, None]}
+    ev = incident_event(inc)
+    assert ev["event"] == "calibflow.monitor.labels_overdue" != EVENT
+    assert incident_event({**inc, "closed": "2026-01-15T00:00:00"}, closed=True)["event"] == ARRIVED
+    missing = incident_event({**inc, "metric": "delivery_missing"})
+    assert missing["event"] == "calibflow.monitor.delivery_missing"
