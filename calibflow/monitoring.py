@@ -638,35 +638,55 @@ def _pred_quantile(n: int, band_k: float, split: int = 1) -> float:
     return float(stats.t.ppf(1 - tail, n - 1) * math.sqrt(1 + 1 / n))
 
 
-def _reference(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[float]:
-    """The first ``n`` values of ``metric`` that ``version`` scored on ``segment`` while not drifted."""
-    vals = [
-        r[metric]
+def _reference_rows(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[dict]:
+    """The first ``n`` rows that ``version`` scored on ``segment`` while ``metric`` was not drifted."""
+    rows = [
+        r
         for r in state.history
         if r["version"] == version
         and r["segment"] == segment
         and not r.get("skipped")
         and metric not in r.get("drifted", [])
-        and shown_calibrated(r)
     ]
-    return vals[:n]
+    return rows[:n]
 
 
-def shown_calibrated(row: dict[str, Any]) -> bool:
-    """A window whose calibration was shown right: its ratio interval covers 1 and it is not out on any
-    watched metric. Only such windows teach a band what normal is, so a champion's own biased output
-    (a ratio of 0.95 on every window, each interval above or below 1) never becomes normal."""
-    lo, hi = row.get("ratio_low"), row.get("ratio_high")
-    covers = lo is None or hi is None or lo <= 1.0 <= hi  # a row with no interval: no evidence either way
-    return bool(covers) and not row.get("out")
+def _reference(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[float]:
+    """The first ``n`` values of ``metric`` that ``version`` scored on ``segment`` while not drifted."""
+    return [r[metric] for r in _reference_rows(state, segment, version, metric, n)]
+
+
+#: A reference whose pooled ratio is off 1 by more than this many standard errors (and by more than
+#: ``REFERENCE_TOLERANCE``) is a biased champion's output: it teaches no band.
+REFERENCE_Z = 3.0
+REFERENCE_TOLERANCE = 0.02
+
+
+def shown_calibrated(rows: list[dict[str, Any]]) -> bool:
+    """Reference windows whose calibration was shown right, as a set: their pooled ratio
+    ``sum p / sum y`` (weights: positives) is within ``REFERENCE_Z`` standard errors of 1, or within
+    ``REFERENCE_TOLERANCE`` of it. A champion serving 0.95 on every window (10 windows of se 0.02:
+    pooled se 0.006) never teaches its band that 0.95 is normal. Judged on the set, not per window:
+    dropping each window whose own interval misses 1 would cut the reference's tails and narrow the band
+    (more false alarms). Rows without a standard error (older states) are accepted."""
+    use = [r for r in rows if r.get("positives") and r.get("calibration_ratio") is not None]
+    ses = [r.get("ratio_se") for r in use]
+    if not use or any(se is None or not math.isfinite(se) for se in ses):
+        return True
+    pos = np.array([float(r["positives"]) for r in use])
+    ratio = np.array([float(r["calibration_ratio"]) for r in use])
+    pooled = float((ratio * pos).sum() / pos.sum())
+    se = float(np.sqrt(((np.array(ses, float) * pos) ** 2).sum()) / pos.sum())
+    return abs(pooled - 1) <= max(REFERENCE_Z * se, REFERENCE_TOLERANCE)
 
 
 def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
-    """The current champion's reference; while it fills, the latest earlier complete one (module doc)."""
+    """The current champion's reference; while it fills, the latest earlier complete one (module doc).
+    A version whose reference windows are not shown calibrated (``shown_calibrated``) is skipped."""
     for version in range(state.champion, 0, -1):
-        ref = _reference(state, segment, version, metric, cfg.reference_windows)
-        if len(ref) >= cfg.reference_windows:
-            return ref
+        rows = _reference_rows(state, segment, version, metric, cfg.reference_windows)
+        if len(rows) >= cfg.reference_windows and shown_calibrated(rows):
+            return [r[metric] for r in rows]
     return []
 
 
