@@ -128,13 +128,20 @@ def _in_process(root: Path, now: str, start: str) -> subprocess.CompletedProcess
     runs, without the Prefect flow around it), its exit code and printed lines kept as the command's."""
     import contextlib
     import io
+    import logging
 
     from calibflow.pipeline import monitor as stage
 
     out, err = io.StringIO(), io.StringIO()
     argv = ["--root", str(root), "--params", str(root / "params.yaml"), "--now", now, "--start", start]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = stage.main(argv)
+    quiet = logging.getLogger("calibflow.pipeline.monitor")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # the per-window progress lines: the command logs them to Prefect
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = stage.main(argv)
+    finally:
+        quiet.setLevel(level)
     return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 

@@ -303,9 +303,7 @@ def run(
         todo, more = _score(paths, spec, cfg, state, inv, todo, table_rows, gate_rows, waiting, now)
         state, refused = more[0], refused + more[1]
     waiting.update(_not_due(inv, state, cfg, now, waiting))
-    missing, lines_missing = _missing(spec, inv, state, cfg, now)
-    waiting.update(missing)
-    lines += lines_missing
+    waiting.update(_missing(inv, state, cfg, now))  # one MISSING line each (report_lines)
     pending = mon.update_waits(state, now, waiting, cfg)
     state.files = D.cache_of(inv)
     save(paths, state, spec)
@@ -358,33 +356,31 @@ MISSING_SCAN = 10_000
 
 
 def _missing(
-    spec: S.SourceSpec, inv: D.Inventory, state: mon.MonitorState, cfg: mon.MonitorConfig, now: pd.Timestamp
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    inv: D.Inventory, state: mon.MonitorState, cfg: mon.MonitorConfig, now: pd.Timestamp
+) -> dict[str, dict[str, Any]]:
     """Complete windows on the grid, from the first delivered or scored one up to now, with no row in any
     file (good or refused) and never scored: a day that never arrived. One line each; past
     ``delivery_deadline`` after its end it is an incident (``update_waits``). Off when the deadline is
     null (sources with gaps by design)."""
     if cfg.delivery_deadline is None:
-        return {}, []
+        return {}
     delivered = {k for f in inv.files for k in f.windows}
     known = delivered | set(state.processed)
     if not known:
-        return {}, []
+        return {}
     step = pd.Timedelta(cfg.period)
     first = pd.Timestamp(min(known))
     if state.start_at:
         first = max(first, pd.Timestamp(state.start_at))
     n = int((now - first) / step)
-    out, lines = {}, []
+    out = {}
     for i in range(max(0, n - MISSING_SCAN), n):
         start = first + i * step
         key = start.isoformat()
         if key in known or start + step > now:
             continue
         out[key] = {"kind": "delivery", "rows": 0, "why": "no rows delivered"}
-        lines.append(f"source {spec.name!r}: window {key[:10]}: no file delivered (no row of this window "
-                     f"in {spec.path})")
-    return out, lines
+    return out
 
 
 def _past_label_deadline(key: str, cfg: mon.MonitorConfig, now: pd.Timestamp) -> bool:
