@@ -772,7 +772,11 @@ def within_limit(metric: str, rows: list[dict[str, Any]], cfg: MonitorConfig) ->
             return True
         pos = sum(float(r["positives"]) for r in rows)
         sp = sum(float(r["calibration_ratio"]) * float(r["positives"]) for r in rows)
-        return bool(pos > 0 and abs(sp / pos - 1) <= cfg.practical_ratio)
+        # One pooled standard error of slack: a small segment's noise (se 0.1 a window) does not hold
+        # its incident open for weeks, a large one still 18% low (pooled se 0.04) stays open.
+        se2 = sum((float(r.get("ratio_se") or 0.0) * float(r["positives"])) ** 2 for r in rows)
+        slack = math.sqrt(se2) / pos if pos > 0 else 0.0
+        return bool(pos > 0 and abs(sp / pos - 1) <= cfg.practical_ratio + slack)
     if metric == "ece":
         return not any(ece_off(r, cfg) for r in rows)
     slopes = [r["calibration_slope"] for r in rows if r.get("calibration_slope") is not None]
@@ -1073,23 +1077,26 @@ def _gate(
 def _since_change(
     new: MonitorState, calib: pd.DataFrame, cfg: MonitorConfig
 ) -> tuple[pd.DataFrame, str | None]:
-    """While a drift incident is open, the challengers are fitted on the windows since it opened, once
-    there are half the trailing window's periods of them (at least ``min_calib_windows``) with
-    ``min_positives``: the trailing window's older days describe the world before the change, and a map
-    fitted half on them serves half the bias; fewer windows than that (three days) fitted per-segment
-    maps so noisily that unshifted countries moved by 7-10%."""
-    opened = [
-        i["opened"] for i in incidents(new, cfg) if i["closed"] is None and i["metric"] in WATCHED
-    ]
+    """While drift incidents are open, the challengers are fitted on the windows since the newest one
+    that has half the trailing window's periods behind it (at least ``min_calib_windows``, with
+    ``min_positives``): the trailing window's older days describe the world before the change, and a map
+    fitted half on them serves half the bias; fewer windows (three days) fitted per-segment maps so noisily
+    that unshifted countries moved by 7-10%. The newest change first: an older incident still open (a
+    small segment's) says less about today's world."""
+    opened = sorted(
+        {i["opened"] for i in incidents(new, cfg) if i["closed"] is None and i["metric"] in WATCHED},
+        reverse=True,
+    )
     if not opened or not len(calib):
         return calib, None
-    since = min(opened)
-    recent = calib[pd.to_datetime(calib["time"]) >= pd.Timestamp(since)]
-    n = int(np.unique(window_index(recent["time"], cfg)).size) if len(recent) else 0
     need = max(cfg.min_calib_windows, cfg.calib_windows // 2)
-    if n < need or recent["label"].sum() < cfg.min_positives or len(recent) == len(calib):
-        return calib, None
-    return recent, since
+    times = pd.to_datetime(calib["time"])
+    for since in opened:
+        recent = calib[times >= pd.Timestamp(since)]
+        n = int(np.unique(window_index(recent["time"], cfg)).size) if len(recent) else 0
+        if n >= need and recent["label"].sum() >= cfg.min_positives and len(recent) < len(calib):
+            return recent, since
+    return calib, None
 
 
 def _worse_streak(new: MonitorState, state: MonitorState) -> int:
