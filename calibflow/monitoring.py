@@ -453,7 +453,7 @@ def challenge(
     score_kind: str | None = None,
     pinned: int | None = None,
     segments: tuple[str, ...] = (),
-    worse_before: int = 0,
+    worse_before: int | list[tuple[float, float]] = 0,
 ) -> tuple[dict[str, Any], C.BaseCalibrator | None]:
     """Fit the challengers on ``calib``, compare the best with the champion on ``held_out``.
 
@@ -462,9 +462,11 @@ def challenge(
     paired test, Bonferroni level and ``min_gain``; their ranking check is within each segment cell.
     ``min_gain`` is a share of the champion's loss on the rows the challenger changes (its logit moves by
     more than ``CHANGE_TOL``), so a one-segment fix is judged on that segment, not diluted by the whole
-    source. ``worse_before``: consecutive earlier gates (same champion) that found it worse with the whole
-    interval above 0; with this one making ``replace_after`` in a row the champion is replaced whatever
-    ``min_gain`` says (a small but sure bias is still a bias served every day).
+    source. ``worse_before``: the (gain, standard error) of the consecutive earlier gates (same champion)
+    whose best monotone challenger was better on average (an int: that many windows like this one). When
+    this window makes ``replace_after`` in a row and the pooled gain's interval over them (same level)
+    excludes 0, the champion is replaced whatever ``min_gain`` says: a small but sure bias is served every
+    day, and one segment's 160 positives a day rarely exclude 0 on one window alone.
     Returns the gate record (every challenger's metric, the best, the paired interval, the decision and
     its reason) and the fitted best challenger when it is to be promoted, else None.
     """
@@ -503,18 +505,25 @@ def challenge(
     mono = rec["challengers"][best]["monotone"]
     changed = _changed_rows(p_champ, fitted[best][2])
     need = cfg.min_gain * float(champ_loss[changed].sum()) / max(champ_loss.size, 1)
-    worse = bool(lo > 0 and mono)  # the champion is worse for sure on this window
-    streak = worse_before + 1 if worse else 0
-    by_gain = worse and delta >= need and pinned is None
-    by_streak = worse and streak >= cfg.replace_after and pinned is None
+    z = float(stats.norm.isf((1 - level) / 2))
+    se = max((hi - lo) / (2 * z), 1e-12)
+    worse = bool(delta > 0 and mono)  # the champion is worse on average on this window
+    prev = worse_before if isinstance(worse_before, list) else [(delta, se)] * int(worse_before)
+    run = [*prev, (delta, se)] if worse else []
+    pooled = sum(d for d, _ in run)
+    pooled_lo = pooled - z * math.sqrt(sum(e * e for _, e in run)) if run else 0.0
+    streak = len(run)
+    by_gain = bool(lo > 0 and mono) and delta >= need and pinned is None
+    by_streak = worse and streak >= cfg.replace_after and pooled_lo > 0 and pinned is None
     promoted = by_gain or by_streak
     if by_gain:
         reason = f"{best} better by {delta:.5f} {metric}, {level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0"
     elif by_streak:
         reason = (
-            f"{best} better by {delta:.5f} {metric} ({level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0): the "
-            f"champion was found worse on {streak} consecutive windows (replace_after={cfg.replace_after}), "
-            f"so it is replaced although the gain is under min_gain ({need:.5f})"
+            f"{best} better by {delta:.5f} {metric} ({level:.3f} interval [{lo:.5f}, {hi:.5f}]): the "
+            f"champion was found worse on {streak} consecutive windows (replace_after={cfg.replace_after}; "
+            f"pooled gain {pooled:.5f}, interval above 0), so it is replaced although the gain is under "
+            f"min_gain ({need:.5f}) or one window's interval includes 0"
         )
     elif not mono:
         reason = f"{best} would reverse the ranking (not monotone): kept the champion"
@@ -526,7 +535,7 @@ def challenge(
         reason = f"{best} better by {delta:.5f}, but a rollback pins v{pinned}: kept the champion"
     rec.update(best=best, delta=delta, delta_ci=[lo, hi], ci_level=level, promoted=promoted, reason=reason)
     rec.update(min_gain_needed=need, changed_share=float(changed.mean()) if changed.size else 0.0)
-    rec.update(champion_worse=worse, worse_streak=streak)
+    rec.update(champion_worse=worse, worse_streak=streak, delta_se=se)
     return rec, (fitted[best][0] if promoted else None)
 
 
@@ -1099,14 +1108,14 @@ def _since_change(
     return calib, None
 
 
-def _worse_streak(new: MonitorState, state: MonitorState) -> int:
-    """Consecutive latest gates that found the champion in office worse (interval above 0)."""
-    n = 0
+def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:
+    """(gain, se) of the consecutive latest gates that found the champion in office worse on average."""
+    out: list[tuple[float, float]] = []
     for g in reversed(new.gates):
-        if not g.get("champion_worse") or g.get("champion_version") != state.champion:
+        if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
             break
-        n += 1
-    return n
+        out.append((float(g["delta"]), float(g["delta_se"])))
+    return out[::-1]
 
 
 def history_frame(state: MonitorState) -> pd.DataFrame:
