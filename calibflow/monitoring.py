@@ -745,7 +745,11 @@ def practically_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1
         return row["ratio_low"] > 1 + pr or row["ratio_high"] < 1 - pr
     z = float(stats.norm.isf(stats.norm.sf(cfg.band_k) / max(int(n_segments), 1)))
     r, se = row["calibration_ratio"], max(row["ratio_se"], 1e-12)
-    return (r - (1 + pr)) / se > z or ((1 - pr) - r) / se > z
+    # Low side: the delta-method se grows about as the ratio, so it is taken at the limit (se * (1 - pr)
+    # / r), not at the observed ratio: a 17-positive country scored on a day with 31 positives shows 0.53
+    # with an se of 0.085 at 0.53 (4.4 se under 0.9: a false incident in the stable scenario), 0.145 at 0.9.
+    se_low = se * (1 - pr) / r if r > 0 else se
+    return (r - (1 + pr)) / se > z or ((1 - pr) - r) / max(se_low, se) > z
 
 
 def _z(cfg: MonitorConfig, n_segments: int) -> float:
