@@ -128,3 +128,13 @@ def test_min_gain_is_a_share_of_the_loss_of_the_rows_the_challenger_changes():
     assert abs(rec["min_gain_needed"] - 0.002 * rec["champion"]) < 1e-9
     same = mon._changed_rows(np.array([0.1, 0.2, 0.3]), np.array([0.1, 0.25, 0.3]))
     assert same.tolist() == [False, True, False]
+
+
+def test_the_practical_limit_takes_the_low_sides_se_at_the_limit():
+    """A small segment scored on a day with twice its usual positives shows a low ratio with a small
+    delta-method se (taken at that ratio); at the limit 0.9 the se is larger and it is not off."""
+    cfg = mon.MonitorConfig()
+    lucky = {"calibration_ratio": 0.528, "ratio_se": 0.085}  # the stable scenario's false incident
+    assert not mon.practically_off(lucky, cfg, n_segments=34)
+    shifted = {"calibration_ratio": 0.65, "ratio_se": 0.03}  # a large segment's real shift
+    assert mon.practically_off(shifted, cfg, n_segments=34)
