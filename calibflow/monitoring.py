@@ -330,39 +330,67 @@ def ece_null(p: NDArray[np.float64], n_bins: int) -> float:
     per bin, ``E|sum (y - p)| ~ sqrt(2/pi) sqrt(sum p (1 - p))`` (normal approximation), over n rows."""
     if p.size == 0:
         return 0.0
-    idx = M.bin_index(p, n_bins)
-    var = np.bincount(idx, weights=p * (1 - p), minlength=n_bins)
-    return float(math.sqrt(2 / math.pi) * np.sqrt(var).sum() / p.size)
+    return float(ece_nulls(np.zeros(p.size, np.int64), M.bin_index(p, n_bins), p * (1 - p), 1, n_bins)[0]
+                 / p.size)
+
+
+def ece_nulls(
+    code: NDArray[np.int64], bins: NDArray[np.intp], var: NDArray[np.float64], m: int, n_bins: int
+) -> NDArray[np.float64]:
+    """Per value ``0..m-1``: ``sqrt(2/pi) sum_bins sqrt(sum p (1 - p))``, the numerator of
+    :func:`ece_null`, from rows or groups (``var``: each one's ``sum p (1 - p)``, ``bins`` its ECE bin)."""
+    v = np.bincount(code * n_bins + bins, weights=var, minlength=m * n_bins).reshape(m, n_bins)
+    return math.sqrt(2 / math.pi) * np.sqrt(np.clip(v, 0.0, None)).sum(axis=1)
 
 
 def calibration_slope(y: NDArray[np.float64], p: NDArray[np.float64]) -> dict[str, float]:
     """Logistic recalibration ``logit P(y) = a + b logit(p)``: the slope ``b`` (1 when calibrated; below
     1 when the scores are over-confident) and its standard error, by a few Newton steps from (0, 1).
     Empty when the window cannot identify a slope (one class, constant predictions)."""
-    pos = float(y.sum())
-    if p.size < 3 or pos <= 0 or pos >= y.size:
-        return {}
     z = np.log(M.clip_probability(p)) - np.log1p(-M.clip_probability(p))
-    if float(np.std(z)) < 1e-9:
+    b, se = slope_fits(np.zeros(p.size, np.int64), z, y, np.ones(p.size), 1)
+    if not np.isfinite(b[0]):
         return {}
-    x = np.column_stack([np.ones_like(z), z])
-    beta = np.array([0.0, 1.0])
-    cov = None
+    return {"calibration_slope": float(b[0]), "slope_se": float(se[0])}
+
+
+def slope_fits(
+    code: NDArray[np.int64], z: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64], m: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per value ``0..m-1`` of ``code``, :func:`calibration_slope`'s fit of ``y`` on ``z`` (logits) with
+    weights ``w``: rows (weights 1) or groups of rows (weights their counts, ``z`` their mean logit, as the
+    table path fits a window's cells). One Newton step per iteration for every value still moving, the
+    2x2 information inverted in closed form. (slope, se), NaN where no slope is identified: under 3 rows,
+    one class, constant logits, a singular information."""
+    n, pos = np.bincount(code, w, m), np.bincount(code, w * y, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zbar = np.bincount(code, w * z, m) / n
+        spread = np.sqrt(np.bincount(code, w * (z - zbar[code]) ** 2, m) / n)
+    ok = (n >= 3) & (pos > 0) & (pos < n) & (spread >= 1e-9)
+    beta = np.tile([0.0, 1.0], (m, 1))
+    se = np.full(m, np.nan)
+    moving = ok.copy()
     for _ in range(25):
-        mu = 1 / (1 + np.exp(-np.clip(x @ beta, -35, 35)))
-        w = mu * (1 - mu)
-        info = x.T @ (x * w[:, None])
-        try:
-            cov = np.linalg.inv(info)
-        except np.linalg.LinAlgError:
-            return {}
-        step = cov @ (x.T @ (y - mu))
-        beta = beta + step
-        if float(np.abs(step).max()) < 1e-8:
+        if not moving.any():
             break
-    if cov is None or not np.all(np.isfinite(beta)):
-        return {}
-    return {"calibration_slope": float(beta[1]), "slope_se": float(math.sqrt(max(cov[1, 1], 0.0)))}
+        eta = np.clip(beta[code, 0] + beta[code, 1] * z, -35, 35)
+        mu = 1 / (1 + np.exp(-eta))
+        ww, r = w * mu * (1 - mu), w * (y - mu)
+        i00, i01, i11 = (np.bincount(code, ww * f, m) for f in (1.0, z, z * z))
+        g0, g1 = np.bincount(code, r, m), np.bincount(code, r * z, m)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            det = i00 * i11 - i01 * i01
+            s0, s1 = (i11 * g0 - i01 * g1) / det, (i00 * g1 - i01 * g0) / det
+            var_b = i00 / det
+        singular = moving & ~((det > 0) & np.isfinite(s0) & np.isfinite(s1))
+        ok &= ~singular
+        moving &= ~singular
+        beta[moving, 0] += s0[moving]
+        beta[moving, 1] += s1[moving]
+        se[moving] = np.sqrt(np.clip(var_b[moving], 0.0, None))
+        moving &= np.maximum(np.abs(s0), np.abs(s1)) >= 1e-8
+    ok &= np.isfinite(beta).all(axis=1)
+    return np.where(ok, beta[:, 1], np.nan), np.where(ok, se, np.nan)
 
 
 def segment_masks(frame: pd.DataFrame, segments: tuple[str, ...]) -> list[tuple[str, NDArray[np.bool_]]]:
