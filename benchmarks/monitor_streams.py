@@ -123,9 +123,33 @@ def deliveries(plan: Plan, d: int) -> list[tuple[str, int, bool]]:
     return out
 
 
-def run_days(root: Path, plan: Plan, port: int) -> dict[str, Any]:
+def _in_process(root: Path, now: str, start: str) -> subprocess.CompletedProcess:
+    """The day's monitor as a library call (``calibflow.pipeline.monitor.main``: the stage the command
+    runs, without the Prefect flow around it), its exit code and printed lines kept as the command's."""
+    import contextlib
+    import io
+    import logging
+
+    from calibflow.pipeline import monitor as stage
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--root", str(root), "--params", str(root / "params.yaml"), "--now", now, "--start", start]
+    quiet = logging.getLogger("calibflow.pipeline.monitor")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # the per-window progress lines: the command logs them to Prefect
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = stage.main(argv)
+    finally:
+        quiet.setLevel(level)
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
+def run_days(root: Path, plan: Plan, port: int, cli_days: set[int] | None = None) -> dict[str, Any]:
     """Deliver and monitor every day (each run reports to the project's server on ``port``); the served
-    champion's ratio on each next day."""
+    champion's ratio on each next day. ``cli_days``: the days run through the real ``calibflow monitor
+    run`` command (None: every day); the others call the stage in process (``_in_process``), which is
+    what the tests do where the command itself is not under test."""
     served: dict[str, dict[int, dict[str, float]]] = {n: {} for n in (*M.STREAMS, "broken")}
     runs = []
     first = {n: (root / "models" / n / "calibrator.json").read_text() for n in served}
@@ -141,7 +165,10 @@ def run_days(root: Path, plan: Plan, port: int) -> dict[str, Any]:
         now = (M.START + pd.Timedelta(days=d + 1, hours=6)).isoformat()
         t0 = time.perf_counter()
         start = M.START.date().isoformat()
-        proc = _cli(root, "monitor", "run", "--now", now, "--start", start, "--no-commit", api_port=port)
+        if cli_days is None or d in cli_days:
+            proc = _cli(root, "monitor", "run", "--now", now, "--start", start, "--no-commit", api_port=port)
+        else:
+            proc = _in_process(root, now, start)
         runs.append(
             {"day": d, "rc": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
              "output": (proc.stdout + proc.stderr)[-4000:], "stderr_lines": len(proc.stderr.splitlines())}

@@ -4,9 +4,13 @@ A monitored source is usually a folder of day files that arrive late, arrive twi
 arrive broken. This module (pure library: DuckDB through ``calibflow.sources``, no Prefect, no params.yaml)
 turns the files into what the monitor needs to decide honestly:
 
-- :func:`inventory`: every file with its content digest (sha256, or size+mtime for very large sources, as
-  ``sources.fingerprint``) and the windows its rows fall in; a byte-identical copy of another file is
-  ignored with a note (it would double its window); a file that lacks a declared column or whose times do
+- :func:`inventory`: every file with its byte digest (sha256, or size+mtime for very large sources, as
+  ``sources.fingerprint``), its *content* digest (the row count and an order-independent sum of each row's
+  hash over the role columns, read as text: the same rows re-exported under another name, compression or
+  row order give the same content) and the windows its rows fall in; a file with the same content as
+  another is ignored with a note naming the copy and the original (the file counted before, else the
+  older, else the first by name): it would double its window; a file that lacks a declared column or
+  whose times do
   not parse is *refused* in one line naming the source, the file, the column and the row count, and its
   windows are *held* (a file whose rows cannot be placed in time holds the whole source);
 - each window's fingerprint: a digest of the (file, digest) pairs that feed it, which the monitor keeps
@@ -34,7 +38,7 @@ import pandas as pd
 
 from calibflow import sources as S
 from calibflow import timesplit
-from calibflow.monitoring import MonitorConfig, window_at, window_index
+from calibflow.monitoring import MonitorConfig, window_at, window_index, window_keys
 
 
 def to_times(values: pd.Series) -> pd.Series:
@@ -54,6 +58,8 @@ class DayFile:
     problem: str | None = None
     duplicate_of: str | None = None
     placed: bool = True  # False: its rows could not be put in windows (the whole source is held)
+    content: str | None = None  # "<rows>:<sum of row hashes>" over the role columns (module doc)
+    mtime: int = 0
 
 
 @dataclass
@@ -132,6 +138,12 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
         return
     missing = [c for c in role_columns(spec) if c not in cols]
     n = int(rel.aggregate("count(*)").fetchall()[0][0])
+    present = [c for c in role_columns(spec) if c in cols]
+    if present and n:
+        # Order-independent: a sum (not a XOR, which would cancel a row delivered twice) of row hashes.
+        args = ", ".join(f"CAST({S.quote_ident(c)} AS VARCHAR)" for c in present)
+        total = rel.aggregate(f"CAST(sum(hash({args})) AS VARCHAR)").fetchall()[0][0]
+        f.content = f"{n}:{total}:{','.join(present)}"
     if counted is not None:
         f.windows, bad_t = counted
         if bad_t:
@@ -191,33 +203,66 @@ def inventory(
     """
     cache = cache or {}
     found = S.files(spec.path)
-    seen: dict[str, str] = {}
+    by_digest: dict[str, DayFile] = {}
     out: list[DayFile] = []
-    notes: list[str] = []
     for path in found:
         digest, _ = _digest(spec, path)
-        f = DayFile(rel=_rel(spec.path, path), path=path, digest=digest)
-        if digest in seen:
-            f.duplicate_of = seen[digest]
-            notes.append(
-                f"source {spec.name!r}: file {f.rel} is a byte-identical copy of {seen[digest]}; ignored "
-                "(counting it would double its rows)"
-            )
-            out.append(f)
-            continue
-        seen[digest] = f.rel
+        f = DayFile(rel=_rel(spec.path, path), path=path, digest=digest, mtime=_mtime(path))
         hit = cache.get(f.rel)
-        if hit and hit.get("digest") == digest:
-            f.windows = dict(hit["windows"])
+        same = by_digest.get(digest)
+        if same is not None:  # byte-identical: same placement, no second read
+            f.windows, f.content = dict(same.windows), same.content
+            f.problem, f.placed = same.problem, same.placed
+        elif hit and hit.get("digest") == digest and "content" in hit:
+            f.windows, f.content = dict(hit["windows"]), hit["content"]
         else:
             _place(spec, f, cfg)
+        by_digest.setdefault(digest, f)
         out.append(f)
-    return Inventory(spec.name, out, notes)
+    return Inventory(spec.name, out, _mark_copies(spec, out, cache))
+
+
+def _mtime(path: str) -> int:
+    try:
+        return int(os.stat(path).st_mtime_ns)
+    except OSError:  # an object store's file: no local stat; the name decides
+        return 0
+
+
+def _mark_copies(spec: S.SourceSpec, files: list[DayFile], cache: dict[str, dict[str, Any]]) -> list[str]:
+    """Files with the same content as another are copies (ignored, one note each). The original is the
+    file counted on an earlier run, else the older one, else the first by name."""
+    groups: dict[str, list[DayFile]] = {}
+    for f in files:
+        if f.problem is None and f.content is not None:
+            groups.setdefault(f.content, []).append(f)
+    notes = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda f: (not _counted_before(f, cache), f.mtime, f.rel))
+        first = group[0]
+        for f in group[1:]:
+            f.duplicate_of = first.rel
+            how = (
+                "a byte-identical copy" if f.digest == first.digest
+                else "the same rows (another name or encoding)"
+            )
+            notes.append(
+                f"source {spec.name!r}: file {f.rel} is {how} of {first.rel}; ignored "
+                "(counting it would double its rows)"
+            )
+    return sorted(notes)
+
+
+def _counted_before(f: DayFile, cache: dict[str, dict[str, Any]]) -> bool:
+    hit = cache.get(f.rel)
+    return bool(hit and hit.get("digest") == f.digest)
 
 
 def cache_of(inv: Inventory) -> dict[str, dict[str, Any]]:
-    """What ``inventory`` may reuse next time: the good files' digests and windows."""
-    return {f.rel: {"digest": f.digest, "windows": f.windows} for f in inv.good}
+    """What ``inventory`` may reuse next time: the good files' digests, content digests and windows."""
+    return {f.rel: {"digest": f.digest, "content": f.content, "windows": f.windows} for f in inv.good}
 
 
 def load(
@@ -263,12 +308,13 @@ def _label(values: pd.Series, positive: Any | None) -> pd.Series:
 
 def check_matured(
     spec: S.SourceSpec, frame: pd.DataFrame, keys: list[str], cfg: MonitorConfig
-) -> tuple[set[str], list[str]]:
-    """Windows among ``keys`` to hold, and one line per reason: labels outside {0, 1} or non-finite
-    scores (the file's windows are held), NULL labels (the window's labels are not all in yet)."""
+) -> tuple[set[str], list[str], dict[str, dict[str, Any]]]:
+    """Windows among ``keys`` to hold; one refusal line per file with labels outside {0, 1} or
+    non-finite scores (its windows are held); and the windows whose labels are not all in yet (NULL
+    labels), each ``{"rows": unlabelled rows, "files": [...]}``: pending, a state, not a refusal."""
     if frame.empty:
-        return set(), []
-    wkey = np.array([window_at(int(k), cfg).key for k in window_index(frame["time"], cfg)])
+        return set(), [], {}
+    wkey = window_keys(frame["time"], cfg)
     in_scope = np.isin(wkey, keys)
     lines: list[str] = []
     held: set[str] = set()
@@ -294,15 +340,12 @@ def check_matured(
                 f"(window(s) {', '.join(w[:10] for w in ws)} stay pending)"
             )
     unknown = np.isnan(y) & in_scope
+    waiting: dict[str, dict[str, Any]] = {}
     for k in sorted(set(wkey[unknown]) - held):
         m = unknown & (wkey == k)
-        files = ", ".join(sorted(set(frame.loc[m, "file"])))
         held.add(k)
-        lines.append(
-            f"source {spec.name!r}: window {k[:10]}: {int(m.sum())} row(s) without a label yet in {files} "
-            f"(column {spec.label!r}); the window stays pending until its labels are in"
-        )
-    return held, lines
+        waiting[k] = {"rows": int(m.sum()), "files": sorted(set(frame.loc[m, "file"]))}
+    return held, lines, waiting
 
 
 def dirty_from(

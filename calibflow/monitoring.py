@@ -68,7 +68,9 @@ from calibflow.intervals import paired_mean_interval, row_resamples
 
 ALL = "all"
 SELECTION_METRICS = ("log_loss", "brier")
-WATCHED = ("calibration_ratio", "ece")
+WATCHED = ("calibration_ratio", "ece", "calibration_slope")
+#: A row whose logit prediction moves by more than this is "changed" by a challenger (min_gain base).
+CHANGE_TOL = 0.01
 STATE_SCHEMA = 2
 
 
@@ -90,6 +92,11 @@ class MonitorConfig:
     floor_ratio: tuple[float, float] | None = (0.5, 2.0)  # absolute calibration-ratio limits (None: off)
     floor_ece: float | None = None  # absolute ECE ceiling (None: off)
     practical_ratio: float | None = 0.1  # out when the ratio's interval is wholly outside 1 +- this
+    practical_ece: float | None = 0.02  # out when ECE exceeds this plus 3x its calibrated-noise level
+    practical_slope: float | None = 0.1  # out when the calibration slope is beyond 1 +- this (z se)
+    replace_after: int = 3  # champion found worse (interval > 0) on this many gates in a row: replaced
+    label_deadline: str | None = "7D"  # a matured window still without labels this long after its end
+    delivery_deadline: str | None = "2D"  # a window with no delivery this long after its end: incident
     recovery: int = 3  # consecutive in-band windows that close an incident
     cooldown: int = 3  # an alert within this many windows of a close reopens that incident
     min_gain: float = 0.002  # promotion needs a mean gain >= this share of the champion's loss
@@ -115,6 +122,7 @@ class MonitorConfig:
             "patience",
             "n_bootstrap",
             "recovery",
+            "replace_after",
         ):
             _check(int(getattr(self, k)) >= 1, f"monitor.{k} must be an integer >= 1, got {getattr(self, k)}")
         _check(self.min_calib_windows <= self.calib_windows, "monitor.min_calib_windows > calib_windows")
@@ -126,6 +134,17 @@ class MonitorConfig:
             _check(
                 0 < self.practical_ratio < 1,
                 f"monitor.practical_ratio must be in (0, 1) or null, got {self.practical_ratio}",
+            )
+        for key in ("practical_ece", "practical_slope"):
+            v = getattr(self, key)
+            _check(v is None or 0 < v < 1, f"monitor.{key} must be in (0, 1) or null, got {v}")
+        for key in ("label_deadline", "delivery_deadline"):
+            v = getattr(self, key)
+            _check(v is None or _offset(v) >= pd.Timedelta(0), f"monitor.{key} must be a duration >= 0")
+        if self.label_deadline is not None:
+            _check(
+                _offset(self.label_deadline) >= _offset(self.label_delay),
+                f"monitor.label_deadline ({self.label_deadline}) must be >= label_delay ({self.label_delay})",
             )
         _check(self.min_positives >= 1, f"monitor.min_positives must be >= 1, got {self.min_positives}")
         _check(0 < self.ci_level < 1, f"monitor.ci_level must be in (0, 1), got {self.ci_level}")
@@ -214,6 +233,15 @@ def window_index(times: pd.Series, cfg: MonitorConfig) -> NDArray[np.int64]:
     return np.floor((t - _origin(cfg.origin)) / step).to_numpy(dtype=float).astype(np.int64)
 
 
+def window_keys(times: pd.Series, cfg: MonitorConfig) -> NDArray[np.object_]:
+    """Each timestamp's window key, vectorised: one ``window_at`` per distinct window, not per row."""
+    if len(times) == 0:
+        return np.array([], dtype=object)
+    ks, inverse = np.unique(window_index(times, cfg), return_inverse=True)
+    keys = np.array([window_at(int(k), cfg).key for k in ks], dtype=object)
+    return keys[inverse.reshape(-1)]
+
+
 def window_at(k: int, cfg: MonitorConfig) -> Window:
     step = _offset(cfg.period)
     start = _origin(cfg.origin) + int(k) * step
@@ -288,11 +316,81 @@ def score(
         ratio_high=hi,
         ratio_se=ratio_se(y, p, ratio),
         ece=M.ece(y, p, cfg.n_bins),
+        ece_null=ece_null(p, cfg.n_bins),
         log_loss=M.log_loss(y, p),
         brier=M.brier(y, p),
         skipped="",
     )
+    row.update(calibration_slope(y, p))
     return row
+
+
+def ece_null(p: NDArray[np.float64], n_bins: int) -> float:
+    """The ECE a perfectly calibrated window with these predictions shows on average (its noise level):
+    per bin, ``E|sum (y - p)| ~ sqrt(2/pi) sqrt(sum p (1 - p))`` (normal approximation), over n rows."""
+    if p.size == 0:
+        return 0.0
+    return float(ece_nulls(np.zeros(p.size, np.int64), M.bin_index(p, n_bins), p * (1 - p), 1, n_bins)[0]
+                 / p.size)
+
+
+def ece_nulls(
+    code: NDArray[np.int64], bins: NDArray[np.intp], var: NDArray[np.float64], m: int, n_bins: int
+) -> NDArray[np.float64]:
+    """Per value ``0..m-1``: ``sqrt(2/pi) sum_bins sqrt(sum p (1 - p))``, the numerator of
+    :func:`ece_null`, from rows or groups (``var``: each one's ``sum p (1 - p)``, ``bins`` its ECE bin)."""
+    v = np.bincount(code * n_bins + bins, weights=var, minlength=m * n_bins).reshape(m, n_bins)
+    return math.sqrt(2 / math.pi) * np.sqrt(np.clip(v, 0.0, None)).sum(axis=1)
+
+
+def calibration_slope(y: NDArray[np.float64], p: NDArray[np.float64]) -> dict[str, float]:
+    """Logistic recalibration ``logit P(y) = a + b logit(p)``: the slope ``b`` (1 when calibrated; below
+    1 when the scores are over-confident) and its standard error, by a few Newton steps from (0, 1).
+    Empty when the window cannot identify a slope (one class, constant predictions)."""
+    z = np.log(M.clip_probability(p)) - np.log1p(-M.clip_probability(p))
+    b, se = slope_fits(np.zeros(p.size, np.int64), z, y, np.ones(p.size), 1)
+    if not np.isfinite(b[0]):
+        return {}
+    return {"calibration_slope": float(b[0]), "slope_se": float(se[0])}
+
+
+def slope_fits(
+    code: NDArray[np.int64], z: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64], m: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per value ``0..m-1`` of ``code``, :func:`calibration_slope`'s fit of ``y`` on ``z`` (logits) with
+    weights ``w``: rows (weights 1) or groups of rows (weights their counts, ``z`` their mean logit, as the
+    table path fits a window's cells). One Newton step per iteration for every value still moving, the
+    2x2 information inverted in closed form. (slope, se), NaN where no slope is identified: under 3 rows,
+    one class, constant logits, a singular information."""
+    n, pos = np.bincount(code, w, m), np.bincount(code, w * y, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zbar = np.bincount(code, w * z, m) / n
+        spread = np.sqrt(np.bincount(code, w * (z - zbar[code]) ** 2, m) / n)
+    ok = (n >= 3) & (pos > 0) & (pos < n) & (spread >= 1e-9)
+    beta = np.tile([0.0, 1.0], (m, 1))
+    se = np.full(m, np.nan)
+    moving = ok.copy()
+    for _ in range(25):
+        if not moving.any():
+            break
+        eta = np.clip(beta[code, 0] + beta[code, 1] * z, -35, 35)
+        mu = 1 / (1 + np.exp(-eta))
+        ww, r = w * mu * (1 - mu), w * (y - mu)
+        i00, i01, i11 = (np.bincount(code, ww * f, m) for f in (1.0, z, z * z))
+        g0, g1 = np.bincount(code, r, m), np.bincount(code, r * z, m)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            det = i00 * i11 - i01 * i01
+            s0, s1 = (i11 * g0 - i01 * g1) / det, (i00 * g1 - i01 * g0) / det
+            var_b = i00 / det
+        singular = moving & ~((det > 0) & np.isfinite(s0) & np.isfinite(s1))
+        ok &= ~singular
+        moving &= ~singular
+        beta[moving, 0] += s0[moving]
+        beta[moving, 1] += s1[moving]
+        se[moving] = np.sqrt(np.clip(var_b[moving], 0.0, None))
+        moving &= np.maximum(np.abs(s0), np.abs(s1)) >= 1e-8
+    ok &= np.isfinite(beta).all(axis=1)
+    return np.where(ok, beta[:, 1], np.nan), np.where(ok, se, np.nan)
 
 
 def segment_masks(frame: pd.DataFrame, segments: tuple[str, ...]) -> list[tuple[str, NDArray[np.bool_]]]:
@@ -383,12 +481,20 @@ def challenge(
     score_kind: str | None = None,
     pinned: int | None = None,
     segments: tuple[str, ...] = (),
+    worse_before: int | list[tuple[float, float]] = 0,
 ) -> tuple[dict[str, Any], C.BaseCalibrator | None]:
     """Fit the challengers on ``calib``, compare the best with the champion on ``held_out``.
 
     ``score`` columns are the user's scores of ``score_kind`` (default: the champion's recorded kind).
     With ``segments`` (the source's declared columns) the segmented methods compete too, under the same
     paired test, Bonferroni level and ``min_gain``; their ranking check is within each segment cell.
+    ``min_gain`` is a share of the champion's loss on the rows the challenger changes (its logit moves by
+    more than ``CHANGE_TOL``), so a one-segment fix is judged on that segment, not diluted by the whole
+    source. ``worse_before``: the (gain, standard error) of the consecutive earlier gates (same champion)
+    whose best monotone challenger was better on average (an int: that many windows like this one). When
+    this window makes ``replace_after`` in a row and the pooled gain's interval over them (same level)
+    excludes 0, the champion is replaced whatever ``min_gain`` says: a small but sure bias is served every
+    day, and one segment's 160 positives a day rarely exclude 0 on one window alone.
     Returns the gate record (every challenger's metric, the best, the paired interval, the decision and
     its reason) and the fitted best challenger when it is to be promoted, else None.
     """
@@ -397,9 +503,10 @@ def challenge(
     ys, ss = calib["label"].to_numpy(float), calib["score"].to_numpy(float)
     yh, sh = held_out["label"].to_numpy(float), held_out["score"].to_numpy(float)
     metric = cfg.selection_metric
-    champ_loss = per_row_loss(yh, predict_frame(champion, held_out, kind), metric)
+    p_champ = predict_frame(champion, held_out, kind)
+    champ_loss = per_row_loss(yh, p_champ, metric)
     rec: dict[str, Any] = {"metric": metric, "champion": float(champ_loss.mean()), "challengers": {}}
-    fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64]]] = {}
+    fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64], NDArray[np.float64]]] = {}
     for m in _candidates(cfg, segments, calib):
         per_seg = "segments" in C.get_class(m).needs
         cols = {c: calib[c].to_numpy(dtype=object) for c in segments} if per_seg else None
@@ -408,14 +515,15 @@ def challenge(
         except ValueError as exc:  # e.g. a method that cannot fit this window; recorded, never silent
             rec["challengers"][m] = {"error": str(exc)}
             continue
-        loss = per_row_loss(yh, predict_frame(cal, held_out, kind), metric)
+        p_new = predict_frame(cal, held_out, kind)
+        loss = per_row_loss(yh, p_new, metric)
         if per_seg:
             both = pd.concat([calib[["score", *segments]], held_out[["score", *segments]]], ignore_index=True)
             mono = keeps_ranking_within(cal, both, kind)
         else:
             mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
         rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono, "segmented": per_seg}
-        fitted[m] = (cal, loss)
+        fitted[m] = (cal, loss, p_new)
     if not fitted:
         rec.update(best=None, promoted=False, reason="no challenger could be fitted")
         return rec, None
@@ -423,10 +531,28 @@ def challenge(
     level = 1 - (1 - cfg.ci_level) / len(fitted)  # Bonferroni: the best of m is picked on this window
     delta, lo, hi = paired_mean_interval(champ_loss - fitted[best][1], cfg.n_bootstrap, level, rng)
     mono = rec["challengers"][best]["monotone"]
-    need = cfg.min_gain * rec["champion"]
-    promoted = lo > 0 and mono and delta >= need and pinned is None
-    if promoted:
+    changed = _changed_rows(p_champ, fitted[best][2])
+    need = cfg.min_gain * float(champ_loss[changed].sum()) / max(champ_loss.size, 1)
+    z = float(stats.norm.isf((1 - level) / 2))
+    se = max((hi - lo) / (2 * z), 1e-12)
+    worse = bool(delta > 0 and mono)  # the champion is worse on average on this window
+    prev = worse_before if isinstance(worse_before, list) else [(delta, se)] * int(worse_before)
+    run = [*prev, (delta, se)] if worse else []
+    pooled = sum(d for d, _ in run)
+    pooled_lo = pooled - z * math.sqrt(sum(e * e for _, e in run)) if run else 0.0
+    streak = len(run)
+    by_gain = bool(lo > 0 and mono) and delta >= need and pinned is None
+    by_streak = worse and streak >= cfg.replace_after and pooled_lo > 0 and pinned is None
+    promoted = by_gain or by_streak
+    if by_gain:
         reason = f"{best} better by {delta:.5f} {metric}, {level:.3f} interval [{lo:.5f}, {hi:.5f}] > 0"
+    elif by_streak:
+        reason = (
+            f"{best} better by {delta:.5f} {metric} ({level:.3f} interval [{lo:.5f}, {hi:.5f}]): the "
+            f"champion was found worse on {streak} consecutive windows (replace_after={cfg.replace_after}; "
+            f"pooled gain {pooled:.5f}, interval above 0), so it is replaced although the gain is under "
+            f"min_gain ({need:.5f}) or one window's interval includes 0"
+        )
     elif not mono:
         reason = f"{best} would reverse the ranking (not monotone): kept the champion"
     elif lo <= 0:
@@ -436,7 +562,16 @@ def challenge(
     else:
         reason = f"{best} better by {delta:.5f}, but a rollback pins v{pinned}: kept the champion"
     rec.update(best=best, delta=delta, delta_ci=[lo, hi], ci_level=level, promoted=promoted, reason=reason)
+    rec.update(min_gain_needed=need, changed_share=float(changed.mean()) if changed.size else 0.0)
+    rec.update(champion_worse=worse, worse_streak=streak, delta_se=se)
     return rec, (fitted[best][0] if promoted else None)
+
+
+def _changed_rows(p_old: NDArray[np.float64], p_new: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows whose prediction a challenger moves by more than ``CHANGE_TOL`` on the logit scale."""
+    a, b = M.clip_probability(p_old), M.clip_probability(p_new)
+    moved = np.abs((np.log(b) - np.log1p(-b)) - (np.log(a) - np.log1p(-a)))
+    return moved > CHANGE_TOL
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -460,6 +595,9 @@ class MonitorState:
     start_at: str | None = None  # windows before this are never scored (``--start``)
     grid: dict[str, str] = field(default_factory=dict)  # origin and period the keys were cut on
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # delivered file -> digest, windows
+    # Windows waiting (labels not in, no delivery, behind a pending one): key -> what, since, deadline;
+    # kept after they resolve only when they went past their deadline (an incident's record).
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def start_with(
@@ -537,25 +675,55 @@ def _pred_quantile(n: int, band_k: float, split: int = 1) -> float:
     return float(stats.t.ppf(1 - tail, n - 1) * math.sqrt(1 + 1 / n))
 
 
-def _reference(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[float]:
-    """The first ``n`` values of ``metric`` that ``version`` scored on ``segment`` while not drifted."""
-    vals = [
-        r[metric]
+def _reference_rows(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[dict]:
+    """The first ``n`` rows that ``version`` scored on ``segment`` while ``metric`` was not drifted."""
+    rows = [
+        r
         for r in state.history
         if r["version"] == version
         and r["segment"] == segment
         and not r.get("skipped")
         and metric not in r.get("drifted", [])
     ]
-    return vals[:n]
+    return rows[:n]
+
+
+def _reference(state: MonitorState, segment: str, version: int, metric: str, n: int) -> list[float]:
+    """The first ``n`` values of ``metric`` that ``version`` scored on ``segment`` while not drifted."""
+    return [r[metric] for r in _reference_rows(state, segment, version, metric, n)]
+
+
+#: A reference whose pooled ratio is off 1 by more than this many standard errors (and by more than
+#: ``REFERENCE_TOLERANCE``) is a biased champion's output: it teaches no band.
+REFERENCE_Z = 3.0
+REFERENCE_TOLERANCE = 0.02
+
+
+def shown_calibrated(rows: list[dict[str, Any]]) -> bool:
+    """Reference windows whose calibration was shown right, as a set: their pooled ratio
+    ``sum p / sum y`` (weights: positives) is within ``REFERENCE_Z`` standard errors of 1, or within
+    ``REFERENCE_TOLERANCE`` of it. A champion serving 0.95 on every window (10 windows of se 0.02:
+    pooled se 0.006) never teaches its band that 0.95 is normal. Judged on the set, not per window:
+    dropping each window whose own interval misses 1 would cut the reference's tails and narrow the band
+    (more false alarms). Rows without a standard error (older states) are accepted."""
+    use = [r for r in rows if r.get("positives") and r.get("calibration_ratio") is not None]
+    ses = [r.get("ratio_se") for r in use]
+    if not use or any(se is None or not math.isfinite(se) for se in ses):
+        return True
+    pos = np.array([float(r["positives"]) for r in use])
+    ratio = np.array([float(r["calibration_ratio"]) for r in use])
+    pooled = float((ratio * pos).sum() / pos.sum())
+    se = float(np.sqrt(((np.array(ses, float) * pos) ** 2).sum()) / pos.sum())
+    return abs(pooled - 1) <= max(REFERENCE_Z * se, REFERENCE_TOLERANCE)
 
 
 def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
-    """The current champion's reference; while it fills, the latest earlier complete one (module doc)."""
+    """The current champion's reference; while it fills, the latest earlier complete one (module doc).
+    A version whose reference windows are not shown calibrated (``shown_calibrated``) is skipped."""
     for version in range(state.champion, 0, -1):
-        ref = _reference(state, segment, version, metric, cfg.reference_windows)
-        if len(ref) >= cfg.reference_windows:
-            return ref
+        rows = _reference_rows(state, segment, version, metric, cfg.reference_windows)
+        if len(rows) >= cfg.reference_windows and shown_calibrated(rows):
+            return [r[metric] for r in rows]
     return []
 
 
@@ -577,6 +745,8 @@ def bands(
         top = min(top, 1.0)  # ECE <= 1: a band above 1 (few references) alerts the same, and the figure reads
     out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
     out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
+    ps = cfg.practical_slope  # not learned: the slope is judged against 1 (``slope_off``)
+    out["calibration_slope"] = [None, None] if ps is None else [1 - ps, 1 + ps]
     out["reference"] = [int(r.size)]
     return out
 
@@ -603,15 +773,67 @@ def practically_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1
         return row["ratio_low"] > 1 + pr or row["ratio_high"] < 1 - pr
     z = float(stats.norm.isf(stats.norm.sf(cfg.band_k) / max(int(n_segments), 1)))
     r, se = row["calibration_ratio"], max(row["ratio_se"], 1e-12)
-    return (r - (1 + pr)) / se > z or ((1 - pr) - r) / se > z
+    # Low side: the delta-method se grows about as the ratio, so it is taken at the limit (se * (1 - pr)
+    # / r), not at the observed ratio: a 17-positive country scored on a day with 31 positives shows 0.53
+    # with an se of 0.085 at 0.53 (4.4 se under 0.9: a false incident in the stable scenario), 0.145 at 0.9.
+    se_low = se * (1 - pr) / r if r > 0 else se
+    return (r - (1 + pr)) / se > z or ((1 - pr) - r) / max(se_low, se) > z
+
+
+def _z(cfg: MonitorConfig, n_segments: int) -> float:
+    """The normal quantile at the band's own tail (``band_k`` sd, split over the watched segments)."""
+    return float(stats.norm.isf(stats.norm.sf(cfg.band_k) / max(int(n_segments), 1)))
+
+
+def ece_off(row: dict[str, Any], cfg: MonitorConfig) -> bool:
+    """ECE above the absolute practical limit: ``practical_ece`` plus three times the ECE a calibrated
+    window of these predictions shows by noise alone (``ece_null``). No learned band can widen it."""
+    if cfg.practical_ece is None or row.get("ece") is None:
+        return False
+    return bool(row["ece"] > cfg.practical_ece + 3 * float(row.get("ece_null") or 0.0))
+
+
+def slope_off(row: dict[str, Any], cfg: MonitorConfig, n_segments: int = 1) -> bool:
+    """The calibration slope is beyond ``1 +- practical_slope`` by more than z standard errors (z at the
+    band's tail): over- or under-confident scores, which a ratio near 1 cannot show."""
+    ps, b, se = cfg.practical_slope, row.get("calibration_slope"), row.get("slope_se")
+    if ps is None or b is None or se is None:
+        return False
+    return bool((abs(b - 1) - ps) / max(se, 1e-12) > _z(cfg, n_segments))
+
+
+def within_limit(metric: str, rows: list[dict[str, Any]], cfg: MonitorConfig) -> bool:
+    """``rows`` (the last ``recovery`` in-band windows) are back within the practical limit, which an
+    incident needs to close besides being in band: their pooled ratio ``sum p / sum y`` within
+    ``1 +- practical_ratio``, their mean slope within ``1 +- practical_slope``, no ECE practically off.
+    Pooled over the windows, so a segment still 18% low closes no incident inside its wide band, and one
+    noisy window of a small segment does not hold an incident open."""
+    if metric == "calibration_ratio":
+        if cfg.practical_ratio is None:
+            return True
+        pos = sum(float(r["positives"]) for r in rows)
+        sp = sum(float(r["calibration_ratio"]) * float(r["positives"]) for r in rows)
+        # One pooled standard error of slack: a small segment's noise (se 0.1 a window) does not hold
+        # its incident open for weeks, a large one still 18% low (pooled se 0.04) stays open.
+        se2 = sum((float(r.get("ratio_se") or 0.0) * float(r["positives"])) ** 2 for r in rows)
+        slack = math.sqrt(se2) / pos if pos > 0 else 0.0
+        return bool(pos > 0 and abs(sp / pos - 1) <= cfg.practical_ratio + slack)
+    if metric == "ece":
+        return not any(ece_off(r, cfg) for r in rows)
+    slopes = [r["calibration_slope"] for r in rows if r.get("calibration_slope") is not None]
+    return not slopes or cfg.practical_slope is None or abs(float(np.mean(slopes)) - 1) <= cfg.practical_slope
 
 
 def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig, n_segments: int = 1) -> list[str]:
-    """The watched metrics of ``row`` outside their band, or (ratio) practically off for sure."""
-    out = [m for m in WATCHED if _outside(row[m], band[m])]
-    off = practically_off(row, cfg, n_segments)
-    if off and "calibration_ratio" not in out:
+    """The watched metrics of ``row`` outside their band, or practically off for sure (ratio beyond its
+    practical limit by z standard errors, ECE above its absolute limit, slope beyond its limit)."""
+    out = [m for m in ("calibration_ratio", "ece") if _outside(row[m], band[m])]
+    if practically_off(row, cfg, n_segments) and "calibration_ratio" not in out:
         out.insert(0, "calibration_ratio")
+    if ece_off(row, cfg) and "ece" not in out:
+        out.append("ece")
+    if slope_off(row, cfg, n_segments):
+        out.append("calibration_slope")
     return out
 
 
@@ -648,7 +870,8 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
     for r in state.history:
         if not r.get("skipped"):
             for m in WATCHED:
-                scored.setdefault((r["segment"], m), []).append(r)
+                if r.get(m) is not None:
+                    scored.setdefault((r["segment"], m), []).append(r)
     found: list[dict[str, Any]] = []
     for (seg, metric), rows in scored.items():
         cur: dict[str, Any] | None = None
@@ -673,7 +896,7 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
                         "worst": r[metric],
                         "reopened": 0,
                         "version": r["version"],
-                        "band": r["band_ratio" if metric == "calibration_ratio" else "band_ece"],
+                        "band": _incident_band(metric, r, cfg),
                     }
                     found.append(cur)
                 streak = 0
@@ -686,16 +909,89 @@ def incidents(state: MonitorState, cfg: MonitorConfig) -> list[dict[str, Any]]:
                     cur["worst"] = r[metric]
             else:
                 streak += 1
-                if streak >= cfg.recovery:
+                # In band is not enough: the last ``recovery`` windows must be back within the limit.
+                if streak >= cfg.recovery and within_limit(metric, rows[i - cfg.recovery + 1 : i + 1], cfg):
                     cur["closed"], cur = r["window"], None
                     since_close = i
     for inc in found:
         inc.pop("key")
+    found += wait_incidents(state)
     return sorted(found, key=lambda x: (x["opened"], x["segment"], x["metric"]))
 
 
+#: A wait's kind -> the metric name of its incident once past its deadline.
+WAIT_METRICS = {"labels": "labels_overdue", "delivery": "delivery_missing"}
+
+
+def wait_incidents(state: MonitorState) -> list[dict[str, Any]]:
+    """One incident per window that waited past its deadline (labels or a delivery), closed when the
+    window's labels or file arrived."""
+    out = []
+    for key, w in sorted(state.waits.items()):
+        if not w.get("overdue_at") or w["kind"] not in WAIT_METRICS:
+            continue
+        metric = WAIT_METRICS[w["kind"]]
+        out.append(
+            {
+                "id": f"{state.source}/all/{metric}/{key}",
+                "source": state.source,
+                "segment": ALL,
+                "metric": metric,
+                "opened": key,
+                "closed": w.get("resolved"),
+                "windows": 1,
+                "worst": float(w.get("rows") or 0),
+                "reopened": 0,
+                "version": state.champion,
+                "band": [None, None],
+                "why": w.get("why", ""),
+            }
+        )
+    return out
+
+
+def update_waits(
+    state: MonitorState, now: pd.Timestamp, waiting: dict[str, dict[str, Any]], cfg: MonitorConfig
+) -> list[dict[str, Any]]:
+    """Record this run's waiting windows (``waiting``: key -> {kind, rows, why}; kinds ``labels``,
+    ``delivery``, ``due`` (labels not due yet), ``blocked`` (behind a pending window)) in
+    ``state.waits``: ``since`` kept from the first run that saw it, ``deadline`` from the window's end
+    (``label_deadline`` / ``delivery_deadline``), ``overdue_at`` once past it. A wait no longer listed
+    is resolved: dropped, or kept with ``resolved`` when it was overdue (its incident closes).
+    Returns the current waits, oldest window first."""
+    stamp = pd.Timestamp(now).isoformat()
+    step = _offset(cfg.period)
+    limits = {"labels": cfg.label_deadline, "delivery": cfg.delivery_deadline}
+    for key, w in waiting.items():
+        old = state.waits.get(key) or {}
+        entry = {**w, "since": old.get("since", stamp) if old.get("kind") == w["kind"] else stamp}
+        limit = limits.get(w["kind"])
+        if limit is not None:
+            deadline = pd.Timestamp(key) + step + _offset(limit)
+            entry["deadline"] = deadline.isoformat()
+            entry["overdue_at"] = old.get("overdue_at") or (stamp if pd.Timestamp(now) >= deadline else None)
+        entry["resolved"] = None
+        state.waits[key] = entry
+    for key in [k for k in state.waits if k not in waiting]:
+        w = state.waits[key]
+        if w.get("overdue_at"):
+            w["resolved"] = w.get("resolved") or stamp
+        else:
+            del state.waits[key]
+    return [dict(state.waits[k], window=k) for k in sorted(waiting)]
+
+
 def _severity(metric: str, value: float) -> float:
-    return abs(value - 1.0) if metric == "calibration_ratio" else value
+    return value if metric == "ece" else abs(value - 1.0)
+
+
+def _incident_band(metric: str, row: dict[str, Any], cfg: MonitorConfig) -> list[float | None]:
+    if metric == "calibration_ratio":
+        return row["band_ratio"]
+    if metric == "ece":
+        return row["band_ece"]
+    ps = cfg.practical_slope
+    return [None, None] if ps is None else [1 - ps, 1 + ps]
 
 
 def process_window(
@@ -782,6 +1078,7 @@ def _gate(
     """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
     if overall_skipped:
         return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
+    calib, since = _since_change(new, calib, cfg)
     n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
     if n_calib_windows < cfg.min_calib_windows or calib["label"].sum() < cfg.min_positives:
         return {
@@ -789,9 +1086,14 @@ def _gate(
             "promoted": False,
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
-    rec, winner = challenge(champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments)
+    rec, winner = challenge(
+        champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state)
+    )
     rec["window"] = window.key
     rec["champion_version"] = state.champion
+    if since is not None:
+        rec["fitted_since"] = since
+        rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
     if winner is not None:
         t = pd.to_datetime(calib["time"])
         version = len(new.versions) + 1
@@ -813,6 +1115,41 @@ def _gate(
     return rec
 
 
+def _since_change(
+    new: MonitorState, calib: pd.DataFrame, cfg: MonitorConfig
+) -> tuple[pd.DataFrame, str | None]:
+    """While drift incidents are open, the challengers are fitted on the windows since the newest one
+    that has half the trailing window's periods behind it (at least ``min_calib_windows``, with
+    ``min_positives``): the trailing window's older days describe the world before the change, and a map
+    fitted half on them serves half the bias; fewer windows (three days) fitted per-segment maps so noisily
+    that unshifted countries moved by 7-10%. The newest change first: an older incident still open (a
+    small segment's) says less about today's world."""
+    opened = sorted(
+        {i["opened"] for i in incidents(new, cfg) if i["closed"] is None and i["metric"] in WATCHED},
+        reverse=True,
+    )
+    if not opened or not len(calib):
+        return calib, None
+    need = max(cfg.min_calib_windows, cfg.calib_windows // 2)
+    times = pd.to_datetime(calib["time"])
+    for since in opened:
+        recent = calib[times >= pd.Timestamp(since)]
+        n = int(np.unique(window_index(recent["time"], cfg)).size) if len(recent) else 0
+        if n >= need and recent["label"].sum() >= cfg.min_positives and len(recent) < len(calib):
+            return recent, since
+    return calib, None
+
+
+def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:
+    """(gain, se) of the consecutive latest gates that found the champion in office worse on average."""
+    out: list[tuple[float, float]] = []
+    for g in reversed(new.gates):
+        if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
+            break
+        out.append((float(g["delta"]), float(g["delta_se"])))
+    return out[::-1]
+
+
 def history_frame(state: MonitorState) -> pd.DataFrame:
     """The history as a flat table (one row per window and segment), for CSV metrics and plots."""
     cols = [
@@ -825,6 +1162,7 @@ def history_frame(state: MonitorState) -> pd.DataFrame:
         "ratio_low",
         "ratio_high",
         "ece",
+        "calibration_slope",
         "log_loss",
         "brier",
         "alert",

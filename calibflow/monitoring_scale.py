@@ -11,6 +11,8 @@ label) table per segment column. From them, per (window, segment), the same row 
 - ``ece`` (``n_bins`` equal-width bins): a group in the bin of its mean probability; the cells' edges
   include the bin edges, so only the rows of the one fine bucket holding an edge can land in the other bin
   (``docs/benchmarks/scale.md`` gives the measured error);
+- ``ece_null`` (the ECE noise level) and ``calibration_slope`` / ``slope_se``: from the same groups
+  (:func:`noise_and_slope`), so both paths raise the same ECE and slope alerts;
 - ``ratio_low`` / ``ratio_high``: percentiles over ``n_bootstrap`` Poisson replicates drawn per group
   (``segments.segment_metrics``: ``Poisson(n)`` per group is the law of the sum of its rows' Poisson(1)
   weights), not the rows' multinomial resamples: the same large-sample interval, not the same draws.
@@ -28,6 +30,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from calibflow import metrics as M
 from calibflow import monitoring as mon
 from calibflow import sources as S
 from calibflow.aggregate import tables as T
@@ -88,8 +91,38 @@ def ratio_se(table: pd.DataFrame) -> np.ndarray:
         return np.sqrt(np.clip(s_q2 - 2 * r * s_qy + r * r * pos, 0.0, None)) / pos
 
 
-def _row(m: pd.Series, cfg: mon.MonitorConfig, se: float = float("nan")) -> dict[str, Any]:
-    """``monitoring.score``'s row from one value's metrics."""
+def noise_and_slope(table: pd.DataFrame, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per value (``segment_metrics``' order) ``monitoring.ece_null`` and ``monitoring.calibration_slope``
+    (slope, se; NaN: none) from the table's groups, so that the table path raises the alerts and closes the
+    incidents the row path does. ECE noise: each group's ``sum p (1 - p) = sum_q - sum_q2`` in the ECE bin
+    of its mean probability (as ``segment_metrics`` bins the ECE). Slope: the logistic fit over the groups
+    weighted by their rows at their mean logit ``sum_z / n`` (the label term is exact; the fitted term is
+    off by the logit's spread inside a group: 5e-4 wide on the fine grid, a coarse cell's width per
+    segment). A group whose logit is infinite (a probability of 0 or 1) is fitted at its mean
+    probability's clipped logit, as the rows are."""
+    v, values = _by_value(table)
+    m = values.size
+    n, y = table["n"].to_numpy(np.float64), table["label"].to_numpy(np.float64)
+    sq, sq2, sz = (table[c].to_numpy(np.float64) for c in ("sum_q", "sum_q2", "sum_z"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_q = np.nan_to_num(sq / n)
+        z = sz / n
+    pc = M.clip_probability(mean_q)
+    z = np.where(np.isfinite(z), z, np.log(pc) - np.log1p(-pc))
+    lo, hi = M.clip_probability(np.array([0.0, 1.0]))
+    z = np.clip(z, np.log(lo) - np.log1p(-lo), np.log(hi) - np.log1p(-hi))
+    bins = np.minimum((mean_q * n_bins).astype(np.int64), n_bins - 1)
+    null = mon.ece_nulls(v, bins, sq - sq2, m, n_bins) / np.bincount(v, n, m)
+    slope, se = mon.slope_fits(v, z, y, n, m)
+    return null, slope, se
+
+
+def _row(
+    m: pd.Series, cfg: mon.MonitorConfig, se: float = float("nan"), null: float = 0.0,
+    slope: tuple[float, float] = (float("nan"), float("nan")),
+) -> dict[str, Any]:
+    """``monitoring.score``'s row from one value's metrics (``null``: its ECE noise level, ``slope``:
+    its calibration slope and standard error, NaN when none is identified)."""
     pos = float(m["positives"])
     row: dict[str, Any] = {"n": int(round(float(m["n"]))), "positives": int(round(pos))}
     if pos < cfg.min_positives:
@@ -102,10 +135,13 @@ def _row(m: pd.Series, cfg: mon.MonitorConfig, se: float = float("nan")) -> dict
         ratio_high=float(m["calibration_ratio_high"]),
         ratio_se=float(se),
         ece=float(m["ece"]),
+        ece_null=float(null),
         log_loss=float(m["log_loss"]),
         brier=float(m["brier"]),
         skipped="",
     )
+    if np.isfinite(slope[0]):
+        row.update(calibration_slope=float(slope[0]), slope_se=float(slope[1]))
     return row
 
 
@@ -114,12 +150,15 @@ def window_scores(tabs: T.Tables, cfg: mon.MonitorConfig, seed: int) -> dict[str
     the champion's row, from :func:`window_tables`'s tables; replicates seeded by ``seed``."""
     opts = {"n_bins": cfg.n_bins, "replicates": cfg.n_bootstrap, "seed": seed, "level": cfg.ci_level}
     overall = tabs.fine.assign(seg_0=mon.ALL, code=0)
-    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg, ratio_se(overall)[0])}
+    null, b, b_se = noise_and_slope(overall, cfg.n_bins)
+    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg, ratio_se(overall)[0], null[0],
+                         (b[0], b_se[0]))}
     for col, table in tabs.segments.items():
         m, se = segment_metrics(table, **opts), ratio_se(table)
+        null, b, b_se = noise_and_slope(table, cfg.n_bins)
         names = [f"{col}={v}" for v in m["value"].astype(str)]
         for name, i in sorted(zip(names, range(len(m)), strict=True)):
-            out[name] = _row(m.iloc[i], cfg, se[i])
+            out[name] = _row(m.iloc[i], cfg, se[i], null[i], (b[i], b_se[i]))
     return out
 
 

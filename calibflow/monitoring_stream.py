@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -126,8 +127,8 @@ def window_counts(parts: Sequence[Part], con: duckdb.DuckDBPyConnection) -> list
 
 def check_window(
     spec: SourceSpec, key: str, parts: Sequence[Part], rels: Sequence[str], con: duckdb.DuckDBPyConnection
-) -> tuple[bool, list[str]]:
-    """``deliveries.check_matured`` for one window from counts: (held, its lines)."""
+) -> tuple[bool, list[str], dict[str, dict[str, Any]]]:
+    """``deliveries.check_matured`` for one window from counts: (held, refusal lines, pending labels)."""
     bad_s = "NOT coalesce(isfinite(score), false)"
     what_s = "score(s) not finite"
     if spec.score_kind == "probability":
@@ -146,13 +147,12 @@ def check_window(
                 lines.append(f"source {spec.name!r}: file {rel}: column {col!r} has {int(c[i])} {what}; fix "
                              f"the file (window(s) {key[:10]} stay pending)")
     if lines:
-        return True, lines
+        return True, lines, {}
     unknown = sum(int(c[2]) for c in counts)
-    if unknown:
-        files = ", ".join(sorted(r for r, c in zip(rels, counts, strict=True) if c[2]))
-        lines.append(f"source {spec.name!r}: window {key[:10]}: {unknown} row(s) without a label yet in "
-                     f"{files} (column {spec.label!r}); the window stays pending until its labels are in")
-    return bool(lines), lines
+    if unknown:  # pending (labels not all in), a state and not a refusal
+        files = sorted(r for r, c in zip(rels, counts, strict=True) if c[2])
+        return True, [], {key: {"rows": unknown, "files": files}}
+    return False, [], {}
 
 
 def _salt(seed: int, rel: str) -> int:

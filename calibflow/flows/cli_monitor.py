@@ -101,7 +101,16 @@ def run(
     max_windows: int = typer.Option(None, help="Process at most N windows this run."),
     start: str = typer.Option(None, "--start", help="Never score windows before this date (kept)."),
 ) -> None:
-    """Score every new matured window now (a Prefect flow run: events, artifact, registry)."""
+    """Score every new matured window now (a Prefect flow run: events, artifact, registry).
+
+    A window (monitor.period on the grid monitor.origin + k * period) is scored once it has matured:
+    its end + monitor.label_delay <= now (default 2D: a day's labels are taken as complete two days after
+    it ends). Windows still waiting (labels not due or not all in, or behind one that is) are printed one
+    line each as "pending", and the run exits 0; a window without all its labels monitor.label_deadline
+    after its end, or with no file monitor.delivery_deadline after its end, is an incident. Exit 1 only
+    when a source failed or a file was refused. The page: reports/pages/monitoring-<source>.html; the
+    state: monitoring/<source>/state.json; the served calibrator: monitoring/<source>/calibrator.json.
+    """
     _run_now(source, now, commit, max_windows, start=start)
 
 
@@ -184,13 +193,39 @@ def release(source: str = typer.Option(..., help="Source whose rollback pin to r
 
 
 @monitor_app.command("status")
-def status(source: str = typer.Option(..., help="Source.")) -> None:
+def status(
+    source: str = typer.Option(..., help="Source."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object instead of lines."),
+) -> None:
     """The registry's prod version and the monitor's newest numbers for a source."""
     from calibflow.flows import registry
 
     path = project_root() / "metrics" / "monitoring" / f"{source}.json"
     latest = json.loads(path.read_text()) if path.exists() else {}
-    typer.echo(json.dumps({"prod": registry.prod_version(project_root(), source), **latest}))
+    out = {"prod": registry.prod_version(project_root(), source), **latest}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo("\n".join(status_lines(source, out)))
+
+
+def status_lines(source: str, s: dict) -> list[str]:
+    """``monitor status`` for people: what serves, the newest window's numbers, what is open."""
+    if "windows" not in s:
+        return [f"{source}: no monitor run yet (calibflow monitor run)"]
+    lines = [
+        f"{source}: champion v{s.get('champion_version')} serves (registry prod: {s.get('prod') or 'n/a'}); "
+        f"{s['windows']} window(s) scored, {s.get('promotions', 0)} promotion(s)",
+        f"  incidents: {s.get('open_incidents', 0)} open of {s.get('incidents', 0)}; "
+        f"{s.get('pending', 0)} window(s) pending",
+    ]
+    if s.get("window"):
+        lines.append(
+            f"  newest window {str(s['window'])[:10]}: sum p / sum y {s['calibration_ratio']:.3f}, "
+            f"ECE {s['ece']:.4f}, {s['positives']} positives of {s['n']} rows"
+        )
+    lines.append(f"  page: reports/pages/monitoring-{source}.html")
+    return lines
 
 
 def add_monitor_source(params_path: Path, name: str) -> None:

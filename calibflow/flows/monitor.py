@@ -9,6 +9,8 @@ an event ``calibflow.monitor.failed``, and the other sources still run. Per sour
 acts on, not one per out-of-band window: ``calibflow.calibration.drift`` when an incident opens,
 ``calibflow.calibration.recovered`` when it closes, ``calibflow.calibrator.promoted`` for a promotion and
 ``calibflow.monitor.refused`` for delivered files or windows refused (resource ``calibflow.source.<source>``),
+``calibflow.monitor.labels_overdue`` / ``calibflow.monitor.delivery_missing`` for a window waiting past
+``monitor.label_deadline`` / ``delivery_deadline`` (``calibflow.monitor.arrived`` when it comes in),
 plus a markdown artifact ``monitor-<source>``. With ``commit`` (default from ``monitor.commit``), the
 monitor's files are committed to ``monitor.branch`` (default ``calibflow/runs``), never to the checked-out
 branch, and each promotion is registered in GTO (``calibflow/flows/registry.py``) with the ``prod`` stage.
@@ -28,6 +30,10 @@ from calibflow.flows.gitops import DEFAULT_BRANCH
 EVENT = "calibflow.calibration.drift"
 RECOVERED = "calibflow.calibration.recovered"
 PROMOTED = "calibflow.calibrator.promoted"
+#: A window that waited past its deadline has its own events (a data feed's fault, not drift).
+OVERDUE = {"labels_overdue": "calibflow.monitor.labels_overdue",
+           "delivery_missing": "calibflow.monitor.delivery_missing"}
+ARRIVED = "calibflow.monitor.arrived"
 FAILED = "calibflow.monitor.failed"
 REFUSED = "calibflow.monitor.refused"
 
@@ -54,6 +60,8 @@ def incident_event(inc: dict[str, Any], closed: bool = False) -> dict[str, Any]:
         "version": int(inc["version"]),
     }
     name = RECOVERED if closed else EVENT
+    if inc["metric"] in OVERDUE:
+        name = ARRIVED if closed else OVERDUE[inc["metric"]]
     return {"event": name, "resource": _resource(inc["source"], **labels), "payload": payload}
 
 

@@ -27,6 +27,7 @@ writes ``monitoring/<source>/pin.json``: the pinned version serves and nothing i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -222,6 +223,7 @@ def latest_metrics(state: mon.MonitorState, cfg: mon.MonitorConfig) -> dict[str,
         "alerts": len(state.alerts),
         "incidents": len(incs),
         "open_incidents": sum(1 for i in incs if i["closed"] is None),
+        "pending": sum(1 for w in state.waits.values() if not w.get("resolved")),
     }
     if rows:
         r = rows[-1]
@@ -297,17 +299,19 @@ def run(
     state = apply_pin(state, pinned)
     state, inv, todo, lines, refused = _take_stock(spec, cfg, state, now, rescore_from)
     todo = todo[: max_windows or None]
+    waiting: dict[str, dict[str, Any]] = {}
     if todo:
-        todo, more = _score(paths, spec, cfg, state, inv, todo, table_rows, gate_rows)
+        todo, more = _score(paths, spec, cfg, state, inv, todo, table_rows, gate_rows, waiting, now)
         state, refused = more[0], refused + more[1]
+    waiting.update(_not_due(inv, state, cfg, now, waiting))
+    waiting.update(_missing(inv, state, cfg, now))  # one MISSING line each (report_lines)
+    pending = mon.update_waits(state, now, waiting, cfg)
     state.files = D.cache_of(inv)
     save(paths, state, spec)
     write_text(paths.history, mon.history_frame(state).to_csv(index=False))
     write_json(paths.metrics, latest_metrics(state, cfg))
     if render:
-        from calibflow.report.monitoring import render_page
-
-        write_text(paths.page, render_page(state, cfg=cfg))
+        _render(paths, state, cfg)
     after = mon.incidents(state, cfg)
     return {
         "source": source,
@@ -320,6 +324,8 @@ def run(
         "notes": state.notes[before_notes:],
         "notices": lines,
         "refused": refused,
+        "pending": [p for p in pending if p["kind"] != "delivery"],
+        "missing": [p for p in pending if p["kind"] == "delivery"],
         "champion": state.champion,
         "files": [
             str(p.relative_to(paths.root))
@@ -327,6 +333,89 @@ def run(
             if p.exists()
         ],
     }
+
+
+def _not_due(
+    inv: D.Inventory, state: mon.MonitorState, cfg: mon.MonitorConfig, now: pd.Timestamp, known: dict
+) -> dict[str, dict[str, Any]]:
+    """Delivered windows whose labels are not due yet (``end + label_delay > now``): pending."""
+    step, delay = pd.Timedelta(cfg.period), pd.Timedelta(cfg.label_delay)
+    done = set(state.processed)
+    out = {}
+    for key in sorted({k for f in inv.good for k in f.windows}):
+        due = pd.Timestamp(key) + step + delay
+        if key in done or key in known or due <= now:
+            continue
+        if state.start_at and key < state.start_at:
+            continue
+        out[key] = {"kind": "due", "rows": inv.rows(key), "why": f"labels due by {due.isoformat()}"}
+    return out
+
+
+#: At most this many grid windows are checked for a missing delivery in one run.
+MISSING_SCAN = 10_000
+
+
+def _missing(
+    inv: D.Inventory, state: mon.MonitorState, cfg: mon.MonitorConfig, now: pd.Timestamp
+) -> dict[str, dict[str, Any]]:
+    """Complete windows on the grid, from the first delivered or scored one up to now, with no row in any
+    file (good or refused) and never scored: a day that never arrived. One line each; past
+    ``delivery_deadline`` after its end it is an incident (``update_waits``). Off when the deadline is
+    null (sources with gaps by design)."""
+    if cfg.delivery_deadline is None:
+        return {}
+    delivered = {k for f in inv.files for k in f.windows}
+    known = delivered | set(state.processed)
+    if not known:
+        return {}
+    step = pd.Timedelta(cfg.period)
+    first = pd.Timestamp(min(known))
+    if state.start_at:
+        first = max(first, pd.Timestamp(state.start_at))
+    n = int((now - first) / step)
+    out = {}
+    for i in range(max(0, n - MISSING_SCAN), n):
+        start = first + i * step
+        key = start.isoformat()
+        if key in known or start + step > now:
+            continue
+        out[key] = {"kind": "delivery", "rows": 0, "why": "no rows delivered"}
+    return out
+
+
+def _past_label_deadline(key: str, cfg: mon.MonitorConfig, now: pd.Timestamp) -> bool:
+    if cfg.label_deadline is None:
+        return False
+    return pd.Timestamp(key) + pd.Timedelta(cfg.period) + pd.Timedelta(cfg.label_deadline) <= now
+
+
+def _label_waits(
+    found: dict[str, dict[str, Any]], cfg: mon.MonitorConfig, now: pd.Timestamp
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Pending entries for windows whose labels are not all in, and the first one that later windows
+    wait behind (scored in order, so none is scored twice); past ``label_deadline`` a window stops
+    holding the later ones (it is an incident; it is rescored when its labels arrive)."""
+    out = {
+        k: {"kind": "labels", "rows": v["rows"],
+            "why": f"{v['rows']} row(s) without a label yet in {', '.join(v['files'])}"}
+        for k, v in found.items()
+    }
+    blocking = [k for k in sorted(found) if not _past_label_deadline(k, cfg, now)]
+    return out, (blocking[0] if blocking else None)
+
+
+def _render(paths: Paths, state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
+    """The page, rendered only when what it shows changed (the state and the config): a morning with
+    no new window redraws no figure. The digest of what it was drawn from sits beside the state."""
+    from calibflow.report.monitoring import render_page
+
+    digest = hashlib.sha256((state.to_json() + repr(cfg)).encode()).hexdigest()
+    stamp = paths.folder / "page.sha256"
+    if paths.page.exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        return
+    write_text(paths.page, render_page(state, cfg=cfg))
+    write_text(stamp, digest + "\n")
 
 
 def _check_grid(state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
@@ -348,28 +437,43 @@ def _score(
     todo: list[mon.Window],
     table_rows: int | None = None,
     gate_rows: int | None = None,
+    waiting: dict[str, dict[str, Any]] | None = None,
+    now: pd.Timestamp | None = None,
 ) -> tuple[list[mon.Window], tuple[mon.MonitorState, list[str]]]:
     """Score ``todo`` (matured windows, held ones already out); rows refused here keep their window
-    pending. Saves after every window (the resume point). A window of ``table_rows`` rows or more (the
-    inventory's count; default ``monitoring_scale.AGGREGATE_ROWS``) is read by DuckDB only (``_stream``);
-    when there is none, the row path below is the whole run."""
+    held; windows whose labels are not all in are added to ``waiting`` (pending), and the windows after
+    them wait too (``_label_waits``). Saves after every window (the resume point). A window of
+    ``table_rows`` rows or more (the inventory's count; default ``monitoring_scale.AGGREGATE_ROWS``) is
+    read by DuckDB only (``_stream``); when there is none, the row path below is the whole run."""
     table_rows = MS.AGGREGATE_ROWS if table_rows is None else int(table_rows)
+    waiting = {} if waiting is None else waiting
+    now = pd.Timestamp.now() if now is None else now
     if all(inv.rows(w.key) < table_rows for w in todo):
-        return _score_rows(paths, spec, cfg, state, inv, todo)
+        return _score_rows(paths, spec, cfg, state, inv, todo, waiting=waiting, now=now)
     done: list[mon.Window] = []
     lines: list[str] = []
     held: set[str] = set()
+    behind: str | None = None
     for w in todo:
+        if behind is not None:
+            waiting[w.key] = {"kind": "blocked", "rows": inv.rows(w.key),
+                              "why": f"scored after window {behind[:10]}, whose labels are not all in"}
+            continue
         if state.processed and w.key < state.processed[-1]:
             continue  # a held window sits between: it is rescored once its file is fixed
         scored: bool | None = None
+        raw: dict[str, dict[str, Any]] = {}
         if inv.rows(w.key) >= table_rows:
-            scored, state, more = _stream(paths, spec, cfg, state, inv, w, held, gate_rows)
+            scored, state, more = _stream(paths, spec, cfg, state, inv, w, held, gate_rows, raw)
             lines += more
         if scored is None:  # small, or cannot stream: its rows (and its trailing windows') in pandas
-            one, (state, more) = _score_rows(paths, spec, cfg, state, inv, [w], held)
+            one, (state, more) = _score_rows(paths, spec, cfg, state, inv, [w], held, waiting, now)
             lines += more
             scored = bool(one)
+        labels, _ = _label_waits(raw, cfg, now)
+        waiting.update(labels)
+        if waiting.get(w.key, {}).get("kind") == "labels" and not _past_label_deadline(w.key, cfg, now):
+            behind = w.key
         if scored:
             done.append(w)
         else:
@@ -385,15 +489,26 @@ def _score_rows(
     inv: D.Inventory,
     todo: list[mon.Window],
     held_before: set[str] | frozenset[str] = frozenset(),
+    waiting: dict[str, dict[str, Any]] | None = None,
+    now: pd.Timestamp | None = None,
 ) -> tuple[list[mon.Window], tuple[mon.MonitorState, list[str]]]:
     """The row path: the windows' rows and their trailing calibration windows' in pandas
-    (``deliveries.load``); ``held_before``: windows held earlier in this run (their rows feed no gate)."""
+    (``deliveries.load``); ``held_before``: windows held earlier in this run (their rows feed no gate);
+    windows whose labels are not all in go to ``waiting``, and the later ones wait behind them."""
     span = cfg.calib_windows * pd.Timedelta(cfg.period)
+    waiting = {} if waiting is None else waiting
+    now = pd.Timestamp.now() if now is None else now
     df = D.load(spec, inv, todo[0].start - span, todo[-1].end, cfg)
-    held, lines = D.check_matured(spec, df, [w.key for w in todo], cfg)
-    todo = [w for w in todo if w.key not in held]
+    held, lines, unlabelled = D.check_matured(spec, df, [w.key for w in todo], cfg)
+    labels, block = _label_waits(unlabelled, cfg, now)
+    waiting.update(labels)
+    for w in todo:
+        if block is not None and w.key > block and w.key not in held:
+            waiting[w.key] = {"kind": "blocked", "rows": inv.rows(w.key),
+                              "why": f"scored after window {block[:10]}, whose labels are not all in"}
+    todo = [w for w in todo if w.key not in held and (block is None or w.key < block)]
     held = held | set(held_before)
-    wkeys = pd.Series([mon.window_at(int(k), cfg).key for k in mon.window_index(df["time"], cfg)], dtype=str)
+    wkeys = pd.Series(mon.window_keys(df["time"], cfg), dtype=str)
     usable = df["label"].isin([0.0, 1.0]) & df["score"].notna() & ~wkeys.isin(held).to_numpy()
     known = df[usable.to_numpy()]  # held windows' rows never feed a challenger either
     fps, feeds = inv.fingerprints(), inv.feeds()
@@ -421,6 +536,7 @@ def _stream(
     w: mon.Window,
     held: set[str],
     gate_rows: int | None = None,
+    unlabelled: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[bool | None, mon.MonitorState, list[str]]:
     """One large window read by DuckDB only: checks from counts, the champion's scores from the pass's
     tables, the gate on seeded samples of at most ``monitoring_scale.GATE_ROWS`` rows of the window and of
@@ -443,7 +559,9 @@ def _stream(
                                f"inventory {sum(expected)}")
             return None, state, []
         rels = [f.rel for f in feeding]
-        is_held, lines = MST.check_window(spec, w.key, everything, rels, con)
+        is_held, lines, waits = MST.check_window(spec, w.key, everything, rels, con)
+        if unlabelled is not None:
+            unlabelled.update(waits)
         if is_held:
             return False, state, lines
         frame_parts = MST.window_parts(spec, [f.path for f in feeding], w.start, w.end, con=con)
@@ -545,7 +663,22 @@ def report_lines(res: dict[str, Any]) -> list[str]:
             f"  PROMOTED v{v['version']} ({v['method']}) after {v['promoted_after'][:10]}: "
             f"{v['judged']['metric']} better by {v['judged']['delta']:.5f}"
         )
+    for p in [*res.get("pending", []), *res.get("missing", [])]:
+        lines.append(f"  {pending_line(p)}")
     return lines
+
+
+def pending_line(p: dict[str, Any]) -> str:
+    """One waiting window, as the console and the page say it."""
+    what = {"due": "pending", "labels": "pending", "blocked": "pending", "delivery": "MISSING"}[p["kind"]]
+    since = f" since {str(p['since'])[:16]}" if p["kind"] in ("labels", "delivery") else ""
+    rows = f" ({p['rows']} rows)" if p["kind"] in ("due", "blocked") else ""
+    late = ""
+    if p.get("overdue_at"):
+        late = f"; past its deadline {str(p['deadline'])[:16]}: INCIDENT"
+    elif p.get("deadline"):
+        late = f"; deadline {str(p['deadline'])[:16]}"
+    return f"{what} {p['window'][:10]}: {p['why']}{rows}{since}{late}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,18 +87,62 @@ def _gate_svg(state: MonitorState, windows: list[str], promos: dict[str, int]) -
 
 
 def _banner(state: MonitorState, cfg: MonitorConfig) -> str:
-    if not state.processed:
-        return '<div class="banner ok">No window scored yet.</div>'
-    newest = state.processed[-1]
     open_ = [i for i in incidents(state, cfg) if i["closed"] is None]
+    if not state.processed and not open_:
+        return '<div class="banner ok">No window scored yet.</div>'
+    newest = state.processed[-1] if state.processed else "none scored"
     if not open_:
         return f'<div class="banner ok">No open incident after the newest window ({_e(newest[:10])}).</div>'
-    items = "".join(
-        f"<li>{_e(i['segment'])}: {_e(i['metric'])} out of band since {_e(i['opened'][:10])} "
-        f"({i['windows']} window(s) out; worst {fmt_num(i['worst'])})</li>"
-        for i in open_
-    )
+    items = "".join(f"<li>{incident_sentence(state, i)}</li>" for i in open_)
     return f'<div class="banner"><b>Calibration drift: open on {_e(newest[:10])}</b><ul>{items}</ul></div>'
+
+
+def incident_sentence(state: MonitorState, inc: dict[str, Any]) -> str:
+    """What an open incident means and what to do, in a sentence (HTML-escaped)."""
+    seg, metric, since = _e(inc["segment"]), inc["metric"], _e(inc["opened"][:10])
+    if metric == "labels_overdue":
+        return (f"{seg}: window {since} still waits for {int(inc['worst'])} label(s) past "
+                "monitor.label_deadline; check the label feed (the window is scored once they arrive)")
+    if metric == "delivery_missing":
+        return (f"{seg}: no file delivered for window {since} past monitor.delivery_deadline; "
+                "check the export job")
+    recent = [r for r in state.history if r["segment"] == inc["segment"] and not r.get("skipped")
+              and r["window"] >= inc["opened"]]
+    if metric == "calibration_ratio" and recent:
+        vals = [r["calibration_ratio"] for r in recent]
+        mean = sum(vals) / len(vals)
+        way = "low" if mean < 1 else "high"
+        return (f"{seg}: served {abs(mean - 1):.0%} {way} on average (sum p / sum y {mean:.3f}, "
+                f"{len(vals)} window(s) since {since}; worst {fmt_num(inc['worst'])}). The gate replaces the "
+                "champion once a challenger is better for sure; to act now, run `calibflow monitor rollback` "
+                "or refit")
+    if metric == "calibration_slope" and recent:
+        b = recent[-1].get("calibration_slope")
+        how = "over-confident" if (b or 1) < 1 else "under-confident"
+        return (f"{seg}: scores {how} since {since} (calibration slope {fmt_num(b)}, 1 is right); "
+                "the gate's challengers refit it")
+    return (f"{seg}: {_e(metric)} out of band since {since} ({inc['windows']} window(s) out; "
+            f"worst {fmt_num(inc['worst'])})")
+
+
+def _pending_table(state: MonitorState) -> str:
+    waits = [(k, w) for k, w in sorted(state.waits.items()) if not w.get("resolved")]
+    if not waits:
+        return "<p>None: every delivered window whose labels are due is scored.</p>"
+    what = {"due": "labels not due yet", "labels": "labels not all in",
+            "blocked": "waits for an earlier window", "delivery": "no file delivered"}
+    rows = [
+        [
+            _e(k[:10]),
+            _e(what.get(w["kind"], w["kind"])),
+            _e(w.get("why", "")),
+            _e(str(w.get("since", ""))[:16]),
+            _e(str(w.get("deadline") or "–")[:16]),
+            "INCIDENT" if w.get("overdue_at") else "",
+        ]
+        for k, w in waits
+    ]
+    return _table(["window", "state", "detail", "since", "deadline", ""], rows, 2)
 
 
 def _incidents_table(state: MonitorState, cfg: MonitorConfig) -> str:
@@ -128,8 +172,10 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
         for v in state.versions[1:]
         if v.get("promoted_after") and not v.get("withdrawn")
     }
-    segs = list(dict.fromkeys(r["segment"] for r in state.history))
+    segs, thin = _segments_worst_first(state)
     parts = [f"<h1>{_e(title or 'Calibration over time: ' + state.source)}</h1>", _banner(state, cfg)]
+    parts.append("<h2>Pending windows</h2>" + _pending_table(state))
+    parts.append("<h2>Segments, worst first</h2>" + _worst_table(state, segs, thin))
     parts.append(
         f"<p class='muted'>{len(windows)} window(s) scored; champion v{state.champion} "
         f"({_e(state.versions[state.champion - 1]['method'])}); {len(state.versions) - 1} promotion(s); "
@@ -137,7 +183,13 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
         "dashed red: the alert band; dashed green: a promotion; grey tick: window skipped.</p>"
     )
     seg_alerts = {(a["window"], a["metric"]) for a in state.alerts}
-    for seg in segs:
+    drawn = _drawn(state, cfg, segs)
+    if len(drawn) < len(segs):
+        parts.append(
+            f"<p class='muted'>Figures for {len(drawn)} of {len(segs)} watched segments: overall, every "
+            f"segment with an incident, and the {FIGURE_WORST} worst; the others are in the table above.</p>"
+        )
+    for seg in drawn:
         by_w = {r["window"]: r for r in state.history if r["segment"] == seg and not r.get("skipped")}
         rows = [by_w.get(w) for w in windows]
         sa = {
@@ -167,7 +219,58 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
     )
 
 
+#: Segments drawn besides ``all`` and those with an incident: the worst this many by the table's order.
+FIGURE_WORST = 5
+
+
+def _drawn(state: MonitorState, cfg: MonitorConfig, segs: list[str]) -> list[str]:
+    """The segments that get figures (in ``segs``' order): a page of 34 segments drew 69 figures."""
+    with_incident = {i["segment"] for i in incidents(state, cfg)}
+    others = [s for s in segs if s != ALL and s not in with_incident][:FIGURE_WORST]
+    keep = {ALL, *with_incident, *others}
+    return [s for s in segs if s in keep]
+
+
+def _segments_worst_first(state: MonitorState) -> tuple[list[str], dict[str, str]]:
+    """Watched segments by how far off their newest scored window is (``all`` first), and the segments
+    never scored because of too few positives, with the reason."""
+    newest: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for r in state.history:
+        if r.get("skipped"):
+            skipped[r["segment"]] = r["skipped"]
+        else:
+            newest[r["segment"]] = r
+    thin = {s: why for s, why in skipped.items() if s not in newest}
+    order = sorted(newest, key=lambda s: (s != ALL, -abs(newest[s]["calibration_ratio"] - 1)))
+    return order, thin
+
+
+def _worst_table(state: MonitorState, segs: list[str], thin: dict[str, str]) -> str:
+    newest = {r["segment"]: r for r in state.history if not r.get("skipped")}
+    rows = [
+        [
+            _e(s),
+            _e(newest[s]["window"][:10]),
+            fmt_num(newest[s]["calibration_ratio"]),
+            _e(f"[{fmt_num(newest[s].get('ratio_low'))}, {fmt_num(newest[s].get('ratio_high'))}]"),
+            fmt_num(newest[s]["ece"]),
+            fmt_num(newest[s].get("calibration_slope")),
+            _e(newest[s]["positives"]),
+            "yes" if newest[s].get("out") else "",
+        ]
+        for s in segs
+    ]
+    rows += [
+        [_e(s), "–", "–", "–", "–", "–", "–", _e(f"not watched: {why}")] for s, why in sorted(thin.items())
+    ]
+    return _table(
+        ["segment", "newest window", "ratio", "interval", "ECE", "slope", "positives", "out"], rows, 2
+    )
+
+
 def _versions_table(state: MonitorState) -> str:
+    reasons = {g.get("new_version"): g.get("reason", "") for g in state.gates if g.get("new_version")}
     rows = []
     for v in state.versions:
         j = v.get("judged") or {}
@@ -179,11 +282,12 @@ def _versions_table(state: MonitorState) -> str:
                 _e(_span(v.get("fitted_on")) or v.get("origin") or "–"),
                 _e(_span(v.get("judged_on")) or "–"),
                 _e(f"{fmt_num(j['delta'], 5)} [{fmt_num(ci[0], 5)}, {fmt_num(ci[1], 5)}]") if ci else "–",
+                _e(v.get("withdrawn") or reasons.get(v["version"], "")),
                 "yes" if v["version"] == state.champion else "",
             ]
         )
     return _table(
-        ["version", "method", "fitted on", "judged on", "gain (champion - it)", "in office"], rows, 4
+        ["version", "method", "fitted on", "judged on", "gain (champion - it)", "why", "in office"], rows, 4
     )
 
 

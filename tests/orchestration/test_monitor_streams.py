@@ -4,14 +4,19 @@ shift in one country (benchmarks/monitor_streams.py runs the full 60 days)."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from benchmarks.monitor_streams import Plan, collect, free_port, run_days, setup, teardown
+from calibflow import monitoring as mon
 from calibflow.experiments import monitor_streams as M
 
 pytestmark = [pytest.mark.slow, pytest.mark.dvc, pytest.mark.server]
 
 PLAN = Plan(days=20, rows=40_000, history=21, shift_day=11, late_day=4, bad_day=3, calib_windows=7)
+#: The run that first checks the bad day's file: day d's run is on the morning of day d + 1, and the bad
+#: day's window matures label_delay (the default, 2D) after its end, so on the run of bad_day + 2.
+BAD_RUN = PLAN.bad_day + pd.Timedelta(mon.MonitorConfig().label_delay).days
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +25,10 @@ def streams(tmp_path_factory):
     port = free_port()  # not 4200: two CI runs on one machine collided there ("port taken")
     try:
         setup(root, PLAN, port)
-        res = run_days(root, PLAN, port)
+        # The day-by-day assertions need the stage's results, not the command: in process, except the
+        # first run that refuses the bad delivery, where the command's own exit code and output are under
+        # test.
+        res = run_days(root, PLAN, port, cli_days={BAD_RUN})
     finally:
         teardown(root)
     yield collect(root, PLAN, res), res
@@ -40,6 +48,7 @@ def test_a_late_day_is_scored_and_a_bad_source_leaves_the_others_scored(streams)
         assert f["sources"][name]["late_day_scored"]
         assert any("rescored from" in n for n in f["sources"][name]["rescored_notes"])
     bad_runs = [r for r in res["runs"] if r["rc"] != 0]
+    assert any(r["day"] == BAD_RUN for r in bad_runs)  # the real command's exit code
     assert bad_runs and {r["day"] for r in bad_runs} <= set(range(PLAN.bad_day, PLAN.bad_day + 3))
     assert all("broken" in r["output"] and "clicked" in r["output"] for r in bad_runs)  # named
     scored = {n: f["sources"][n]["windows_scored"] for n in f["sources"]}

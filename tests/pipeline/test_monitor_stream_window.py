@@ -4,8 +4,9 @@ The stage decides rows-vs-tables from the inventory's row count; the threshold i
 (``table_rows``) so that a 3,000-row day counts as large. The reference is the row path on a copy of the
 same project: the streamed run must never call ``deliveries.load``, must say which path scored each
 window, and must give the row path's counts, ratios, standard errors, log losses and Brier scores (to
-summation order), ECE within the grid's 1e-3, the same challengers' losses and gate decisions when the
-gate's sample is every row, and the same refusals for a broken file.
+summation order), ECE within the grid's 1e-3, the ECE noise level and calibration slope (fitted on the
+cells) within a small share of their standard errors, the same alerts, the same challengers' losses and
+gate decisions when the gate's sample is every row, and the same refusals for a broken file.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def test_large_windows_stream_and_score_as_the_rows_do(project, tmp_path, loads)
             assert rb[k] == pytest.approx(ra[k], rel=1e-12), (ra["window"], ra["segment"], k)
         assert abs(rb["ece"] - ra["ece"]) < 1e-3
         assert rb["ratio_low"] < rb["calibration_ratio"] < rb["ratio_high"]
+        # The ECE noise level and the calibration slope from the cells (measured: the overall slope within
+        # 4e-8 of its se, a segment's coarse cells within 0.007 se), so both paths raise the same alerts.
+        assert rb["ece_null"] == pytest.approx(ra["ece_null"], rel=1e-3)
+        assert abs(rb["calibration_slope"] - ra["calibration_slope"]) < 0.02 * ra["slope_se"]
+        assert rb["slope_se"] == pytest.approx(ra["slope_se"], rel=1e-3)
+        assert rb["drifted"] == ra["drifted"] and rb["alert"] == ra["alert"]
     # The gate saw every row (gate_rows above the day): the same fits, losses and decisions; only the
     # paired bootstrap's draws differ (the row path's scoring drew from the window's generator first).
     gated = [(ga, gb) for ga, gb in zip(a["gates"], b["gates"], strict=True) if "challengers" in ga]
