@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -227,14 +228,17 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
 
 
 def study(
-    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int
+    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None
 ) -> list[dict[str, Any]]:
-    """Every (scenario, seed) run with the always-recalibrate control, reduced by ``summary``."""
+    """Every (scenario, seed) run with the always-recalibrate control, reduced by ``summary``; seed by
+    seed (every scenario of a seed, then the next), ``save(runs)`` after each run."""
     out = []
-    for scen in scenarios:
-        for seed in seeds:
+    for seed in seeds:
+        for scen in scenarios:
             res = run(scen, seed, days, rows, shift_day, always=True)
             out.append(summary(res, days))
+            if save is not None:
+                save(out)
             print(f"{scen} seed {seed}: delay {out[-1]['delay']}, stable incidents "
                   f"{out[-1]['stable_incidents']}, promotions {out[-1]['promotions']}", flush=True)
     return out
@@ -256,8 +260,9 @@ def _p(d: list[float]) -> str:
     return f"p = {stats.ttest_1samp(v, 0.0).pvalue:.2g}"
 
 
-def table(runs: list[dict[str, Any]]) -> str:
-    """The study's tables (markdown): t intervals over seeds, paired t-tests against the controls."""
+def table(runs: list[dict[str, Any]], big: float = 250) -> str:
+    """The study's tables (markdown): t intervals over seeds, paired t-tests against the controls;
+    countries judged one by one are those with more than ``big`` positives in the last days."""
     lines = ["| scenario | seeds | stable windows | incidents | incidents / 100 stable windows [95% t CI] |",
              "|---|---|---|---|---|"]
     groups = {s: [r for r in runs if r["scenario"] == s] for s in SCENARIOS}
@@ -285,18 +290,18 @@ def table(runs: list[dict[str, Any]]) -> str:
             dn, da = list(bias["served"] - bias["never"]), list(bias["served"] - bias["always"])
             lines.append(f"| {s} | {k} | {_ci(vals['served'])} | {_ci(vals['never'])} | "
                          f"{_ci(vals['always'])} | {_ci(dn)}, {_p(dn)} | {_ci(da)}, {_p(da)} |")
-    lines += ["", "| scenario | countries (> 500 positives, not the shifted one) | "
+    lines += ["", f"| scenario | countries (> {big:g} positives, not the shifted one) | "
               "worst abs(served/truth - 1) per seed: gated | never | always | "
               "seeds with every such country within 0.05: gated | never | "
               "always |", "|---|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
         worst = {pol: [] for pol in POLICIES}
         for r in g:
-            big = [c for c in COUNTRIES if c != "DE" or s != "one_country"]
-            big = [c for c in big if r["served"][c]["positives"] > 500]
+            judged = [c for c in COUNTRIES if (c != "DE" or s != "one_country")]
+            judged = [c for c in judged if r["served"][c]["positives"] > big]
             for pol in POLICIES:
-                worst[pol].append(max((abs(r[pol][c]["vs_truth"] - 1) for c in big), default=0.0))
-        n_big = np.mean([sum(r["served"][c]["positives"] > 500 for c in COUNTRIES) for r in g])
+                worst[pol].append(max((abs(r[pol][c]["vs_truth"] - 1) for c in judged), default=0.0))
+        n_big = np.mean([sum(r["served"][c]["positives"] > big for c in COUNTRIES) for r in g])
         ok = {pol: sum(w <= 0.05 for w in worst[pol]) for pol in POLICIES}
         lines.append(f"| {s} | {n_big:.1f} | {_ci(worst['served'])} | {_ci(worst['never'])} | "
                      f"{_ci(worst['always'])} | {ok['served']}/{len(g)} | {ok['never']}/{len(g)} | "
@@ -324,17 +329,16 @@ def main(argv: list[str] | None = None) -> None:
         print(table(runs))
         return
     if a.seeds:
-        runs = study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day)
-        doc = {"args": {k: v for k, v in vars(a).items() if k != "table"}, "runs": runs}
-        text = json.dumps(doc, indent=1)
-        if a.out:
-            tmp = a.out + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            import os
+        args = {k: v for k, v in vars(a).items() if k != "table"}
 
-            os.replace(tmp, a.out)  # atomic: a killed study never leaves half a file
-        print(table(runs))
+        def save(runs: list[dict[str, Any]]) -> None:
+            if a.out:  # atomic, after every run: a killed study keeps the runs it finished
+                tmp = a.out + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump({"args": args, "runs": runs}, fh, indent=1)
+                os.replace(tmp, a.out)
+
+        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save)))
         return
     res = run(a.scenario, a.seed, a.days, a.rows, a.shift_day, progress=True)
     tail = pooled(res["served"], max(a.days - 15, 0), a.days)
