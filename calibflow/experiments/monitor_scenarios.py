@@ -155,6 +155,7 @@ def run(
         "shift_day": shift_day,
         "first_alert": first_alert,
         "alert_days": sorted({day_of(a["window"]) for a in state.alerts}),
+        "alerts": sorted((day_of(a["window"]), a["segment"], a["metric"]) for a in state.alerts),
         "promotions": [(day_of(v["promoted_after"]), v["method"]) for v in state.versions[1:]],
         "reasons": [g["reason"] for g in state.gates if g.get("promoted")],
         "incidents": [
@@ -205,10 +206,7 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     stable_days = days if scen == "stable" else min(shift, days)
     opened = [int((pd.Timestamp(i["opened"]) - DAY0).days) for i in res["incidents"]]
     target = DETECT.get(scen)
-    hits = sorted(
-        d for k, d in res["first_alert"].items() if target is not None and k.split(" ")[0] == target
-        and d >= shift
-    )
+    hits = [d for d, seg, _ in res["alerts"] if seg == target and d >= shift]  # the first on or after it
     after = [a for a in res["alert_days"] if a >= shift]
     out: dict[str, Any] = {
         "scenario": scen, "seed": res["seed"], "days": days, "shift_day": shift,
