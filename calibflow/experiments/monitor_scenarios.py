@@ -206,7 +206,7 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     stable_days = days if scen == "stable" else min(shift, days)
     opened = [int((pd.Timestamp(i["opened"]) - DAY0).days) for i in res["incidents"]]
     target = DETECT.get(scen)
-    hits = [d for d, seg, _ in res["alerts"] if seg == target and d >= shift]  # the first on or after it
+    hits = sorted(d for d, seg, _ in res["alerts"] if seg == target and d >= shift)  # first on/after it
     after = [a for a in res["alert_days"] if a >= shift]
     out: dict[str, Any] = {
         "scenario": scen, "seed": res["seed"], "days": days, "shift_day": shift,
@@ -261,14 +261,17 @@ def _p(d: list[float]) -> str:
 def table(runs: list[dict[str, Any]], big: float = 250) -> str:
     """The study's tables (markdown): t intervals over seeds, paired t-tests against the controls;
     countries judged one by one are those with more than ``big`` positives in the last days."""
-    lines = ["| scenario | seeds | stable windows | incidents | incidents / 100 stable windows [95% t CI] |",
-             "|---|---|---|---|---|"]
+    from scipy import stats
+
+    lines = ["| scenario | seeds | stable windows | incidents | incidents / 100 stable windows [95% t CI] | "
+             "exact Poisson 95% upper bound / 100 |", "|---|---|---|---|---|---|"]
     groups = {s: [r for r in runs if r["scenario"] == s] for s in SCENARIOS}
     groups = {s: g for s, g in groups.items() if g}
     for s, g in [*groups.items(), ("all (pooled)", runs)]:
         rate = [100 * r["stable_incidents"] / r["stable_windows"] for r in g if r["stable_windows"]]
-        lines.append(f"| {s} | {len(g)} | {sum(r['stable_windows'] for r in g)} | "
-                     f"{sum(r['stable_incidents'] for r in g)} | {_ci(rate, 2)} |")
+        k, n = sum(r["stable_incidents"] for r in g), sum(r["stable_windows"] for r in g)
+        upper = 100 * stats.chi2.ppf(0.975, 2 * (k + 1)) / 2 / n if n else float("nan")  # Garwood
+        lines.append(f"| {s} | {len(g)} | {n} | {k} | {_ci(rate, 2)} | {upper:.2f} |")
     lines += ["", "| drift | segment | detected | delay in windows, mean [95% t CI] | median | max | "
               "within 2 |", "|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
