@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, Tables, _row_ranges
+from calibflow.source_rules import label_sql
 from calibflow.sources import SourceSpec, parquet_rows, quote_ident, quote_literal
 
 #: Offending row numbers quoted per failed check.
@@ -85,17 +86,8 @@ def _types(con: duckdb.DuckDBPyConnection, from_item: str, params: dict[str, Any
 
 
 def _label_sql(spec: SourceSpec, types: Mapping[str, str]) -> tuple[str, str]:
-    """(SQL: the row's label is usable, SQL: the label as 0/1) as ``_sources.labels01`` reads it."""
-    lab = quote_ident(spec.label)
-    if spec.positive is not None:
-        pos = spec.positive
-        numeric = src.is_numeric_type(types[spec.label]) and isinstance(pos, int | float)
-        hit = f"({lab} = {float(pos)!r})" if numeric else f"(CAST({lab} AS VARCHAR) = {quote_literal(pos)})"
-        return f"({lab} IS NOT NULL)", f"coalesce(CAST({hit} AS INTEGER), 0)"
-    if types[spec.label].upper() == "BOOLEAN":
-        return f"({lab} IS NOT NULL)", f"coalesce(CAST({lab} AS INTEGER), 0)"
-    v = f"TRY_CAST({lab} AS DOUBLE)"
-    return f"coalesce({v} IN (0, 1), false)", f"coalesce(CAST({v} = 1 AS INTEGER), 0)"
+    """(SQL: the row's label is usable, SQL: the label as 0/1): ``calibflow.source_rules``' one rule."""
+    return label_sql(spec.label, types[spec.label], spec.positive)
 
 
 def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:

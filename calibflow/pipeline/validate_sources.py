@@ -50,12 +50,10 @@ def _numeric(spec: SourceSpec, s: pd.Series, role: str) -> np.ndarray:
 
 
 def _label_ok(spec: SourceSpec, s: pd.Series) -> np.ndarray:
-    if spec.positive is not None:
-        return s.notna().to_numpy()
-    if pd.api.types.is_bool_dtype(s):
-        return s.notna().to_numpy()
-    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    return (v == 0) | (v == 1)
+    """Where the label is usable: ``calibflow.source_rules``' one rule."""
+    from calibflow.source_rules import label_array
+
+    return label_array(s, spec.positive)[0]
 
 
 def _values_seen(bad: pd.Series) -> str:
