@@ -187,8 +187,8 @@ def stream_split_rows(spec: SourceSpec, seed: int, input_kind: str, split: str,
 
 def fetch_rows(rows: Part, segments: list[str], threads: int | None = None) -> dict[str, Any]:
     """The rows of a part (``_y``, ``_s``, optional ``_w``, the segment columns) in memory, in the shape
-    ``segments.fit_segmented`` takes (``scores``, ``y``, ``weight``, ``segments``), each segment column
-    read as ``calibflow apply`` reads it (:func:`_levels`). For a bounded sample of rows (a method that
+    ``calibrate_segments.fit_segmented`` takes (``scores``, ``y``, ``weight``, ``segments``), each segment
+    column read as ``calibflow apply`` reads it (:func:`_levels`). For a bounded sample of rows (a method that
     needs rows), not for a whole split."""
     con = src.connect(threads)
     try:

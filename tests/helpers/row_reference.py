@@ -47,6 +47,7 @@ from calibflow.pipeline._common import (
     require,
     segmented_methods,
 )
+from calibflow.pipeline.calibrate_segments import fit_segmented
 from calibflow.pipeline.params_schema import Evaluate
 from calibflow.pipeline.select import (
     MAX_SEGMENTS,
@@ -64,7 +65,6 @@ from calibflow.pipeline.select import (
     models_dir,
     with_score_kind,
 )
-from calibflow.segments import fit_segmented
 
 ROWS = "rows"
 
