@@ -254,7 +254,43 @@ def _select_aggregate(
         card["segment_interval"] = segment_compare.RATIO_INTERVAL
         card["chosen_reliability"] = challenge["reliability"]
         card["segment_test_rows"] = challenge["n_test"]  # the report checks each column adds up to it
+    if segs:  # the report draws the worst segments' reliability and checks the rows add up
+        card["segment_reliability"], note = _worst_reliability(lay, params, name, segs, text)
+        if note:
+            card["segment_reliability_rows"] = note
+        card.setdefault("segment_test_rows", _column_rows(segs))
     return text, card
+
+
+def _column_rows(segs: list[dict[str, Any]]) -> int:
+    """The test rows the card's per-segment rows hold (every column's rows add up to them)."""
+    return int(sum(s["n"] for s in segs if s["column"] == segs[0]["column"]))
+
+
+def _worst_reliability(
+    lay: Layout, params: Params, name: str, segs: list[dict[str, Any]], text: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The worst segments' reliability bins (``segments.worst_segments``, ``segments.segment_reliability``)
+    under the chosen calibrator, from the test rows read by DuckDB: a reliability diagram of one segment
+    value needs its rows' probabilities. At most about ``scale.fit_rows`` rows are read (a seeded sample
+    above it; the note says so)."""
+    worst = seg.worst_segments(segs)
+    if not worst:
+        return [], None
+    scale = _aggregate.scale_config(params)
+    names = _aggregate.segment_names(lay, name)
+    stored = _column_rows(segs)
+    sample = segment_compare.row_sample(scale.fit_rows, stored, scale.seed)
+    rows = segment_compare.fetch_rows(_test_rows(lay, params, name, names, sample), names,
+                                      scale.threads or None)
+    cal = from_json(text)
+    segments = rows["segments"] if json.loads(text)["state"].get("segment_names_") else None
+    p = cal.predict(rows["scores"], segments=segments) if segments else cal.predict(rows["scores"])
+    level = float(params.evaluate.ci_level)
+    panels = seg.segment_reliability(rows["y"], p, rows["segments"], worst, level=level)
+    note = None if sample is None else (f"reliability of the worst segments on a seeded sample of "
+                                        f"{rows['y'].size:,} of {stored:,} test rows (scale.fit_rows)")
+    return panels, note
 
 
 def _test_rows(lay: Layout, params: Params, name: str, names: list[str],

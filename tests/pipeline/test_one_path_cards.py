@@ -145,3 +145,18 @@ def test_multicalibration_from_a_seeded_sample_is_said(both, tmp_path):
     again = calibrate_segments.run(small, tables)["methods"]["multicalibration"]["ads"]
     assert again["fit_rows"] == out["fit_rows"]
     calibrate_segments.run(params, tables)  # the fixture's outputs back for the other tests
+
+
+def test_worst_segments_reliability_as_on_the_rows(both):
+    """The report's worst-segment diagrams: the same segments and bins as the row computation drew (the
+    table path reads those segments' test rows under the chosen calibrator; below ``scale.fit_rows`` all)."""
+    rows, tables, _ = both
+    r, t = _card(rows, "ads"), _card(tables, "ads")
+    assert t["segment_test_rows"] == r["segment_test_rows"] and "segment_reliability_rows" not in t
+    assert [(p["column"], p["value"]) for p in t["segment_reliability"]] == [
+        (p["column"], p["value"]) for p in r["segment_reliability"]]
+    for pt, pr in zip(t["segment_reliability"], r["segment_reliability"], strict=True):
+        assert [b["count"] for b in pt["bins"]] == [b["count"] for b in pr["bins"]]
+        for bt, br in zip(pt["bins"], pr["bins"], strict=True):
+            assert bt["mean_pred"] == pytest.approx(br["mean_pred"], abs=1e-6)
+            assert bt["observed"] == pytest.approx(br["observed"], abs=1e-12)
