@@ -94,3 +94,39 @@ def label_value(v: Any, positive: Any | None) -> tuple[bool, int]:
     """(usable, 0/1) for one value, as :func:`label_array` reads it (``init`` checks distinct values)."""
     ok, y = label_array(pd.Series([v]), positive)
     return bool(ok[0]), int(y[0])
+
+
+# ---- the score and weight checks (validate@raw on DuckDB's profile, and on a features source's rows) ------
+
+
+def score_finite_sql(column: str) -> str:
+    """SQL true where the score is a finite number (NULL, NaN and inf are not)."""
+    s = f"CAST({quote_ident(column)} AS DOUBLE)"
+    return f"coalesce(isfinite({s}), false)"
+
+
+def score_in_01_sql(column: str) -> str:
+    """SQL true where a probability score lies in [0, 1] (a non-finite one is the other check's)."""
+    s = f"CAST({quote_ident(column)} AS DOUBLE)"
+    return f"coalesce(NOT isfinite({s}) OR ({s} >= 0 AND {s} <= 1), true)"
+
+
+def weight_ok_sql(column: str) -> str:
+    """SQL true where the weight is a finite number >= 0."""
+    w = f"CAST({quote_ident(column)} AS DOUBLE)"
+    return f"coalesce(isfinite({w}) AND {w} >= 0, false)"
+
+
+def score_finite_array(s: np.ndarray) -> np.ndarray:
+    """:func:`score_finite_sql` on a float array (NaN for NULL)."""
+    return np.isfinite(s)
+
+
+def score_in_01_array(s: np.ndarray) -> np.ndarray:
+    """:func:`score_in_01_sql` on a float array."""
+    return ~np.isfinite(s) | ((s >= 0) & (s <= 1))
+
+
+def weight_ok_array(w: np.ndarray) -> np.ndarray:
+    """:func:`weight_ok_sql` on a float array."""
+    return np.isfinite(w) & (w >= 0)

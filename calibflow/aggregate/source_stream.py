@@ -32,6 +32,7 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
+from calibflow import source_rules as rules
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, Tables, _row_ranges
@@ -114,13 +115,11 @@ def _checks(spec: SourceSpec, types: Mapping[str, str]) -> dict[str, tuple[str, 
     ok_label, _ = _label_sql(spec, types)
     out = {"label_binary": (spec.label, ok_label)}
     if spec.score is not None:
-        s = f"CAST({quote_ident(spec.score)} AS DOUBLE)"
-        out["score_finite"] = (spec.score, f"coalesce(isfinite({s}), false)")
+        out["score_finite"] = (spec.score, rules.score_finite_sql(spec.score))
         if spec.score_kind == "probability":
-            out["score_in_01"] = (spec.score, f"coalesce(NOT isfinite({s}) OR ({s} >= 0 AND {s} <= 1), true)")
+            out["score_in_01"] = (spec.score, rules.score_in_01_sql(spec.score))
     if spec.weight is not None:
-        w = f"CAST({quote_ident(spec.weight)} AS DOUBLE)"
-        out["weight_ok"] = (spec.weight, f"coalesce(isfinite({w}) AND {w} >= 0, false)")
+        out["weight_ok"] = (spec.weight, rules.weight_ok_sql(spec.weight))
     if spec.time is not None:
         out["time_parses"] = (spec.time, f"({_time_sql(spec, types)} IS NOT NULL)")
     return out

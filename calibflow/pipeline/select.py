@@ -322,7 +322,8 @@ def _check_scored(name: str, n: int, stored: int, sample: segment_compare.RowSam
 def _segmented_pass(
     lay: Layout, params: Params, name: str, global_method: str, margin: float
 ) -> dict[str, Any] | None:
-    """The aggregate path's segmented challenge (:func:`segmented_challenge`'s decision and record), from
+    """The segmented challenge (the best segmented calibrator against the chosen global one, the paired
+    test on per-row log-loss differences and the practical margin; :func:`_challenge`'s record), from
     one pass over the test rows (``calibflow.aggregate.segment_compare``); when the segmented method
     wins, also the card's metrics, per-segment rows and reliability bins for it. None without fits."""
     fits = {m: lay.calibrated_segments / m / f"{name}.json" for m in segmented_methods(params)}

@@ -67,3 +67,18 @@ def test_boolean_positive_reads_the_true_rows():
 def test_without_positive_only_booleans_and_0_1_are_labels():
     ok, y = label_array(pd.Series(["0", "1", "2", "yes", None], dtype=object), None)
     assert ok.tolist() == [True, True, False, False, False] and y.tolist() == [0, 1, 0, 0, 0]
+
+
+def test_score_and_weight_checks_agree_between_sql_and_arrays():
+    from calibflow import source_rules as R
+
+    values = [0.0, 1.0, 0.5, -1.0, 1.5, np.nan, np.inf, -np.inf, None]
+    con = duckdb.connect()
+    con.register("t", pd.DataFrame({"v": pd.Series(values, dtype=object).astype("Float64")}))
+    arr = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    for sql, fn in ((R.score_finite_sql, R.score_finite_array), (R.score_in_01_sql, R.score_in_01_array),
+                    (R.weight_ok_sql, R.weight_ok_array)):
+        got = [bool(r[0]) for r in con.execute(f"SELECT {sql('v')} FROM t").fetchall()]
+        assert got == fn(arr).tolist(), sql.__name__
+    con.close()
+    assert R.weight_ok_array(arr).tolist() == [True, True, True, False, True, False, False, False, False]
