@@ -272,25 +272,24 @@ def _worst_reliability(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The worst segments' reliability bins (``segments.worst_segments``, ``segments.segment_reliability``)
     under the chosen calibrator, from the test rows read by DuckDB: a reliability diagram of one segment
-    value needs its rows' probabilities. At most about ``scale.fit_rows`` rows are read (a seeded sample
-    above it; the note says so)."""
+    value needs its rows' probabilities. Only up to ``scale.fit_rows`` test rows (all of them read); above
+    it none are drawn and the note says so (a sample would cost one more pass over a large source, and
+    the per-segment ratios with their intervals are on the card)."""
     worst = seg.worst_segments(segs)
     if not worst:
         return [], None
     scale = _aggregate.scale_config(params)
-    names = _aggregate.segment_names(lay, name)
     stored = _column_rows(segs)
-    sample = segment_compare.row_sample(scale.fit_rows, stored, scale.seed)
-    rows = segment_compare.fetch_rows(_test_rows(lay, params, name, names, sample), names,
-                                      scale.threads or None)
+    if scale.fit_rows and stored > scale.fit_rows:
+        return [], (f"worst segments' reliability not drawn: {stored:,} test rows, above scale.fit_rows "
+                    f"{scale.fit_rows:,}")
+    names = _aggregate.segment_names(lay, name)
+    rows = segment_compare.fetch_rows(_test_rows(lay, params, name, names), names, scale.threads or None)
     cal = from_json(text)
     segments = rows["segments"] if json.loads(text)["state"].get("segment_names_") else None
     p = cal.predict(rows["scores"], segments=segments) if segments else cal.predict(rows["scores"])
     level = float(params.evaluate.ci_level)
-    panels = seg.segment_reliability(rows["y"], p, rows["segments"], worst, level=level)
-    note = None if sample is None else (f"reliability of the worst segments on a seeded sample of "
-                                        f"{rows['y'].size:,} of {stored:,} test rows (scale.fit_rows)")
-    return panels, note
+    return seg.segment_reliability(rows["y"], p, rows["segments"], worst, level=level), None
 
 
 def _test_rows(lay: Layout, params: Params, name: str, names: list[str],

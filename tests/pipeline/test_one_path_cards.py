@@ -160,3 +160,13 @@ def test_worst_segments_reliability_as_on_the_rows(both):
         for bt, br in zip(pt["bins"], pr["bins"], strict=True):
             assert bt["mean_pred"] == pytest.approx(br["mean_pred"], abs=1e-6)
             assert bt["observed"] == pytest.approx(br["observed"], abs=1e-12)
+
+
+def test_worst_segments_reliability_not_drawn_above_fit_rows_and_said(both):
+    """Above ``scale.fit_rows`` test rows select reads no rows for the diagrams, and the card says so."""
+    from calibflow.pipeline import select
+
+    _, tables, params = both
+    card = select.run({**params, "scale": {"fit_rows": 100}}, tables)["ads"]
+    assert card["segment_reliability"] == [] and "not drawn" in card["segment_reliability_rows"]
+    select.run(params, tables)  # the fixture's cards back for the other tests
