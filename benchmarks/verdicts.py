@@ -32,6 +32,7 @@ import pandas as pd
 from calibflow import metrics
 from calibflow.calibrators import get_class
 from calibflow.pipeline import _common, calibrate, fetch, prepare, select, train, validate
+from tests.helpers import row_reference  # the old rule's row bootstrap (select's before issue 35)
 
 COUNTS = (100, 200, 1000)
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def _project(names: list[str], root: Path) -> dict:
 
 def _before(params: dict, root: Path, name: str, seeds: int) -> dict[int, list[str]]:
     lay = _common.Layout(root)
-    test = select._test_frame(lay, name)
+    test = row_reference._test_frame(lay, name)
     y, p_unc = test["y"].to_numpy(np.float64), test["prob"].to_numpy(np.float64)
     probs = {}
     for m in _common.methods(params):
@@ -76,8 +77,8 @@ def _before(params: dict, root: Path, name: str, seeds: int) -> dict[int, list[s
     for n_boot in COUNTS:
         words = []
         cfg = _common.as_params(params).evaluate.model_copy(update={"n_bootstrap": n_boot})
-        for s in range(seeds):  # select.compare's log-loss interval is the old rule's paired bootstrap
-            ci = select.compare(y, p_unc, probs[best], cfg, params["seed"] + s)["log_loss"]["delta_ci"]
+        for s in range(seeds):  # the old select.compare's log-loss interval: the paired row bootstrap
+            ci = row_reference.compare(y, p_unc, probs[best], cfg, params["seed"] + s)["log_loss"]["delta_ci"]
             words.append(_old_word(ci))
         out[n_boot] = words
     print(f"  before ({name}): old rule picks {best}")

@@ -364,31 +364,3 @@ def __getattr__(name: str):
     if name == "DEFAULT_SEGMENTED_METHODS":
         return calibrators.default_segmented_methods()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def fit_segmented(
-    method: str,
-    fit: dict[str, Any],
-    test: dict[str, Any],
-    input_kind: str = "logit",
-    options: dict[str, Any] | None = None,
-) -> tuple[str, NDArray[np.float64], dict[str, int]]:
-    """Fit a segmented calibrator on ``fit``, predict ``test``: its JSON, test probabilities, unseen counts.
-
-    ``fit`` and ``test`` hold ``scores``, ``segments`` (a dict of columns) and, for ``fit``, ``y`` and an
-    optional ``weight``. The JSON is reloaded and must reproduce the test probabilities exactly, so the
-    artifact written from it is known usable.
-    """
-    from calibflow.calibrators import from_json, get_class, make, segmented_methods
-
-    if "segments" not in get_class(method).needs:
-        known = ", ".join(segmented_methods())
-        raise ValueError(f"{method!r} is not a segmented calibrator (those: {known})")
-    cal = make(method, **{"input": input_kind, **(options or {})})
-    cal.fit(fit["scores"], fit["y"], sample_weight=fit.get("weight"), segments=fit["segments"])
-    prob = cal.predict(test["scores"], segments=test["segments"])
-    text = cal.to_json()
-    again = from_json(text).predict(test["scores"], segments=test["segments"])
-    if not np.array_equal(prob, again):
-        raise ValueError(f"{method}: the saved JSON does not reproduce its predictions")
-    return text, prob, cal.unseen_counts(test["segments"], len(prob))

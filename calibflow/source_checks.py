@@ -123,18 +123,17 @@ def _show(values: list[tuple[Any, int]]) -> str:
 
 
 def _binary_value(v: Any) -> bool:
-    """What the pipeline accepts without ``positive:``: a boolean, or a number (or numeric text) 0 or 1."""
-    if isinstance(v, bool):
-        return True
-    try:
-        return float(v) in (0.0, 1.0)
-    except (TypeError, ValueError):
-        return False
+    """What the pipeline accepts without ``positive:`` (``calibflow.source_rules``' one rule)."""
+    from calibflow.source_rules import label_value
+
+    return label_value(v, None)[0]
 
 
 def _same(v: Any, positive: Any) -> bool:
-    """The pipeline's test: equal, else equal as text (``labels01``); case-blind for true/false."""
-    return v == positive or str(v).lower() == str(positive).lower()
+    """Whether ``v`` counts as the positive class (``calibflow.source_rules``' one rule)."""
+    from calibflow.source_rules import label_value
+
+    return label_value(v, positive)[1] == 1
 
 
 def check_label(spec: SourceSpec, rel, dtype: str) -> dict[str, int]:

@@ -169,24 +169,58 @@ def stream_test_rows(spec: SourceSpec, seed: int, input_kind: str, sample: RowSa
     ``_y`` (0/1), ``_s`` (the score the calibrators receive), ``_p`` (the uncalibrated probability) and
     the segment columns under their own names, in the source's order. ``sample``: only those of the
     sampled rows (``row``: the row's position in the source, the split's own ``_row``)."""
-    parts, rec, _ = split_parts(spec, seed, input_kind, 1, with_prob=True)
-    test = rec["names"].index("test")
+    return stream_split_rows(spec, seed, input_kind, "test", sample)
+
+
+def stream_split_rows(spec: SourceSpec, seed: int, input_kind: str, split: str,
+                      sample: RowSample | None = None, weight: bool = False) -> Part:
+    """:func:`stream_test_rows` for any split; ``weight``: also ``_w`` (the declared weight on calib
+    rows, 1 elsewhere and without one)."""
+    parts, rec, w = split_parts(spec, seed, input_kind, 1, with_prob=True)
+    code = rec["names"].index(split)
     segs = "".join(f", {quote_ident(c)}" for c in spec.segments)
+    wcol = (", _w" if w else ", 1.0 AS _w") if weight else ""
     keep = f" AND {sample.condition('_row')}" if sample is not None else ""
-    return Part(f"(SELECT _y, _s, _p{segs} FROM {parts[0].sql} WHERE _sp = {test}{keep})", parts[0].params)
+    return Part(f"(SELECT _y, _s, _p{wcol}{segs} FROM {parts[0].sql} WHERE _sp = {code}{keep})",
+                parts[0].params)
+
+
+def fetch_rows(rows: Part, segments: list[str], threads: int | None = None) -> dict[str, Any]:
+    """The rows of a part (``_y``, ``_s``, optional ``_w``, the segment columns) in memory, in the shape
+    ``calibrate_segments.fit_segmented`` takes (``scores``, ``y``, ``weight``, ``segments``), each segment
+    column read as ``calibflow apply`` reads it (:func:`_levels`). For a bounded sample of rows (a method that
+    needs rows), not for a whole split."""
+    con = src.connect(threads)
+    try:
+        t = con.sql(f"SELECT * FROM {rows.sql}", params=rows.params).fetch_arrow_table()
+    finally:
+        con.close()
+    out: dict[str, Any] = {
+        "scores": t.column("_s").to_numpy().astype(np.float64),
+        "y": t.column("_y").to_numpy().astype(np.float64),
+        "segments": {},
+    }
+    if "_w" in t.column_names:
+        out["weight"] = t.column("_w").to_numpy().astype(np.float64)
+    for c in segments:
+        codes, uniq = _levels(t.column(c))
+        out["segments"][c] = uniq[codes]
+    return out
 
 
 def file_test_rows(path: str, label: str, score: str, prob: str, segments: Mapping[str, str],
                    where: str = "", where_params: Mapping[str, Any] | None = None,
-                   sample: RowSample | None = None) -> Part:
+                   sample: RowSample | None = None, weight: str | None = None) -> Part:
     """Rows of a Parquet file as :func:`stream_test_rows` gives them; ``segments``: name -> file column.
-    ``sample``: only the sampled rows (``row``: the row's position in the file, ``file_row_number``)."""
+    ``sample``: only the sampled rows (``row``: the row's position in the file, ``file_row_number``).
+    ``weight``: also ``_w``, that column as a double."""
     segs = "".join(f", {quote_ident(c)} AS {quote_ident(n)}" for n, c in segments.items())
+    wcol = f", CAST({quote_ident(weight)} AS DOUBLE) AS _w" if weight else ""
     conds = [c for c in (where, sample.condition("file_row_number") if sample is not None else "") if c]
     cond = f" WHERE {' AND '.join(f'({c})' for c in conds)}" if conds else ""
     reader = "read_parquet($path, file_row_number = true)" if sample is not None else "read_parquet($path)"
     sql = (f"(SELECT CAST({quote_ident(label)} AS DOUBLE) AS _y, {quote_ident(score)} AS _s, "
-           f"{quote_ident(prob)} AS _p{segs} FROM {reader}{cond})")
+           f"{quote_ident(prob)} AS _p{wcol}{segs} FROM {reader}{cond})")
     return Part(sql, {"path": str(path), **dict(where_params or {})})
 
 
@@ -253,7 +287,7 @@ def compare(  # noqa: PLR0913
             b_unc = (p_unc - y) ** 2
             if acc_unc is not None:
                 _probability_table(acc_unc, y, p_unc, grid)
-            per_value = [np.ones_like(y), y, p_unc]
+            per_value = [np.ones_like(y), y, p_unc, p_unc * p_unc]
             for m in methods:
                 p = np.asarray(segmented[m].predict(s, segments=segs), np.float64)
                 ll = row_log_loss(y, p)
@@ -288,10 +322,10 @@ def compare(  # noqa: PLR0913
 
 
 def _values_frame(v: _Values, methods: list[str]) -> pd.DataFrame:
-    """One row per value (sorted): ``n``, ``positives``, ``sum_p_unc`` and per method ``sum_p:<m>``,
-    ``sum_p2:<m>``, ``sum_py:<m>``."""
+    """One row per value (sorted): ``n``, ``positives``, ``sum_p_unc``, ``sum_p2_unc`` and per method
+    ``sum_p:<m>``, ``sum_p2:<m>``, ``sum_py:<m>``."""
     per_method = [f"{k}:{m}" for m in methods for k in ("sum_p", "sum_p2", "sum_py")]
-    cols = ["n", "positives", "sum_p_unc", *per_method]
+    cols = ["n", "positives", "sum_p_unc", "sum_p2_unc", *per_method]
     frame = pd.DataFrame(v.sums, columns=cols)
     frame.insert(0, "value", list(v.index))
     return frame.sort_values("value", kind="stable").reset_index(drop=True)
@@ -322,6 +356,9 @@ def segment_ratio_records(
             mu = pd.DataFrame({"value": v["value"], "n": n, "positives": sy,
                                "calibration_ratio": np.where(sy > 0, v["sum_p_unc"] / sy, np.nan)})
             mc = mu.assign(calibration_ratio=np.where(sy > 0, sp / sy, np.nan))
+        # before calibration too (the card's "before" interval, as the row path's had it)
+        lo_u, hi_u = ratio_interval(n, sy, v["sum_p_unc"].to_numpy(), v["sum_p2_unc"].to_numpy(), sy, level)
+        mu = mu.assign(calibration_ratio_low=lo_u, calibration_ratio_high=hi_u)
         lo, hi = ratio_interval(n, sy, sp, v[f"sum_p2:{method}"].to_numpy(), v[f"sum_py:{method}"].to_numpy(),
                                 level)
         mc = mc.assign(calibration_ratio_low=lo, calibration_ratio_high=hi)

@@ -147,6 +147,7 @@ def segment_records(
 ) -> list[dict[str, Any]]:
     """The card's per-segment ratios (largest ``top`` values first): ``column``, ``value``, ``n``,
     ``positives``, ``ratio_uncalibrated``, ``ratio``, ``ratio_ci`` (of ``cal``, or of ``unc``),
+    ``ratio_uncalibrated_ci`` (of ``unc``),
     ``flagged`` (the interval excludes 1 and the value has the positives to tell) and ``too_few``.
     Values past the ``top`` largest that are not flagged are pooled
     into one ``(other values) xK`` row (sums exact, no interval): the column's rows add up to the table's.
@@ -166,9 +167,7 @@ def records_from_metrics(
     order = np.argsort(-mu["n"].to_numpy(), kind="stable")
     out, rest = [], []
     for rank, i in enumerate(order):
-        ci = None
-        if "calibration_ratio_low" in mc.columns and np.isfinite(mc["calibration_ratio_low"].iloc[i]):
-            ci = [float(mc["calibration_ratio_low"].iloc[i]), float(mc["calibration_ratio_high"].iloc[i])]
+        ci, ci_u = _ratio_ci(mc, i), _ratio_ci(mu, i)
         pos = float(mu["positives"].iloc[i])
         flagged = is_flagged(ci, pos)
         if top and rank >= top and not flagged:
@@ -182,12 +181,20 @@ def records_from_metrics(
             "ratio_uncalibrated": float(mu["calibration_ratio"].iloc[i]) if pos else None,
             "ratio": float(mc["calibration_ratio"].iloc[i]) if pos else None,
             "ratio_ci": ci,
+            "ratio_uncalibrated_ci": ci_u,  # before calibration, as the row path's card had it
             "flagged": flagged,
             "too_few": not enough_evidence(pos),
         })
     if rest:
         out.append(_pooled(mu, mc, rest, column))
     return out
+
+
+def _ratio_ci(m: pd.DataFrame, i: int) -> list[float] | None:
+    """Row ``i``'s ratio interval of a :func:`segment_metrics` frame, None where it has none."""
+    if "calibration_ratio_low" in m.columns and np.isfinite(m["calibration_ratio_low"].iloc[i]):
+        return [float(m["calibration_ratio_low"].iloc[i]), float(m["calibration_ratio_high"].iloc[i])]
+    return None
 
 
 def _pooled(mu: pd.DataFrame, mc: pd.DataFrame, idx: list[int], column: str) -> dict[str, Any]:

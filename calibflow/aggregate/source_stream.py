@@ -32,9 +32,11 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
+from calibflow import source_rules as rules
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, Tables, _row_ranges
+from calibflow.source_rules import label_sql
 from calibflow.sources import SourceSpec, parquet_rows, quote_ident, quote_literal
 
 #: Offending row numbers quoted per failed check.
@@ -85,17 +87,8 @@ def _types(con: duckdb.DuckDBPyConnection, from_item: str, params: dict[str, Any
 
 
 def _label_sql(spec: SourceSpec, types: Mapping[str, str]) -> tuple[str, str]:
-    """(SQL: the row's label is usable, SQL: the label as 0/1) as ``_sources.labels01`` reads it."""
-    lab = quote_ident(spec.label)
-    if spec.positive is not None:
-        pos = spec.positive
-        numeric = src.is_numeric_type(types[spec.label]) and isinstance(pos, int | float)
-        hit = f"({lab} = {float(pos)!r})" if numeric else f"(CAST({lab} AS VARCHAR) = {quote_literal(pos)})"
-        return f"({lab} IS NOT NULL)", f"coalesce(CAST({hit} AS INTEGER), 0)"
-    if types[spec.label].upper() == "BOOLEAN":
-        return f"({lab} IS NOT NULL)", f"coalesce(CAST({lab} AS INTEGER), 0)"
-    v = f"TRY_CAST({lab} AS DOUBLE)"
-    return f"coalesce({v} IN (0, 1), false)", f"coalesce(CAST({v} = 1 AS INTEGER), 0)"
+    """(SQL: the row's label is usable, SQL: the label as 0/1): ``calibflow.source_rules``' one rule."""
+    return label_sql(spec.label, types[spec.label], spec.positive)
 
 
 def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:
@@ -122,13 +115,11 @@ def _checks(spec: SourceSpec, types: Mapping[str, str]) -> dict[str, tuple[str, 
     ok_label, _ = _label_sql(spec, types)
     out = {"label_binary": (spec.label, ok_label)}
     if spec.score is not None:
-        s = f"CAST({quote_ident(spec.score)} AS DOUBLE)"
-        out["score_finite"] = (spec.score, f"coalesce(isfinite({s}), false)")
+        out["score_finite"] = (spec.score, rules.score_finite_sql(spec.score))
         if spec.score_kind == "probability":
-            out["score_in_01"] = (spec.score, f"coalesce(NOT isfinite({s}) OR ({s} >= 0 AND {s} <= 1), true)")
+            out["score_in_01"] = (spec.score, rules.score_in_01_sql(spec.score))
     if spec.weight is not None:
-        w = f"CAST({quote_ident(spec.weight)} AS DOUBLE)"
-        out["weight_ok"] = (spec.weight, f"coalesce(isfinite({w}) AND {w} >= 0, false)")
+        out["weight_ok"] = (spec.weight, rules.weight_ok_sql(spec.weight))
     if spec.time is not None:
         out["time_parses"] = (spec.time, f"({_time_sql(spec, types)} IS NOT NULL)")
     return out

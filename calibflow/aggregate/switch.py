@@ -1,11 +1,11 @@
-"""The ``scale:`` params section and the choice between the row path and the aggregate path.
+"""The ``scale:`` params section (issue 35: one path, the tables; ``row_threshold`` no longer chooses).
 
     scale: {row_threshold: 5000000, buckets: 65536, z_max: 16.0, replicates: 32, seed: 0,
             distinct_max: 1048576, cells: 256, threads: 0, engine: duckdb, dask_address: null,
             spark_master: null, compare_rows: 5000000}
 
-Above ``row_threshold`` rows a stage fits and evaluates from the bucket table (``calibflow.aggregate``)
-instead of loading the rows; ``choose_path`` returns the name the report prints ("rows" | "aggregate").
+Every stage fits and evaluates from the bucket tables (``calibflow.aggregate``); rows are read only as a
+bounded seeded sample (``fit_rows``, ``compare_rows``) for what needs them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from calibflow.aggregate.table import BucketGrid
 
 @dataclass(frozen=True)
 class ScaleConfig:
+    #: No longer chooses a path (issue 35: every source goes through the tables); read so that existing
+    #: params files keep parsing.
     row_threshold: int = 5_000_000
     buckets: int = 65_536
     z_max: float = 16.0
@@ -40,6 +42,10 @@ class ScaleConfig:
     #: split holds more (the paired interval has ample power on a few million rows; the pass costs
     #: ~0.6 us a row); 0 scores every row. Sampled by ``segment_compare.RowSample`` (seed: ``seed``).
     compare_rows: int = 5_000_000
+    #: A method that cannot be fitted from the tables (``multicalibration``: it needs each row's segments
+    #: jointly) is fitted on a seeded sample of about this many calib rows (``segment_compare.RowSample``,
+    #: seed ``seed``); the fit record and the card say so. 0: every calib row.
+    fit_rows: int = 1_000_000
 
     @property
     def address(self) -> str | None:
@@ -67,7 +73,7 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     if unknown:
         raise ValueError(f"scale: unknown key(s) {unknown}; allowed: {sorted(known)}")
     for k in ("row_threshold", "buckets", "replicates", "seed", "distinct_max", "cells", "threads",
-              "compare_rows"):
+              "compare_rows", "fit_rows"):
         v = decl.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"scale.{k} must be an integer >= 0, got {v!r}")
@@ -93,8 +99,3 @@ def parse_scale(decl: Mapping[str, Any] | None) -> ScaleConfig:
     cfg = ScaleConfig(**decl)
     cfg.grid  # noqa: B018 - validates buckets and z_max
     return cfg
-
-
-def choose_path(n_rows: int, cfg: ScaleConfig) -> str:
-    """ "aggregate" when ``n_rows`` exceeds the threshold, else "rows" (the exact in-memory path)."""
-    return "aggregate" if n_rows > cfg.row_threshold else "rows"

@@ -1,10 +1,11 @@
-"""The stages' aggregate path: a score source above ``scale.row_threshold`` rows is fitted and
-evaluated from bucket tables (``calibflow.aggregate``) instead of row arrays.
+"""The stages' one data path (issue 35): every dataset and source, of any size, is fitted and evaluated
+from bucket tables (``calibflow.aggregate``), never from row arrays.
 
-Which rows. The tables are built by DuckDB from the source's predictions file
-(``data/predictions/<name>.parquet``: the prepared split, in train's layout), with the split applied as a
-``WHERE split = ...`` filter. So the split assignment is exactly the one prepare made (time windows or the
-seeded random split) and is not reproduced in SQL a second time. The score is the column the calibrators
+Which rows. A score source's tables are the ones prepare's one DuckDB pass stored (``_streaming``). A
+dataset or features source (a trained XGBoost model scores it) has a predictions file
+(``data/predictions/<name>.parquet``: the prepared split, in train's layout); its tables are built by
+DuckDB from that file with the split applied as a ``WHERE split = ...`` filter, so the split assignment is
+exactly the one prepare made. The score is the column the calibrators
 receive (``margin``, or ``prob`` for ``calibrate.input: probability``); a declared ``weight`` column weighs
 the fit (as on the row path).
 
@@ -33,30 +34,19 @@ from calibflow.aggregate.metrics import (
 from calibflow.aggregate.replicates import replicate_metrics
 from calibflow.aggregate.run import tables_for
 from calibflow.aggregate.segments import segment_metrics, segment_records
-from calibflow.aggregate.switch import ScaleConfig, choose_path
+from calibflow.aggregate.switch import ScaleConfig
 from calibflow.aggregate.table import add_replicates
 from calibflow.aggregate.tables import TABLES_META, Tables
 from calibflow.intervals import jeffreys_interval, percentile_interval
 from calibflow.io import read_json
-from calibflow.pipeline._common import Layout, ParamsLike, StageError, as_params
+from calibflow.pipeline._common import Layout, StageError
 from calibflow.pipeline._sources import SEGMENT_PREFIX
-from calibflow.pipeline._streaming import rows_file, scale_config, stored_tables
+from calibflow.pipeline._streaming import rows_file, scale_config, stored_tables  # noqa: F401 (stages' use)
 from calibflow.pipeline.params_schema import Evaluate
 
-ROWS, AGGREGATE = "rows", "aggregate"
-
-
-def path_for(params: ParamsLike, name: str, lay: Layout) -> str:
-    """ "aggregate" for a score source whose predictions hold more than ``scale.row_threshold`` rows."""
-    decl = (as_params(params).sources or {}).get(name)
-    if not isinstance(decl, dict) or decl.get("score") is None:
-        return ROWS  # built-in datasets and features sources keep the row path
-    preds = rows_file(lay, name)
-    if not preds.exists():
-        return ROWS  # the stage's own `require` names the missing file
-    if preds.parent == lay.prepared:
-        return AGGREGATE  # streamed by prepare: no per-row predictions exist to load
-    return choose_path(pq.ParquetFile(preds).metadata.num_rows, scale_config(params))
+#: The path every stage records (issue 35: one path for every source; the row computation is gone from
+#: the stages and kept only as the tests' control, tests/helpers/row_reference.py).
+AGGREGATE = "aggregate"
 
 
 def split_tables(

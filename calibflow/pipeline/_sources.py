@@ -59,15 +59,10 @@ def carried_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def labels01(values: pd.Series, positive: Any | None) -> np.ndarray:
-    """The label as 0/1; ``positive`` names the value counting as 1 (compared as text if types differ)."""
-    if positive is not None:
-        hit = values == positive
-        if not hit.any():
-            hit = values.astype(str) == str(positive)
-        return hit.to_numpy(dtype=np.int64)
-    if values.dtype == bool:
-        return values.to_numpy(dtype=np.int64)
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64).astype(np.int64)
+    """The label as 0/1 (0 where unusable): ``calibflow.source_rules``' one rule."""
+    from calibflow.source_rules import label_array
+
+    return label_array(values, positive)[1]
 
 
 def score_predictions(frame: pd.DataFrame, spec: SourceSpec) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The stages' streaming path for a score source above ``scale.row_threshold`` rows (issue 25).
+"""The stages' path for every score source, of any size (issue 25; issue 35: the only path).
 
 No stage loads the rows, and only prepare reads them: validate@raw runs Great Expectations on the one-scan
 profile DuckDB computes (``calibflow.aggregate.source_stream.raw_profile``); prepare makes ONE pass over the
@@ -36,16 +36,6 @@ def scale_config(params: ParamsLike) -> ScaleConfig:
         return parse_scale(as_params(params).scale)
     except ValueError as exc:
         raise StageError(f"params: {exc}") from None
-
-
-def streams(spec: SourceSpec, threshold: int) -> bool:
-    """A score source with more rows than ``threshold``: every stage streams it."""
-    if spec.kind != "score":
-        return False
-    try:
-        return source_stream.source_rows(spec) > threshold
-    except (FileNotFoundError, ValueError) as exc:
-        raise StageError(str(exc)) from None
 
 
 #: The folder under data/prepared holding a streamed source's tables: ``<name>.tables/<split>/``.

@@ -1,11 +1,13 @@
 """Stage ``calibrate@<method>``: fit one calibration method on every dataset's calibration split.
 
-``python -m calibflow.pipeline.calibrate <method>``. For each dataset: the base model's margins (logits) on
-the
-``calib`` rows fit ``calibflow.calibrators.make(method, input=calibrate.input, **calibrate.options[method])``;
-the fitted calibrator is saved as JSON (``data/calibrated/<method>/<name>.json``) and its test-split
-predictions as Parquet (``<name>.parquet``: ``row``, ``y``, ``margin``, ``prob``). The
-saved JSON is reloaded and must reproduce the predictions exactly, so the artifact is known usable.
+``python -m calibflow.pipeline.calibrate <method>``. For each dataset and source, from the ``calib`` split's
+bucket table (the one path, issue 35: ``_aggregate.split_table``), the base model's margins (logits) or the
+source's scores fit
+``calibflow.calibrators.make(method, input=calibrate.input, **calibrate.options[method])``;
+the fitted calibrator is saved as JSON (``data/calibrated/<method>/<name>.json``) and, where train wrote a
+predictions file (datasets, features sources), its test-split predictions as Parquet (``<name>.parquet``:
+``row``, ``y``, ``margin``, ``prob``). The saved JSON is reloaded and must reproduce the map exactly on the
+table's scores, so the artifact is known usable.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibflow.calibrators import available, from_json, make
+from calibflow.calibrators import available, from_json
 from calibflow.io import write_json, write_text
 from calibflow.metrics import expit
 from calibflow.pipeline import _aggregate, _sources, _streaming
@@ -45,38 +47,6 @@ def _score_column(input_kind: str) -> str:
     return "prob" if input_kind == "probability" else "margin"
 
 
-def calibrate_one(
-    method: str, preds: pd.DataFrame, input_kind: str, options: dict[str, Any]
-) -> tuple[str, pd.DataFrame]:
-    """Fit on the calib rows of ``preds``; return the calibrator's JSON and its test predictions."""
-    col = _score_column(input_kind)
-    cal = preds[preds["split"] == "calib"]
-    test = preds[preds["split"] == "test"]
-    if cal.empty or test.empty:
-        raise StageError("predictions need both 'calib' and 'test' rows")
-    calibrator = make(method, **{"input": input_kind, **options})
-    # A source's declared `weight` column weighs the fit (built-in datasets carry none).
-    w = cal["weight"].to_numpy(np.float64) if "weight" in cal.columns else None
-    calibrator.fit(cal[col].to_numpy(np.float64), cal["y"].to_numpy(np.float64), sample_weight=w)
-    prob = calibrator.predict(test[col].to_numpy(np.float64))
-    text = calibrator.to_json()
-    again = from_json(text).predict(test[col].to_numpy(np.float64))
-    if not np.array_equal(prob, again):
-        raise StageError(
-            f"{method}: the saved JSON does not reproduce its predictions (max diff "
-            f"{np.max(np.abs(prob - again)):.3g})"
-        )
-    out = pd.DataFrame(
-        {
-            "row": test["row"].to_numpy(),
-            "y": test["y"].to_numpy(np.int64),
-            "margin": test["margin"].to_numpy(np.float64),
-            "prob": prob,
-        }
-    )
-    return text, out
-
-
 def _fit_table(
     method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
 ) -> tuple[str, tuple[Any, pd.DataFrame]]:
@@ -92,31 +62,26 @@ def _fit_table(
     return calibrator.to_json(), (calibrator, table)
 
 
-def calibrate_aggregate(
-    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
-) -> tuple[str, pd.DataFrame]:
-    """The aggregate path: fit on the calib split's bucket table; predict the test rows (read by split)."""
-    text, _ = _fit_table(method, lay, name, input_kind, options, params)
+def _check_json(
+    method: str, name: str, calibrator: Any, text: str, table: pd.DataFrame, input_kind: str
+) -> None:
+    """The saved JSON must reload to the same map (checked on the table's group scores)."""
+    z = (table["sum_z"] / table["n"]).to_numpy(np.float64)
+    x = expit(z) if input_kind == "probability" else z
+    if not np.array_equal(calibrator.predict(x), from_json(text).predict(x)):
+        raise StageError(f"{method}: the saved JSON does not reproduce its predictions on {name}")
+
+
+def test_predictions(lay: Layout, name: str, text: str, input_kind: str) -> pd.DataFrame:
+    """A dataset's or features source's test rows (``row``, ``y``, ``margin``, ``prob``) under the fitted
+    calibrator: the predictions file read by split (validate@calibrated and calibrate_segments' checks read
+    it). A score source has no such file: its test split is a table."""
     test = _aggregate.test_rows(lay, name)
     prob = from_json(text).predict(test[_score_column(input_kind)].to_numpy(np.float64))
     out = pd.DataFrame({"row": test["row"].to_numpy(), "y": test["y"].to_numpy(np.int64)})
     out["margin"] = test["margin"].to_numpy(np.float64)
     out["prob"] = prob
-    return text, out
-
-
-def calibrate_streaming(
-    method: str, lay: Layout, name: str, input_kind: str, options: dict[str, Any], params: Params
-) -> tuple[str, int]:
-    """A streamed source: fit on the calib split's bucket table; the JSON must reload to the same map
-    (checked on the table's group scores). No per-row test file: evaluate, select and validate@calibrated
-    read the test split's table."""
-    text, (calibrator, table) = _fit_table(method, lay, name, input_kind, options, params)
-    z = (table["sum_z"] / table["n"]).to_numpy(np.float64)
-    x = expit(z) if input_kind == "probability" else z
-    if not np.array_equal(calibrator.predict(x), from_json(text).predict(x)):
-        raise StageError(f"{method}: the saved JSON does not reproduce its predictions on {name}")
-    return text, int(_streaming.split_counts(lay, name)["test"])  # prepare records every split
+    return out
 
 
 def run(method: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
@@ -135,27 +100,23 @@ def run(method: str, params: ParamsLike, root: str | os.PathLike[str] = ".") -> 
     with atomic_dir(lay.calibrated_method(method)) as tmp:
         for name in _sources.names(params):
             path = _streaming.rows_file(lay, name)
-            if path.parent != lay.prepared:  # streamed: prepare's tables folder, checked where it is read
+            if path.parent != lay.prepared:  # a score source's tables folder is checked where it is read
                 require(path, "predictions", "the train stage")
             t0 = time.perf_counter()
-            how = _aggregate.path_for(params, name, lay)
-            if path.parent == lay.prepared:  # streamed: the calibrator only, no per-row test predictions
-                text, n_test = calibrate_streaming(method, lay, name, input_kind, options, params)
-                write_text(tmp / f"{name}.json", text + "\n")
-                info["datasets"][name] = {"n_test": n_test, "path": how, "test_predictions": None}
-                secs = time.perf_counter() - t0
-                log.info("calibrated %s with %s in %.2f s (streaming)", name, method, secs)
-                continue
-            if how == _aggregate.AGGREGATE:
-                text, out = calibrate_aggregate(method, lay, name, input_kind, options, params)
-            else:
-                text, out = calibrate_one(method, pd.read_parquet(path), input_kind, options)
-            secs = time.perf_counter() - t0
+            # one path for every source (issue 35): the fit reads the calib split's table
+            text, (calibrator, table) = _fit_table(method, lay, name, input_kind, options, params)
+            _check_json(method, name, calibrator, text, table, input_kind)
             write_text(tmp / f"{name}.json", text + "\n")
-            out.to_parquet(tmp / f"{name}.parquet", index=False)
+            rec: dict[str, Any] = {"path": _aggregate.AGGREGATE}
+            if path.parent == lay.prepared:  # a score source: no per-row file, nothing to predict
+                rec.update(n_test=int(_streaming.split_counts(lay, name)["test"]), test_predictions=None)
+            else:
+                out = test_predictions(lay, name, text, input_kind)
+                out.to_parquet(tmp / f"{name}.parquet", index=False)
+                rec["n_test"] = len(out)
             # No wall-clock time in this DVC output: same inputs must give the same bytes (timing: the log).
-            info["datasets"][name] = {"n_test": len(out), "path": how}
-            log.info("calibrated %s with %s in %.2f s (%s path)", name, method, secs, how)
+            info["datasets"][name] = rec
+            log.info("calibrated %s with %s in %.2f s", name, method, time.perf_counter() - t0)
         write_json(tmp / "fit.json", info)
     return info
 

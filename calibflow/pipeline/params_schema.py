@@ -260,7 +260,9 @@ def machine_memory() -> int:
 
 
 class Evaluate(_Strict):
-    """Test-split metrics with paired percentile-bootstrap intervals."""
+    """Test-split metrics with paired percentile intervals (since issue 35 over the test table's
+    ``scale.replicates`` Poisson replicate columns: ``n_bootstrap`` is no longer read by the stages; it is
+    kept so that existing params files and ``dvc exp run -S evaluate.n_bootstrap=...`` still parse)."""
 
     n_bins: int = Field(15, gt=0, le=10_000)  # bins of ECE, MCE (equal-width) and the reliability diagrams
     # quantile: equal-mass bins, readable at low base rates

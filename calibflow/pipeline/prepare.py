@@ -192,15 +192,16 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".", predictions: boo
             log.info(
                 "prepared %s: %s rows, %s features, %s", name, rec["n_rows"], rec["n_features"], rec["counts"]
             )
-        threshold = _streaming.scale_config(params).row_threshold
+        scale = _streaming.scale_config(params)
         for name, spec in specs.items():
-            if _streaming.streams(spec, threshold):  # one DuckDB pass to tables: no rows reach pandas
+            if spec.kind == "score":  # of any size: one DuckDB pass to tables, no rows reach pandas
                 input_kind = str(params.calibrate.input)
-                scale = _streaming.scale_config(params)
                 rec = _streaming.prepare_record(spec, int(params.seed), tmp, input_kind, scale)
                 record["datasets"][name] = rec
-                log.info("prepared source %s by streaming: %s rows, %s", name, rec["n_rows"], rec["counts"])
+                log.info("prepared source %s in one pass: %s rows, %s", name, rec["n_rows"], rec["counts"])
                 continue
+            # a features source: a model is trained on its rows (train), then its predictions file is
+            # read by the same table path as a score source's
             frame, rec = prepare_source(spec, int(params.seed))
             frame.to_parquet(tmp / f"{name}.parquet", index=False)
             record["datasets"][name] = rec

@@ -4,11 +4,15 @@
 
 - ``auto`` (default): ``calibflow.selection``: keep your scores (an ``identity`` calibrator is written)
   unless a monotone method of ``calibrate.methods`` lowers test log loss by more than ``select.margin``
-  (a fraction of the uncalibrated log loss, default 0.1%) with its whole paired interval (normal, on
-  per-row log-loss differences, so the verdict does not depend on ``evaluate.n_bootstrap``); among the
+  (a fraction of the uncalibrated log loss, default 0.1%) with its whole paired interval (from the test
+  table's ``scale.replicates`` Poisson replicate columns, the same weights for both probability vectors,
+  so the verdict does not depend on ``evaluate.n_bootstrap``); among the
   methods within the margin of the best, the fewest parameters and then the most familiar one wins.
   The card states the rule, the verdict and the runner-up.
 - ``identity``: always keep the scores; a method name: that method, with the same comparison.
+
+One path for every dataset and source, of any size (issue 35): every number comes from the test split's
+bucket tables (``_aggregate``); the segmented challenge scores the test rows in one DuckDB pass.
 
 Writes ``models/<name>/calibrator.json`` (the fitted calibrator's JSON, loadable by
 ``calibflow.calibrators.from_json``) and ``models/<name>/card.json`` (method, params, rule, a one-line
@@ -28,14 +32,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from calibflow import diagnostics, metrics, selection
+from calibflow import diagnostics, selection
 from calibflow import segments as seg
 from calibflow.aggregate import segment_compare
 from calibflow.aggregate.table import add_replicates
 from calibflow.calibrators import from_json, get_class, make
-from calibflow.intervals import percentile_interval, resample_counts, resample_metrics, resampled
 from calibflow.io import read_json, write_json, write_text
 from calibflow.pipeline import _aggregate, _sources
 from calibflow.pipeline._common import (
@@ -62,97 +64,6 @@ log = logging.getLogger("calibflow.pipeline.select")
 RULE_AUTO = "auto"
 #: Most values per segment column shown on a card (the largest segments).
 MAX_SEGMENTS = 20
-
-
-#: The card's metrics, each compared on the same resamples (a paired bootstrap, ``calibflow.intervals``).
-CARD_METRICS = ("log_loss", "ece", "brier", "calibration_ratio")
-
-
-def compare(
-    y: np.ndarray, p_unc: np.ndarray, p_cal: np.ndarray, cfg: Evaluate, rng_seed: int
-) -> dict[str, Any]:
-    """The card's ``metrics``: each metric uncalibrated vs calibrated, the change and its paired interval."""
-    n_bins, level = int(cfg.n_bins), float(cfg.ci_level)
-    counts = resample_counts(int(cfg.n_bootstrap), y, rng_seed)
-    boot = {k: resampled(y, p, counts, n_bins, CARD_METRICS) for k, p in (("unc", p_unc), ("cal", p_cal))}
-    point = {
-        k: {m: float(v[0]) for m, v in resample_metrics(y, p, np.ones_like(y), n_bins, CARD_METRICS).items()}
-        for k, p in (("unc", p_unc), ("cal", p_cal))
-    }
-    out: dict[str, Any] = {}
-    for m in ("log_loss", "ece", "brier"):
-        out[m] = {
-            "uncalibrated": point["unc"][m],
-            "calibrated": point["cal"][m],
-            "delta": point["cal"][m] - point["unc"][m],
-            "delta_ci": percentile_interval(boot["cal"][m] - boot["unc"][m], level),
-        }
-    out["calibration_ratio"] = {
-        "uncalibrated": point["unc"]["calibration_ratio"],
-        "calibrated": point["cal"]["calibration_ratio"],
-        # the counts' interval (exact Poisson, coverage measured), as each segment's: not the bootstrap
-        "ci": seg.count_interval(y, np.asarray(p_cal, np.float64), level),
-    }
-    return out
-
-
-def segment_ratios(
-    test: pd.DataFrame, p_cal: np.ndarray, cfg: Evaluate, rng_seed: int
-) -> list[dict[str, Any]]:
-    """Per declared segment value: rows, positives, ``sum p / sum y`` before/after with intervals, a flag
-    where the interval after calibration excludes 1 (``calibflow.segments.segment_check``: nulls are their
-    own level, values past the largest are pooled, so each column's rows add up to the test rows)."""
-    cols = [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]
-    if not cols:
-        return []
-    segments = {c[len(_sources.SEGMENT_PREFIX) :]: test[c].to_numpy(dtype=object) for c in cols}
-    return seg.segment_check(
-        test["y"].to_numpy(np.float64),
-        test["prob"].to_numpy(np.float64),
-        p_cal,
-        segments,
-        n_boot=int(cfg.n_bootstrap),
-        seed=rng_seed,
-        level=float(cfg.ci_level),
-        top=MAX_SEGMENTS,
-    )
-
-
-def segmented_challenge(
-    lay: Layout,
-    params: Params,
-    name: str,
-    test: pd.DataFrame,
-    global_method: str,
-    p_global: np.ndarray,
-    margin: float,
-) -> dict[str, Any] | None:
-    """The best segmented calibrator (lowest test log loss) against the chosen global one, paired test.
-
-    None when the source has no segmented fits. ``chosen`` is True only when the paired interval of the
-    log-loss change (segmented minus global, ``selection.paired_log_loss``) lies below minus the practical
-    margin on the test split, the test the global choice passed; ``reason`` is the card's one line on it.
-    """
-    probs: dict[str, np.ndarray] = {}
-    for m in segmented_methods(params):
-        path = lay.calibrated_segments / m / f"{name}.parquet"
-        if not path.is_file():
-            continue
-        c = pd.read_parquet(path, columns=["row", "prob"]).sort_values("row")
-        if not np.array_equal(c["row"].to_numpy(), test["row"].to_numpy()):
-            raise StageError(f"{path}: test rows differ from the predictions; rerun calibrate_segments")
-        probs[m] = c["prob"].to_numpy(np.float64)
-    if not probs:
-        return None
-    y = test["y"].to_numpy(np.float64)
-    ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
-    best = min(ll, key=lambda m: (ll[m], m))
-    level = float(params.evaluate.ci_level)
-    # the same paired test and practical margin the global choice had to clear
-    cmp = selection.paired_log_loss(y, p_global, probs[best], level)
-    text = (lay.calibrated_segments / best / f"{name}.json").read_text()
-    rec = _challenge(best, ll, metrics.log_loss(y, p_global), cmp, global_method, margin, level)
-    return {**rec, "text": text, "probs": probs[best]}
 
 
 def _challenge(
@@ -232,22 +143,6 @@ def _input_record(params: Params, name: str, is_source: bool) -> dict[str, Any]:
     }
 
 
-def _calib_rate(lay: Layout, name: str) -> float:
-    """The calibration split's base rate (weighted where the rows carry weights): the constant a card
-    compares the chosen map with."""
-    path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
-    cols = [c for c in ("y", "weight") if c in pq.ParquetFile(path).schema_arrow.names]
-    c = pd.read_parquet(path, columns=cols, filters=[("split", "==", "calib")])
-    w = c["weight"].to_numpy(np.float64) if "weight" in c.columns else np.ones(len(c))
-    return float(w @ c["y"].to_numpy(np.float64) / w.sum()) if len(c) and w.sum() > 0 else float("nan")
-
-
-def _test_frame(lay: Layout, name: str) -> pd.DataFrame:
-    path = require(lay.predictions / f"{name}.parquet", "predictions", "the train stage")
-    preds = pd.read_parquet(path)
-    return preds[preds["split"] == "test"].sort_values("row").reset_index(drop=True)
-
-
 def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str, float], Any]:
     """Test log loss per candidate and a ``compare`` for a method, from bucket tables."""
     scale = _aggregate.scale_config(params)
@@ -287,63 +182,9 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
 def select_one(
     lay: Layout, params: Params, name: str, is_source: bool, rule: str
 ) -> tuple[str, dict[str, Any]]:
-    """The chosen calibrator's JSON text and its card."""
-    cfg = params.evaluate
-    cands = methods(params)
-    how = _aggregate.path_for(params, name, lay)
-    if how == _aggregate.AGGREGATE:
-        return _select_aggregate(lay, params, name, is_source, rule)
-    test = _test_frame(lay, name)
-    y = test["y"].to_numpy(np.float64)
-    probs: dict[str, np.ndarray] = {}
-    for m in cands:
-        cpath = require(
-            lay.calibrated_method(m) / f"{name}.parquet", "calibrated predictions", f"calibrate@{m}"
-        )
-        c = pd.read_parquet(cpath, columns=["row", "prob"]).sort_values("row")
-        if not np.array_equal(c["row"].to_numpy(), test["row"].to_numpy()):
-            raise StageError(f"{cpath}: test rows differ from the predictions; rerun calibrate@{m}")
-        probs[m] = c["prob"].to_numpy(np.float64)
-    ll = {m: metrics.log_loss(y, p) for m, p in probs.items()}
-    p_unc = test["prob"].to_numpy(np.float64)
-    probs[selection.IDENTITY] = p_unc
-    level = float(cfg.ci_level)
-    paired = {m: selection.paired_log_loss(y, p_unc, probs[m], level) for m in _auto_candidates(cands)}
-    decision = _decide(lay, params, name, paired, metrics.log_loss(y, p_unc), rule)
-    method = decision.method
-    text = _calibrator_text(lay, params, name, method)
-    p_chosen = probs[method]
-    challenge = (
-        segmented_challenge(lay, params, name, test, method, p_chosen, decision.margin)
-        if rule == RULE_AUTO
-        else None
-    )
-    if challenge is not None and challenge["chosen"]:
-        method, text, p_chosen = challenge["segmented_method"], challenge["text"], challenge["probs"]
-    met = compare(y, p_unc, p_chosen, cfg, int(params.seed))
-    _use_clt(met["log_loss"], selection.paired_log_loss(y, p_unc, p_chosen, level))
-    segs = segment_ratios(test, p_chosen, cfg, int(params.seed))
-    card = _card(lay, params, name, is_source, rule, method, met, ll, segs, how, text)
-    card = _with_decision(card, decision, rule, level)
-    rate = _calib_rate(lay, name)
-    note = diagnostics.ranking_note(y, p_unc, p_chosen, rate, decision.margin, method, level)
-    if note is not None:  # the report says it first
-        card["ranking"] = note
-    card = _with_segments(card, challenge, segs, text, cfg)
-    if segs:  # the report draws the worst segments' reliability and checks the rows add up
-        card["segment_reliability"] = _worst_reliability(test, p_chosen, segs, level)
-        card["segment_test_rows"] = int(len(test))
-    return text, card
-
-
-def _worst_reliability(
-    test: pd.DataFrame, p: np.ndarray, segs: list[dict[str, Any]], level: float
-) -> list[dict[str, Any]]:
-    cols = [c for c in test.columns if c.startswith(_sources.SEGMENT_PREFIX)]
-    segments = {c[len(_sources.SEGMENT_PREFIX) :]: test[c].to_numpy(dtype=object) for c in cols}
-    worst = seg.worst_segments(segs)
-    return seg.segment_reliability(test["y"].to_numpy(np.float64), p, segments, worst, level=level)
-
+    """The chosen calibrator's JSON text and its card: from bucket tables for every dataset and source
+    (one path, issue 35)."""
+    return _select_aggregate(lay, params, name, is_source, rule)
 
 
 #: A challenge's keys that are the deployed calibrator's payload, not the card's ``segmented`` record.
@@ -413,7 +254,42 @@ def _select_aggregate(
         card["segment_interval"] = segment_compare.RATIO_INTERVAL
         card["chosen_reliability"] = challenge["reliability"]
         card["segment_test_rows"] = challenge["n_test"]  # the report checks each column adds up to it
+    if segs:  # the report draws the worst segments' reliability and checks the rows add up
+        card["segment_reliability"], note = _worst_reliability(lay, params, name, segs, text)
+        if note:
+            card["segment_reliability_rows"] = note
+        card.setdefault("segment_test_rows", _column_rows(segs))
     return text, card
+
+
+def _column_rows(segs: list[dict[str, Any]]) -> int:
+    """The test rows the card's per-segment rows hold (every column's rows add up to them)."""
+    return int(sum(s["n"] for s in segs if s["column"] == segs[0]["column"]))
+
+
+def _worst_reliability(
+    lay: Layout, params: Params, name: str, segs: list[dict[str, Any]], text: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The worst segments' reliability bins (``segments.worst_segments``, ``segments.segment_reliability``)
+    under the chosen calibrator, from the test rows read by DuckDB: a reliability diagram of one segment
+    value needs its rows' probabilities. Only up to ``scale.fit_rows`` test rows (all of them read); above
+    it none are drawn and the note says so (a sample would cost one more pass over a large source, and
+    the per-segment ratios with their intervals are on the card)."""
+    worst = seg.worst_segments(segs)
+    if not worst:
+        return [], None
+    scale = _aggregate.scale_config(params)
+    stored = _column_rows(segs)
+    if scale.fit_rows and stored > scale.fit_rows:
+        return [], (f"worst segments' reliability not drawn: {stored:,} test rows, above scale.fit_rows "
+                    f"{scale.fit_rows:,}")
+    names = _aggregate.segment_names(lay, name)
+    rows = segment_compare.fetch_rows(_test_rows(lay, params, name, names), names, scale.threads or None)
+    cal = from_json(text)
+    segments = rows["segments"] if json.loads(text)["state"].get("segment_names_") else None
+    p = cal.predict(rows["scores"], segments=segments) if segments else cal.predict(rows["scores"])
+    level = float(params.evaluate.ci_level)
+    return seg.segment_reliability(rows["y"], p, rows["segments"], worst, level=level), None
 
 
 def _test_rows(lay: Layout, params: Params, name: str, names: list[str],
@@ -445,7 +321,8 @@ def _check_scored(name: str, n: int, stored: int, sample: segment_compare.RowSam
 def _segmented_pass(
     lay: Layout, params: Params, name: str, global_method: str, margin: float
 ) -> dict[str, Any] | None:
-    """The aggregate path's segmented challenge (:func:`segmented_challenge`'s decision and record), from
+    """The segmented challenge (the best segmented calibrator against the chosen global one, the paired
+    test on per-row log-loss differences and the practical margin; :func:`_challenge`'s record), from
     one pass over the test rows (``calibflow.aggregate.segment_compare``); when the segmented method
     wins, also the card's metrics, per-segment rows and reliability bins for it. None without fits."""
     fits = {m: lay.calibrated_segments / m / f"{name}.json" for m in segmented_methods(params)}
@@ -480,6 +357,11 @@ def _segmented_pass(
     if sample is not None:
         rec["reason"] += (f" (on a seeded sample of {res.n:,} of {stored:,} test rows, "
                           f"scale.compare_rows {scale.compare_rows:,})")
+    notes = {m: n for m in fits if (n := _fit_note(lay, m, name))}
+    if notes:  # a method that needs rows was fitted on a seeded sample of them: the card says so
+        rec["fit_notes"] = notes
+    if best in notes:
+        rec["reason"] += f"; {best} {notes[best]}"
     if rec["chosen"]:
         t = add_replicates(res.tables[best], scale.replicates, scale.seed)
         # sampled: before and after on the same rows (the stored test table holds them all)
@@ -491,6 +373,16 @@ def _segmented_pass(
         rec["reliability"] = _aggregate.reliability_from_table(t, int(cfg.n_bins), level,
                                                                str(cfg.reliability_bins))
     return rec
+
+
+def _fit_note(lay: Layout, method: str, name: str) -> str | None:
+    """calibrate_segments' note on which calib rows fitted ``method`` (a sample, for a method that needs
+    rows), or None."""
+    f = lay.calibrated_segments / "fit.json"
+    if not f.is_file():
+        return None
+    rec = ((read_json(f).get("methods") or {}).get(method) or {}).get(name) or {}
+    return rec.get("fit_note")
 
 
 def _pass_metrics(res: Any, method: str, met: dict[str, Any], level: float) -> dict[str, Any]:

@@ -411,10 +411,9 @@ def _source_suites(phase: str, params: Params, lay: Layout):
     suites: list[tuple[str, pd.DataFrame, list[Any]]] = []
     explain: dict[str, Any] = {}
     specs = _sources.specs(params, lay.root)
-    threshold = _streaming.scale_config(params).row_threshold
     if phase == "raw":
         for name, spec in specs.items():
-            if _streaming.streams(spec, threshold):  # one DuckDB scan; GX on its counts
+            if spec.kind == "score":  # any size: one DuckDB scan, GX on its counts (prepare streams it)
                 frame, exps, prof = vs.raw_suite_streaming(spec, k)
                 suites.append((f"raw.{name}", frame, exps))
                 explain[f"raw.{name}"] = lambda f, s=spec, p=prof: vs.raw_message_streaming(s, p, f, k)

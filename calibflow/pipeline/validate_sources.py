@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibflow import source_rules as rules
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.sources import SourceSpec
@@ -50,12 +51,10 @@ def _numeric(spec: SourceSpec, s: pd.Series, role: str) -> np.ndarray:
 
 
 def _label_ok(spec: SourceSpec, s: pd.Series) -> np.ndarray:
-    if spec.positive is not None:
-        return s.notna().to_numpy()
-    if pd.api.types.is_bool_dtype(s):
-        return s.notna().to_numpy()
-    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    return (v == 0) | (v == 1)
+    """Where the label is usable: ``calibflow.source_rules``' one rule."""
+    from calibflow.source_rules import label_array
+
+    return label_array(s, spec.positive)[0]
 
 
 def _values_seen(bad: pd.Series) -> str:
@@ -98,17 +97,16 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
     lab = raw[spec.label]
     flags["label_binary"] = _label_ok(spec, lab)
     checks["label_binary"] = _check("label_binary", spec.label, _values_seen(lab[~flags["label_binary"]]))
-    if spec.score is not None:
+    if spec.score is not None:  # the checks' one definition: calibflow.source_rules
         s = _numeric(spec, raw[spec.score], "score")
-        fin = np.isfinite(s)
-        flags["score_finite"] = fin
+        flags["score_finite"] = rules.score_finite_array(s)
         checks["score_finite"] = _check("score_finite", spec.score)
         if spec.score_kind == "probability":
-            flags["score_in_01"] = ~fin | ((s >= 0) & (s <= 1))
+            flags["score_in_01"] = rules.score_in_01_array(s)
             checks["score_in_01"] = _check("score_in_01", spec.score)
     if spec.weight is not None:
         w = _numeric(spec, raw[spec.weight], "weight")
-        flags["weight_ok"] = np.isfinite(w) & (w >= 0)
+        flags["weight_ok"] = rules.weight_ok_array(w)
         checks["weight_ok"] = _check("weight_ok", spec.weight)
     if spec.time is not None:
         flags["time_parses"] = timesplit.to_datetime(raw[spec.time], spec.time_format).notna().to_numpy()
@@ -125,12 +123,10 @@ def raw_suite(spec: SourceSpec, min_count: int) -> tuple[pd.DataFrame, list[Any]
 
 
 def _y01(spec: SourceSpec, lab: pd.Series) -> np.ndarray:
-    from calibflow.pipeline._sources import labels01
+    """The label as 0/1 (``calibflow.source_rules``; 0 where unusable: the label check flags those)."""
+    from calibflow.source_rules import label_array
 
-    if spec.positive is None and not pd.api.types.is_bool_dtype(lab):
-        v = pd.to_numeric(lab, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        return np.nan_to_num(v, nan=0.0).astype(np.int64)
-    return labels01(lab, spec.positive)
+    return label_array(lab, spec.positive)[1]
 
 
 def split_suites(

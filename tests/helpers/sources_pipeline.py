@@ -52,11 +52,20 @@ def source_params(path: str, with_features: bool = True) -> dict:
     return params
 
 
-def run_pipeline(params: dict, root: Path, with_report: bool = True, segments: bool = False) -> None:
+def run_pipeline(
+    params: dict, root: Path, with_report: bool = True, segments: bool = False, rows: bool = False
+) -> None:
     """The stages in the declared order (calibflow.pipeline.dag, as `dvc repro` runs a user project of these
     params: no fetch or train when every source brings its scores), in-process; ``segments``: the
-    calibrate_segments stage too (per-segment fits of the sources' segment columns)."""
+    calibrate_segments stage too (per-segment fits of the sources' segment columns). ``rows``: prepare,
+    calibrate, calibrate_segments, evaluate and select replaced by the row computation the stages used
+    before issue 35 (helpers/row_reference.py), the control a test compares the one path with."""
+    from calibflow.pipeline import _scores
+    from calibflow.pipeline._common import as_params
+    from helpers import row_reference as ref
+
     scores = dag.scores_only(params)
+    methods = params["calibrate"]["methods"]
     steps = {
         "sources": lambda key: fingerprint.run(key, params, root),
         "fetch": lambda key: fetch.run(params, root),
@@ -69,5 +78,18 @@ def run_pipeline(params: dict, root: Path, with_report: bool = True, segments: b
         "select": lambda key: select.run(params, root),
         "report": lambda key: report.run(params, root) if with_report else None,
     }
+    if rows:
+        def prepare_rows(key):
+            ref.prepare_rows(params, root)
+            if scores:
+                _scores.write_all(as_params(params), root)
+
+        steps.update({
+            "prepare": prepare_rows,
+            "calibrate": lambda key: [ref.calibrate_rows(m, params, root) for m in methods],
+            "calibrate_segments": lambda key: ref.calibrate_segments_rows(params, root) if segments else None,
+            "evaluate": lambda key: ref.evaluate_rows(params, root),
+            "select": lambda key: ref.select_rows(params, root),
+        })
     for name, key in dag.order(params):
         steps[name](key)

@@ -127,10 +127,13 @@ def test_seed_changes_draws_not_counts(files, table):
 
 
 def test_scale_params_and_switch():
-    from calibflow.aggregate.switch import choose_path, parse_scale
+    from calibflow.aggregate import switch
+    from calibflow.aggregate.switch import parse_scale
 
     cfg = parse_scale({"row_threshold": 1000, "buckets": 1024})
-    assert choose_path(1000, cfg) == "rows" and choose_path(1001, cfg) == "aggregate"
+    # issue 35: one path; row_threshold still parses (old params files) but chooses nothing any more
+    # (this asserted choose_path(1000) == "rows" and choose_path(1001) == "aggregate")
+    assert cfg.row_threshold == 1000 and not hasattr(switch, "choose_path")
     assert cfg.grid.width == pytest.approx(32 / 1024)
     for bad, msg in (({"row_treshold": 5}, "unknown key"), ({"buckets": 1}, "buckets"),
                      ({"replicates": -1}, "replicates"), ({"z_max": 0}, "z_max")):

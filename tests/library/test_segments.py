@@ -209,6 +209,7 @@ def seg_run(tmp_path_factory):
     for name, frame in frames.items():
         frame.to_parquet(root / "userdata" / f"{name}.parquet", index=False)
     params = _params({n: f"userdata/{n}.parquet" for n in frames})
+    (root / "params.used.yaml").write_text(yaml.safe_dump(params))
     run_pipeline(params, root, segments=True)
     return root, frames
 
@@ -230,8 +231,14 @@ def test_segmented_chosen_only_on_evidence(seg_run):
 def test_card_segments_before_after_and_counts(seg_run):
     root, _ = seg_run
     card = read_json(root / "models/ads/card.json")
-    prep = pd.read_parquet(root / "data/prepared/ads.parquet")
+    # issue 35: prepare keeps a score source's tables, not its rows; the split's rows are the row split's
+    # (prepare_source), its test count checked equal to the stage's
+    from calibflow.pipeline import _sources, prepare
+
+    params = yaml.safe_load((root / "params.used.yaml").read_text())
+    prep, _ = prepare.prepare_source(_sources.specs(params, root)["ads"], int(params["seed"]))
     n_test = int((prep["split"] == "test").sum())
+    assert n_test == read_json(root / "data/prepared/splits.json")["datasets"]["ads"]["counts"]["test"]
     rows = {r["value"]: r for r in card["segments"]}
     assert sum(r["n"] for r in card["segments"]) == n_test  # nulls included
     assert rows["(null)"]["n"] == int(((prep["split"] == "test") & (prep["s:country"] == "(null)")).sum())

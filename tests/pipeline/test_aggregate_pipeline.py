@@ -1,8 +1,9 @@
 """Issue 17 wired in: a score source above ``scale.row_threshold`` runs calibrate, evaluate and select on the
 aggregate path (DuckDB bucket tables) and agrees with the row path on the same prepared split.
 
-Reduced size: 6000 generated rows (helpers.source_data) and ``row_threshold: 1000``; the row path is the
-same pipeline with the threshold above the row count.
+Reduced size: 6000 generated rows (helpers.source_data). Issue 35: every stage takes the table path; the
+row path is the row computation the stages used before (helpers/row_reference.py) on the same prepared
+split.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import row_reference
 from helpers.source_data import scores_frame, write
 from helpers.sources_pipeline import source_params
 
 from calibflow.io import read_json
-from calibflow.pipeline import calibrate, evaluate, fetch, fingerprint, prepare, select, train
+from calibflow.pipeline import calibrate, evaluate, fetch, fingerprint, select, train
 from calibflow.report.answers import answer_block
 
 METHODS = ["platt", "isotonic"]
@@ -37,7 +39,7 @@ def both(tmp_path_factory):
     params["evaluate"].update(n_bootstrap=40, reliability_bins="quantile")
     fingerprint.run("ads", params, rows)
     fetch.run(params, rows)
-    prepare.run(params, rows)
+    row_reference.prepare_rows(params, rows)  # a predictions file, which the table path reads by split
     train.run(params, rows)
     agg = tmp_path_factory.mktemp("agg")
     shutil.copytree(rows / "data", agg / "data")
@@ -47,14 +49,15 @@ def both(tmp_path_factory):
     grid = tmp_path_factory.mktemp("grid")
     shutil.copytree(rows / "data", grid / "data")
     grid_params = {**params, "scale": {"row_threshold": 1000, "replicates": 40, "distinct_max": 0}}
-    _downstream(row_params, rows)
+    row_reference.downstream_rows(row_params, rows)  # the row computation before issue 35
     _downstream(agg_params, agg)
     _downstream(grid_params, grid)
     for label, scale in (("prob_rows", {"row_threshold": 10**9}), ("prob_agg", {"row_threshold": 1000})):
         root = tmp_path_factory.mktemp(label)
         shutil.copytree(rows / "data", root / "data")
         cal = {**params["calibrate"], "input": "probability"}
-        _downstream({**params, "scale": scale, "calibrate": cal}, root)
+        run = row_reference.downstream_rows if label == "prob_rows" else _downstream
+        run({**params, "scale": scale, "calibrate": cal}, root)
         roots[label] = root
     return rows, agg, grid, roots
 

@@ -1,10 +1,11 @@
 """Segmented calibrators on the pipeline's aggregate path, against the row path on the same prepared split.
 
 A score source with a ``country`` segment (tests/source_data.py: 6000 generated rows) runs calibrate,
-calibrate_segments, validate@calibrated and evaluate twice: with
-``scale.row_threshold`` above the rows (row path) and at 1000 (aggregate path: ``partial_pooling`` fitted
-from the pass's tables). Stated tolerance: the two paths' test probabilities within 0.01 (one segment
-column: the table fit differs from the row fit only by the coarse cells).
+calibrate_segments, validate@calibrated and evaluate twice: the row computation the stages used before issue
+35 (helpers/row_reference.py, the row path) and the stages (aggregate path: ``partial_pooling`` fitted from
+the pass's tables, ``multicalibration`` on a seeded sample of calib rows). Stated tolerance: the two paths'
+test probabilities within 0.01 (one segment column: the table fit differs from the row fit only by the
+coarse cells).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import row_reference
 from helpers.source_data import scores_frame, write
 
 from calibflow.calibrators import from_json
@@ -26,7 +28,6 @@ from calibflow.pipeline import (
     evaluate,
     fetch,
     fingerprint,
-    prepare,
     train,
     validate,
 )
@@ -49,6 +50,14 @@ def _params(path: str) -> dict:
     return params
 
 
+def _downstream_rows(params: dict, root: Path) -> None:
+    """The row computation the stages used before issue 35 (tests/helpers/row_reference.py)."""
+    row_reference.calibrate_rows("platt", params, root)
+    row_reference.calibrate_segments_rows(params, root)
+    validate.run("calibrated", params, root)
+    row_reference.evaluate_rows(params, root)
+
+
 def _downstream(params: dict, root: Path) -> None:
     calibrate.run("platt", params, root)
     calibrate_segments.run(params, root)
@@ -63,11 +72,11 @@ def both(tmp_path_factory):
     params = _params(str(path.relative_to(rows)))
     fingerprint.run("ads", params, rows)
     fetch.run(params, rows)
-    prepare.run(params, rows)
+    row_reference.prepare_rows(params, rows)  # a predictions file: the table path reads it by split
     train.run(params, rows)
     agg = tmp_path_factory.mktemp("agg")
     shutil.copytree(rows / "data", agg / "data")
-    _downstream({**params, "scale": {"row_threshold": 10**9}}, rows)
+    _downstream_rows(params, rows)
     _downstream({**params, "scale": {"row_threshold": 1000, "replicates": 40}}, agg)
     return rows, agg
 
@@ -76,8 +85,14 @@ def test_aggregate_path_fits_partial_pooling_from_tables(both):
     rows, agg = both
     info = read_json(agg / SEG / "fit.json")["methods"]
     assert info["partial_pooling"]["ads"]["path"] == "aggregate"
-    assert "needs rows" in info["multicalibration"]["ads"]["skipped"]  # said, not silently dropped
-    assert not (agg / SEG / "multicalibration" / "ads.parquet").exists()
+    # issue 35: multicalibration needs the rows; the one path fits it on a bounded seeded sample of the
+    # calib rows (here all of them: fewer than scale.fit_rows) and says so (before: skipped, said so)
+    assert "fitted on every one of the" in info["multicalibration"]["ads"]["fit_note"]
+    assert info["multicalibration"]["ads"]["fit_rows"] == info["multicalibration"]["ads"]["calib_rows"]
+    ma = pd.read_parquet(agg / SEG / "multicalibration" / "ads.parquet").sort_values("row")
+    mr = pd.read_parquet(rows / SEG / "multicalibration" / "ads.parquet").sort_values("row")
+    assert np.array_equal(ma["row"].to_numpy(), mr["row"].to_numpy())
+    assert np.abs(ma["prob"].to_numpy() - mr["prob"].to_numpy()).max() < 0.01
     cal = from_json((agg / SEG / "partial_pooling" / "ads.json").read_text())
     assert cal.segment_names_ == ["country"] and {"DE", "FR", "US"} <= set(cal.vocab_[0])
     pa = pd.read_parquet(agg / SEG / "partial_pooling" / "ads.parquet").sort_values("row")

@@ -285,8 +285,9 @@ def _low_base_rate(n=6000, seed=5):
 
 
 def test_equal_mass_bins_with_intervals_at_a_two_percent_base_rate():
+    from helpers.row_reference import reliability_records
+
     from calibflow.intervals import jeffreys_interval
-    from calibflow.pipeline.evaluate import reliability_records
 
     y, p = _low_base_rate()
     assert 0.01 <= y.mean() <= 0.03
@@ -304,7 +305,8 @@ def test_equal_mass_bins_with_intervals_at_a_two_percent_base_rate():
 
 
 def test_reliability_axes_zoom_to_the_data_and_show_counts():
-    from calibflow.pipeline.evaluate import reliability_records
+    from helpers.row_reference import reliability_records
+
     from calibflow.report.figures import reliability_grid, zoom_limit
 
     y, p = _low_base_rate()
@@ -318,8 +320,9 @@ def test_reliability_axes_zoom_to_the_data_and_show_counts():
 
 
 def test_a_reliability_grid_is_drawn_once_per_report_for_the_page_and_plots(monkeypatch):
+    from helpers.row_reference import reliability_records
+
     from calibflow import plots
-    from calibflow.pipeline.evaluate import reliability_records
     from calibflow.report import figures
 
     y, p = _low_base_rate()
@@ -437,8 +440,9 @@ def test_hostile_names_and_figures_never_become_markup(tmp_path):
 
 
 def test_unknown_reliability_binning_names_the_key():
+    from helpers.row_reference import evaluate_dataset
+
     from calibflow.pipeline._common import StageError
-    from calibflow.pipeline.evaluate import evaluate_dataset
     from calibflow.pipeline.params_schema import Evaluate, construct
 
     y, p = _low_base_rate(n=300)

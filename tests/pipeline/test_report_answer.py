@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers.row_reference import reliability_records
 from scipy.special import expit, logit
 
 from calibflow import calibrators as C
 from calibflow import plots
-from calibflow.pipeline.evaluate import reliability_records
 from calibflow.report import figures
 from calibflow.report._format import fmt_sig
 from calibflow.report.answers import answer_block

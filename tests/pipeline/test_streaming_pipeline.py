@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers import row_reference
 from helpers.source_data import scores_frame, write
 from helpers.sources_pipeline import METHODS, run_pipeline, source_params
 
@@ -130,9 +131,8 @@ def test_same_split_counts_as_the_row_path_on_a_time_split(streamed, tmp_path):
     """The time windows are the row path's: per split the same rows (counts and positives) land in it, and
     the stored test table holds exactly the row path's test rows per label."""
     root, params = streamed
-    rows_params = {**params, "scale": {"row_threshold": 10**9}}
     (tmp_path / "userdata").symlink_to(root / "userdata")
-    prepare.run(rows_params, tmp_path)
+    row_reference.prepare_rows(params, tmp_path)  # issue 35: the row path's prepare is the tests' control
     by_rows = read_json(tmp_path / "data/prepared/splits.json")["datasets"]["ads"]
     streamed_rec = read_json(root / "data/prepared/splits.json")["datasets"]["ads"]
     assert by_rows["counts"] == streamed_rec["counts"]
