@@ -40,7 +40,7 @@ ALLOWED_DIRS = {"experiments"}
 def test_derived_lists_equal_the_registry_and_the_old_lists():
     from calibflow import segments, selection
     from calibflow.aggregate import fit as agg_fit
-    from calibflow.flows import cli_scale
+    from calibflow.cli import scale as cli_scale
     from calibflow.pipeline import _common, params_schema
     from calibflow.report import data, glossary
 

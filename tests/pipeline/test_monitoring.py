@@ -323,7 +323,7 @@ def test_min_gain_refuses_a_practically_nil_promotion():
 
 
 def test_init_monitor_adds_the_source_keeping_every_comment(tmp_path):
-    from calibflow.flows.cli_monitor import add_monitor_source
+    from calibflow.cli.monitor import add_monitor_source
 
     params = tmp_path / "params.yaml"
     text = Path("params.yaml").read_text()
