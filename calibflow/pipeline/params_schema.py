@@ -105,7 +105,7 @@ class Datasets(_Strict):
     @field_validator("names")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        from calibflow.datasets._loaders import BINARY_TASKS
+        from calibflow.datasets._registry import BINARY_TASKS
 
         for n in v:
             if _check_name(n, "dataset") not in BINARY_TASKS:
@@ -115,7 +115,7 @@ class Datasets(_Strict):
     @field_validator("targets")
     @classmethod
     def _targets(cls, v: dict[str, str]) -> dict[str, str]:
-        from calibflow.datasets._loaders import HILLSTROM_TARGETS
+        from calibflow.datasets._registry import HILLSTROM_TARGETS
 
         choices = {"hillstrom": HILLSTROM_TARGETS}  # the datasets with more than one label
         for k, target in v.items():
