@@ -1,10 +1,11 @@
 """Issue 39: the params check loads only what it needs, so a bad value is refused in about a second.
 
 The check reads each calibrator class's own ``_bounds`` (the one source of truth), so it imports the
-calibrator modules; scikit-learn, numba and xgboost are imported by the fits that use them, never by the
-check. Each case runs in a fresh interpreter and reads ``sys.modules`` after the check: a module-level
-import of one of them anywhere on the path (a calibrator, the registry, the scale section, the datasets,
-the command line) fails here, instead of silently costing a second and a half on every refusal.
+calibrator modules; scikit-learn, numba, xgboost and pandas are imported by the fits and stages that use
+them, never by the check. Each case runs in a fresh interpreter and reads ``sys.modules`` after the
+check: a module-level import of one of them anywhere on the path (a calibrator, the registry, the scale
+section, the datasets, a source's time split, the command line) fails here, instead of silently costing a
+second and a half on every refusal.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import pytest
 import yaml
 
 PY = sys.executable
-HEAVY = ("sklearn", "numba", "xgboost")
+#: pandas too: a source's time split and the segmented calibrators' modules are read without it
+HEAVY = ("sklearn", "numba", "xgboost", "pandas")
 
 #: Loads the params file in argv[1] the way ``calibflow run`` does (the command line's module first), then
 #: prints the check's outcome and which heavy modules are loaded, as JSON.
@@ -58,7 +60,7 @@ def _source_params(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize("n_bins", [100_000_000, -3])
-def test_a_bad_size_is_refused_without_sklearn_numba_or_xgboost(tmp_path, n_bins):
+def test_a_bad_size_is_refused_without_sklearn_numba_xgboost_or_pandas(tmp_path, n_bins):
     params = {**_source_params(tmp_path), "calibrate": {"options": {"histogram": {"n_bins": n_bins}}}}
     got = _check(params, tmp_path)
     assert "histogram.n_bins must be an integer >= 1" in got["outcome"], got
