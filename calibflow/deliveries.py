@@ -60,6 +60,8 @@ class DayFile:
     placed: bool = True  # False: its rows could not be put in windows (the whole source is held)
     content: str | None = None  # "<rows>:<sum of row hashes>" over the role columns (module doc)
     mtime: int = 0
+    repeated: int = 1  # k > 1: every row of the file appears exactly k times (a repeated export)
+    repeats: int = 0  # rows that repeat another row exactly, when the file is not a whole repetition
 
 
 @dataclass
@@ -144,8 +146,11 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
         args = ", ".join(f"CAST({S.quote_ident(c)} AS VARCHAR)" for c in present)
         total = rel.aggregate(f"CAST(sum(hash({args})) AS VARCHAR)").fetchall()[0][0]
         f.content = f"{n}:{total}:{','.join(present)}"
+        _count_repeats(rel, args, n, f)
     if counted is not None:
         f.windows, bad_t = counted
+        if f.repeated > 1:  # each window's rows are k copies: count them once
+            f.windows = {k: v // f.repeated for k, v in f.windows.items()}
         if bad_t:
             f.placed = False
             f.problem = (
@@ -158,6 +163,44 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
             + (f"; also {missing[1:]}" if len(missing) > 1 else "")
             + "); the file is not used and its windows stay pending until it is fixed"
         )
+
+
+def _count_repeats(rel: Any, args: str, n: int, f: DayFile) -> None:
+    """Rows that repeat another row of the same file exactly (every role column equal).
+
+    A file in which *every* row appears exactly k >= 2 times is an export written k times: it is counted
+    once (``repeated``). Scattered repeats can be real (coarse times, rounded scores): they are counted as
+    delivered and named in a note (``repeats``), so a partly doubled export is seen, never silently halved.
+    """
+    lo, hi, distinct = rel.aggregate(f"hash({args}) AS h, count(*) AS c", "h").aggregate(
+        "min(c), max(c), count(*)"
+    ).fetchall()[0]
+    if hi <= 1:
+        return
+    if lo == hi and distinct >= 2:
+        f.repeated = int(hi)
+    else:
+        f.repeats = int(n - distinct)
+
+
+def repeat_notes(spec: S.SourceSpec, files: list[DayFile]) -> list[str]:
+    """One note per file with rows repeated inside it (``_count_repeats``)."""
+    notes = []
+    for f in files:
+        if f.problem or f.duplicate_of:
+            continue
+        if f.repeated > 1:
+            notes.append(
+                f"source {spec.name!r}: file {f.rel} holds each of its rows {f.repeated} times "
+                "(an export written more than once); each row is counted once"
+            )
+        elif f.repeats:
+            notes.append(
+                f"source {spec.name!r}: file {f.rel}: {f.repeats} row(s) repeat another row of the file "
+                "exactly (time, score, label, segments); counted as delivered: if the export doubled "
+                "them, replace the file"
+            )
+    return notes
 
 
 #: Rows of the time column read at once when placing a file (memory bounded by this, not by the file).
@@ -213,13 +256,16 @@ def inventory(
         if same is not None:  # byte-identical: same placement, no second read
             f.windows, f.content = dict(same.windows), same.content
             f.problem, f.placed = same.problem, same.placed
+            f.repeated, f.repeats = same.repeated, same.repeats
         elif hit and hit.get("digest") == digest and "content" in hit:
             f.windows, f.content = dict(hit["windows"]), hit["content"]
+            f.repeated, f.repeats = int(hit.get("repeated", 1)), int(hit.get("repeats", 0))
         else:
             _place(spec, f, cfg)
         by_digest.setdefault(digest, f)
         out.append(f)
-    return Inventory(spec.name, out, _mark_copies(spec, out, cache))
+    notes = _mark_copies(spec, out, cache)
+    return Inventory(spec.name, out, sorted(notes + repeat_notes(spec, out)))
 
 
 def _mtime(path: str) -> int:
@@ -262,7 +308,11 @@ def _counted_before(f: DayFile, cache: dict[str, dict[str, Any]]) -> bool:
 
 def cache_of(inv: Inventory) -> dict[str, dict[str, Any]]:
     """What ``inventory`` may reuse next time: the good files' digests, content digests and windows."""
-    return {f.rel: {"digest": f.digest, "content": f.content, "windows": f.windows} for f in inv.good}
+    return {
+        f.rel: {"digest": f.digest, "content": f.content, "windows": f.windows, "repeated": f.repeated,
+                "repeats": f.repeats}
+        for f in inv.good
+    }
 
 
 def load(
@@ -276,6 +326,8 @@ def load(
         if not any(lo_k <= k < hi_k for k in f.windows):
             continue
         df = S.scan(replace(spec, path=f.path), role_columns(spec)).to_pandas()
+        if f.repeated > 1:  # an export written k times: each row once (``_count_repeats``)
+            df = df.drop_duplicates(ignore_index=True)
         df["time"] = to_times(df.pop(spec.time))
         df = df[(df["time"] >= lo) & (df["time"] < hi)]
         out = pd.DataFrame({"time": df["time"], "score": pd.to_numeric(df[spec.score], errors="coerce")})

@@ -103,18 +103,24 @@ def file_rows_sql(spec: SourceSpec, con: duckdb.DuckDBPyConnection, path: str) -
 
 
 def window_parts(
-    spec: SourceSpec, files: Sequence[str], lo: pd.Timestamp, hi: pd.Timestamp, usable: bool = True,
+    spec: SourceSpec, files: Sequence[Any], lo: pd.Timestamp, hi: pd.Timestamp, usable: bool = True,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> list[Part] | None:
-    """One FROM item per file: its rows with ``lo <= time < hi`` (``usable``: only labels in {0, 1} and
-    finite scores, the rows the row path keeps); None when a file cannot stream."""
+    """One FROM item per delivered file (``deliveries.DayFile``): its rows with ``lo <= time < hi``
+    (``usable``: only labels in {0, 1} and finite scores, the rows the row path keeps); a file written
+    k times over (``DayFile.repeated``) gives each row once, as ``deliveries.load`` does; None when a file
+    cannot stream."""
     con = con or S.connect(1)
     parts = []
     keep = " AND label IN (0, 1) AND isfinite(score)" if usable else ""
-    for path in files:
+    for f in files:
+        path = f.path
         sql = file_rows_sql(spec, con, path)
         if sql is None:
             return None
+        if f.repeated > 1:  # the first copy of each row, by row number
+            roles = ", ".join(["time", "score", "label", *(quote_ident(c) for c in spec.segments)])
+            sql = f"SELECT DISTINCT ON ({roles}) * FROM ({sql}) ORDER BY _rn"
         where = f"time >= {_ts(lo)} AND time < {_ts(hi)}{keep}"
         parts.append(Part(f"(SELECT * FROM ({sql}) WHERE {where})", {"path": path}))
     return parts

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -106,29 +107,41 @@ def run(
     delay: int = 2,
     cfg: mon.MonitorConfig | None = None,
     progress: bool = False,
+    always: bool = False,
 ) -> dict[str, Any]:
-    """The monitor over one scenario, day by day (module doc)."""
+    """The monitor over one scenario, day by day (module doc). ``always``: also the control that
+    recalibrates every day without a gate (the gate's best method refitted on the trailing window)."""
     cfg = cfg or mon.MonitorConfig(n_bootstrap=100)
     frames = {d: day_frame(scenario, d, rows, seed, shift_day) for d in range(-warmup, days)}
     warm = pd.concat([frames[d] for d in range(-warmup, 0)], ignore_index=True)
     first = C.make("platt", input="probability").fit(warm["score"].to_numpy(), warm["label"].to_numpy())
     state = mon.MonitorState.start_with(scenario, first, {"fitted_on": ["warmup"]}, "probability")
     decided: dict[int, Any] = {}
+    daily: dict[int, Any] = {}
+    daily_cal = first
     for d in range(days):
         w = mon.Window(DAY0 + pd.Timedelta(days=d), DAY0 + pd.Timedelta(days=d + 1))
         calib = pd.concat([frames[k] for k in range(d - cfg.calib_windows, d)], ignore_index=True)
         state = mon.process_window(state, w, frames[d], calib, cfg, SEGMENTS)
         decided[d] = state.calibrator()
+        best = state.gates[-1].get("best")
+        if always and best:
+            daily_cal = _refit(best, first, calib)
+        daily[d] = daily_cal
         if progress:
             print(f"{scenario} day {d}: champion v{state.champion} {state.gates[-1].get('reason', '')[:90]}",
                   flush=True)
     served: dict[int, dict[str, list[float]]] = {}
     never: dict[int, dict[str, list[float]]] = {}
+    daily_sums: dict[int, dict[str, list[float]]] = {}
     for d in range(days):
         src = d - 1 - delay  # the newest window whose labels had matured when day d was served
         cal = decided[src] if src >= 0 else first
         served[d] = _ratios(mon.predict_frame(cal, frames[d], "probability"), frames[d])
         never[d] = _ratios(mon.predict_frame(first, frames[d], "probability"), frames[d])
+        if always:
+            cal = daily[src] if src >= 0 else first
+            daily_sums[d] = _ratios(mon.predict_frame(cal, frames[d], "probability"), frames[d])
 
     def day_of(key: str) -> int:
         return int((pd.Timestamp(key) - DAY0).days)
@@ -142,6 +155,7 @@ def run(
         "shift_day": shift_day,
         "first_alert": first_alert,
         "alert_days": sorted({day_of(a["window"]) for a in state.alerts}),
+        "alerts": sorted((day_of(a["window"]), a["segment"], a["metric"]) for a in state.alerts),
         "promotions": [(day_of(v["promoted_after"]), v["method"]) for v in state.versions[1:]],
         "reasons": [g["reason"] for g in state.gates if g.get("promoted")],
         "incidents": [
@@ -150,8 +164,19 @@ def run(
         ],
         "served": served,
         "never": never,
+        "always": daily_sums,
         "state": state,
     }
+
+
+def _refit(method: str, first: Any, calib: pd.DataFrame) -> Any:
+    """The always-recalibrate control: ``method`` refitted on the whole trailing window, every day."""
+    segmented = "segments" in C.get_class(method).needs
+    cols = {c: calib[c].to_numpy(dtype=object) for c in SEGMENTS} if segmented else None
+    return mon.fit_challenger(
+        method, str(first.input_kind), calib["score"].to_numpy(float), calib["label"].to_numpy(float),
+        "probability", cols,
+    )
 
 
 def pooled(sums: dict[int, dict[str, list[float]]], lo: int, hi: int) -> dict[str, dict[str, float]]:
@@ -168,6 +193,123 @@ def pooled(sums: dict[int, dict[str, list[float]]], lo: int, hi: int) -> dict[st
     return out
 
 
+#: The segment whose first alert measures each drift's detection delay.
+DETECT = {"global": "all", "one_country": "country=DE", "slope": "all"}
+POLICIES = ("served", "never", "always")
+
+
+def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
+    """One run reduced to the study's numbers (JSON): incidents on stable windows (every window of
+    ``stable``, the pre-shift windows of the others), the detection delay, and per policy the pooled
+    ``sum p / sum y`` over the last ``last`` days, overall and per country, beside the truth's."""
+    shift, scen = int(res["shift_day"]), res["scenario"]
+    stable_days = days if scen == "stable" else min(shift, days)
+    opened = [int((pd.Timestamp(i["opened"]) - DAY0).days) for i in res["incidents"]]
+    target = DETECT.get(scen)
+    hits = sorted(d for d, seg, _ in res["alerts"] if seg == target and d >= shift)  # first on/after it
+    after = [a for a in res["alert_days"] if a >= shift]
+    out: dict[str, Any] = {
+        "scenario": scen, "seed": res["seed"], "days": days, "shift_day": shift,
+        "stable_windows": stable_days,
+        "stable_incidents": sum(1 for d in opened if d < stable_days),
+        "delay": (hits[0] - shift) if hits else None,
+        "any_alert_delay": (after[0] - shift) if after and scen != "stable" else None,
+        "promotions": len(res["promotions"]),
+        "methods": [m for _, m in res["promotions"]],
+    }
+    lo = max(days - last, 0)
+    for pol in POLICIES:
+        if res.get(pol):
+            out[pol] = {k: {m: round(v[m], 6) for m in ("ratio", "vs_truth", "positives")}
+                        for k, v in pooled(res[pol], lo, days).items()}
+    return out
+
+
+def study(
+    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None
+) -> list[dict[str, Any]]:
+    """Every (scenario, seed) run with the always-recalibrate control, reduced by ``summary``; seed by
+    seed (every scenario of a seed, then the next), ``save(runs)`` after each run."""
+    out = []
+    for seed in seeds:
+        for scen in scenarios:
+            res = run(scen, seed, days, rows, shift_day, always=True)
+            out.append(summary(res, days))
+            if save is not None:
+                save(out)
+            print(f"{scen} seed {seed}: delay {out[-1]['delay']}, stable incidents "
+                  f"{out[-1]['stable_incidents']}, promotions {out[-1]['promotions']}", flush=True)
+    return out
+
+
+def _ci(x: list[float], digits: int = 3) -> str:
+    from calibflow.experiments.claims import t_interval
+
+    m, lo, hi = t_interval(x)
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _p(d: list[float]) -> str:
+    from scipy import stats
+
+    v = np.asarray(d, dtype=float)
+    if v.size < 2 or np.allclose(v, v[0]):
+        return "p = n/a"
+    return f"p = {stats.ttest_1samp(v, 0.0).pvalue:.2g}"
+
+
+def table(runs: list[dict[str, Any]], big: float = 250) -> str:
+    """The study's tables (markdown): t intervals over seeds, paired t-tests against the controls;
+    countries judged one by one are those with more than ``big`` positives in the last days."""
+    from scipy import stats
+
+    lines = ["| scenario | seeds | stable windows | incidents | incidents / 100 stable windows [95% t CI] | "
+             "exact Poisson 95% upper bound / 100 |", "|---|---|---|---|---|---|"]
+    groups = {s: [r for r in runs if r["scenario"] == s] for s in SCENARIOS}
+    groups = {s: g for s, g in groups.items() if g}
+    for s, g in [*groups.items(), ("all (pooled)", runs)]:
+        rate = [100 * r["stable_incidents"] / r["stable_windows"] for r in g if r["stable_windows"]]
+        k, n = sum(r["stable_incidents"] for r in g), sum(r["stable_windows"] for r in g)
+        upper = 100 * stats.chi2.ppf(0.975, 2 * (k + 1)) / 2 / n if n else float("nan")  # Garwood
+        lines.append(f"| {s} | {len(g)} | {n} | {k} | {_ci(rate, 2)} | {upper:.2f} |")
+    lines += ["", "| drift | segment | detected | delay in windows, mean [95% t CI] | median | max | "
+              "within 2 |", "|---|---|---|---|---|---|---|"]
+    for s, g in groups.items():
+        if s == "stable":
+            continue
+        d = [r["delay"] for r in g if r["delay"] is not None]
+        within = sum(x <= 2 for x in d)
+        lines.append(f"| {s} | {DETECT[s]} | {len(d)}/{len(g)} | {_ci(d, 2) if d else '-'} | "
+                     f"{np.median(d) if d else '-'} | {max(d) if d else '-'} | {within}/{len(g)} |")
+    lines += ["", "| scenario | segment | served / truth: gated | never | always | "
+              "abs bias gated - never [95% t CI], p | gated - always, p |", "|---|---|---|---|---|---|---|"]
+    for s, g in groups.items():
+        keys = ["all", "DE"] if s == "one_country" else ["all"]
+        for k in keys:
+            vals = {pol: [r[pol][k]["vs_truth"] for r in g] for pol in POLICIES}
+            bias = {pol: np.abs(np.asarray(v) - 1) for pol, v in vals.items()}
+            dn, da = list(bias["served"] - bias["never"]), list(bias["served"] - bias["always"])
+            lines.append(f"| {s} | {k} | {_ci(vals['served'])} | {_ci(vals['never'])} | "
+                         f"{_ci(vals['always'])} | {_ci(dn)}, {_p(dn)} | {_ci(da)}, {_p(da)} |")
+    lines += ["", f"| scenario | countries (> {big:g} positives, not the shifted one) | "
+              "worst abs(served/truth - 1) per seed: gated | never | always | "
+              "seeds with every such country within 0.05: gated | never | "
+              "always |", "|---|---|---|---|---|---|---|---|"]
+    for s, g in groups.items():
+        worst = {pol: [] for pol in POLICIES}
+        for r in g:
+            judged = [c for c in COUNTRIES if (c != "DE" or s != "one_country")]
+            judged = [c for c in judged if r["served"][c]["positives"] > big]
+            for pol in POLICIES:
+                worst[pol].append(max((abs(r[pol][c]["vs_truth"] - 1) for c in judged), default=0.0))
+        n_big = np.mean([sum(r["served"][c]["positives"] > big for c in COUNTRIES) for r in g])
+        ok = {pol: sum(w <= 0.05 for w in worst[pol]) for pol in POLICIES}
+        lines.append(f"| {s} | {n_big:.1f} | {_ci(worst['served'])} | {_ci(worst['never'])} | "
+                     f"{_ci(worst['always'])} | {ok['served']}/{len(g)} | {ok['never']}/{len(g)} | "
+                     f"{ok['always']}/{len(g)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", choices=SCENARIOS, default="global")
@@ -175,7 +317,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--days", type=int, default=60)
     ap.add_argument("--rows", type=int, default=40_000)
     ap.add_argument("--shift-day", type=int, default=30)
+    ap.add_argument("--seeds", type=int, nargs="+", help="the study: these seeds (e.g. $(seq 0 19))")
+    ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    ap.add_argument("--out", help="the study's JSON (one summary per scenario and seed)")
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print the study's tables from these files")
     a = ap.parse_args(argv)
+    if a.table:
+        runs = []
+        for f in a.table:
+            with open(f, encoding="utf-8") as fh:
+                runs += json.load(fh)["runs"]
+        print(table(runs))
+        return
+    if a.seeds:
+        args = {k: v for k, v in vars(a).items() if k != "table"}
+
+        def save(runs: list[dict[str, Any]]) -> None:
+            if a.out:  # atomic, after every run: a killed study keeps the runs it finished
+                tmp = a.out + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump({"args": args, "runs": runs}, fh, indent=1)
+                os.replace(tmp, a.out)
+
+        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save)))
+        return
     res = run(a.scenario, a.seed, a.days, a.rows, a.shift_day, progress=True)
     tail = pooled(res["served"], max(a.days - 15, 0), a.days)
     res.pop("state")

@@ -546,7 +546,7 @@ def _stream(
     feeding = MST.files_in(inv.good, w.start, w.end)
     con = S.connect(1)
     try:
-        everything = MST.window_parts(spec, [f.path for f in feeding], w.start, w.end, usable=False, con=con)
+        everything = MST.window_parts(spec, feeding, w.start, w.end, usable=False, con=con)
         if everything is None or not MS.aggregable(champ):
             why = "a per-segment champion is applied to rows" if everything is not None else (
                 "its files are not Parquet with a TIMESTAMP, DATE or numeric time column")
@@ -564,7 +564,7 @@ def _stream(
             unlabelled.update(waits)
         if is_held:
             return False, state, lines
-        frame_parts = MST.window_parts(spec, [f.path for f in feeding], w.start, w.end, con=con)
+        frame_parts = MST.window_parts(spec, feeding, w.start, w.end, con=con)
         assert frame_parts is not None
         seed = MS.window_seed(cfg, w)
         tabs = MS.window_tables(frame_parts, champ, state.score_kind, tuple(spec.segments), cfg.n_bins,
@@ -612,7 +612,7 @@ def _trailing_sample(
             continue
         start = pd.Timestamp(k)
         feeding = MST.files_in(inv.good, start, start + pd.Timedelta(cfg.period))
-        got = MST.window_parts(spec, [f.path for f in feeding], start, start + pd.Timedelta(cfg.period),
+        got = MST.window_parts(spec, feeding, start, start + pd.Timedelta(cfg.period),
                                con=con)
         if got is None:  # a trailing file that cannot stream: no sample from it (noted by the gate's size)
             continue
@@ -642,6 +642,13 @@ def sources_to_monitor(params: ParamsLike, only: str | None) -> list[str]:
     return names
 
 
+def _incident_what(i: dict[str, Any]) -> str:
+    """A drift incident's worst value; a wait's reason (its ``worst`` is a row count, not a metric)."""
+    if i["metric"] in mon.WAIT_METRICS.values():
+        return i.get("why") or f"{int(i['worst'])} row(s) waiting"
+    return f"worst {i['worst']:.4f}"
+
+
 def report_lines(res: dict[str, Any]) -> list[str]:
     """The console lines of one source's run (the CLI and the flow print the same)."""
     lines = [
@@ -651,9 +658,8 @@ def report_lines(res: dict[str, Any]) -> list[str]:
     ]
     lines += [f"  note: {x}" for x in res["notices"]]
     for i in res["opened"]:
-        lines.append(
-            f"  INCIDENT opened {i['opened'][:10]} {i['segment']} {i['metric']} (worst {i['worst']:.4f})"
-        )
+        what = _incident_what(i)
+        lines.append(f"  INCIDENT opened {i['opened'][:10]} {i['segment']} {i['metric']} ({what})")
     for i in res["closed"]:
         lines.append(
             f"  incident closed {i['closed'][:10]} {i['segment']} {i['metric']} (opened {i['opened'][:10]})"

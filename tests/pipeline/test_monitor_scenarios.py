@@ -44,13 +44,10 @@ def test_a_global_shift_is_served_right_again_overall_and_in_every_large_country
     assert off == {}, off
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 38 not met yet: DE is fixed only from day 34 (14 days after the shift) and the "
-    "partial_pooling champion, refitted on every country, moves UK by +10% and IT by -6% against the truth "
-    "(seed 0, days 30-44); a map applied only where the change is has not been built",
-)
 def test_a_one_country_shift_is_fixed_in_that_country_and_moves_no_other(one_country):
+    """Once DE's incident has 7 windows behind it, the segmented challenger is the champion with DE's
+    terms refitted on them (``monitoring.patch_challenger``): every other country keeps the champion's
+    prediction, and the global challengers learn the countries that did not drift."""
     res = one_country
     de = [k for k in res["first_alert"] if k.startswith("country=DE ")]
     assert de and min(res["first_alert"][k] for k in de) <= SHIFT + 1, res["first_alert"]

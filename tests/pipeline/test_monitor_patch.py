@@ -1,0 +1,93 @@
+"""A segment's fix where the change is (issue 38): while only segment levels have open drift incidents,
+the segmented challenger is the champion with those levels refitted (``monitoring.patch_challenger``),
+every other row keeping the champion's prediction exactly; the global challengers learn the undrifted
+rows only. Known truth: one country's logit +0.5, the others unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibflow import calibrators as C
+from calibflow import monitoring as mon
+from calibflow import sources as S
+from calibflow.experiments import monitor_scenarios as X
+
+CFG = mon.MonitorConfig(n_bootstrap=50, calib_windows=6, min_calib_windows=3)  # 3 windows make a patch
+
+
+@pytest.fixture(scope="module")
+def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Warm-up days (the world before) and four days after DE's logit rose by 0.5."""
+    def days(r: range) -> pd.DataFrame:
+        return pd.concat([X.day_frame("one_country", d, 20_000, 1, 10) for d in r], ignore_index=True)
+
+    return days(range(3)), days(range(10, 14))
+
+
+@pytest.fixture(scope="module")
+def champion(frames):
+    before, _ = frames
+    cal = C.make("platt", input="probability").fit(before["score"].to_numpy(), before["label"].to_numpy())
+    return S.record_score_kind(cal, "probability")
+
+
+def _ratio(p: np.ndarray, frame: pd.DataFrame, mask: np.ndarray) -> float:
+    return float(p[mask].sum() / frame["p_true"].to_numpy()[mask].sum())
+
+
+def test_the_patch_changes_only_the_drifted_level_and_fixes_it(frames, champion):
+    _, after = frames
+    since = str(after["time"].min().floor("D").isoformat())
+    patch, rec = mon.patch_challenger(champion, after, {"country=DE": since}, CFG, "probability")
+    assert patch is not None and list(rec["patched"]) == ["country=DE"], rec
+    old = mon.predict_frame(champion, after, "probability")
+    new = mon.predict_frame(patch, after, "probability")
+    de = after["country"].to_numpy() == "DE"
+    assert np.array_equal(new[~de], old[~de])  # every other row: the champion's prediction, bit for bit
+    assert _ratio(old, after, de) < 0.75  # the control: the champion serves DE ~35% low
+    assert abs(_ratio(new, after, de) - 1) < 0.05
+    again = C.from_json(patch.to_json())  # served from its JSON, as the monitor saves versions
+    assert np.array_equal(mon.predict_frame(again, after, "probability"), new)
+    assert mon.keeps_ranking_within(patch, after, "probability")
+
+
+def test_a_patch_on_a_patch_keeps_the_first_level_and_adds_columns(frames, champion):
+    _, after = frames
+    since = str(after["time"].min().floor("D").isoformat())
+    first, _ = mon.patch_challenger(champion, after, {"country=DE": since}, CFG, "probability")
+    second, rec = mon.patch_challenger(first, after, {"device=tablet": since}, CFG, "probability")
+    assert list(rec["patched"]) == ["device=tablet"]
+    p1 = mon.predict_frame(first, after, "probability")
+    p2 = mon.predict_frame(second, after, "probability")
+    tablet = after["device"].to_numpy() == "tablet"
+    assert np.array_equal(p2[~tablet], p1[~tablet])
+    assert second.segment_names_ == ["country", "device"]
+
+
+def test_a_level_waits_for_its_windows_and_an_isotonic_champion_gets_a_platt_base(frames):
+    before, after = frames
+    since = str(after["time"].max().floor("D").isoformat())  # one window since the incident: too few
+    iso = S.record_score_kind(
+        C.make("isotonic", input="probability").fit(before["score"].to_numpy(), before["label"].to_numpy()),
+        "probability",
+    )
+    patch, rec = mon.patch_challenger(iso, after, {"country=DE": since}, CFG, "probability")
+    assert patch is None and "country=DE" in rec["waiting"] and "platt" in rec["base"]
+
+
+def test_no_patch_while_the_whole_source_is_off():
+    state = mon.MonitorState(source="s")
+    cfg = mon.MonitorConfig()
+    rows = []
+    for day, seg in ((0, "country=DE"), (1, "all")):
+        w = (pd.Timestamp("2026-01-01") + pd.Timedelta(days=day)).isoformat()
+        rows.append({"window": w, "segment": seg, "version": 1, "calibration_ratio": 0.7, "skipped": None,
+                     "out": ["calibration_ratio"], "band_ratio": [0.9, 1.1]})
+        state.alerts.append({"window": w, "segment": seg, "metric": "calibration_ratio"})
+    state.history = rows[:1]
+    assert mon.patch_targets(state, cfg, ("country",)) == {"country=DE": rows[0]["window"]}
+    assert mon.patch_targets(state, cfg, ("device",)) == {}  # not a declared segment column here
+    state.history = rows
+    assert mon.patch_targets(state, cfg, ("country",)) == {}  # `all` is off: a global fix's job
