@@ -35,7 +35,7 @@ MONITOR_RUN_KEYS = ("sources", "commit", "branch", "registry")
 
 def validate_monitor_section(section: dict[str, Any] | None) -> None:
     """Check ``params.monitor``: a ``ValueError`` naming the key and the fix."""
-    from calibflow.monitoring import MonitorConfig
+    from calibflow.monitor import MonitorConfig
 
     sec = dict(section or {})
     srcs = sec.get("sources") or []
@@ -331,7 +331,7 @@ class Params(_Strict):
     validate_: Validate = Field(default_factory=Validate, alias="validate")
     select: Select = Field(default_factory=Select)
     # Checked by the core's own parsers, which hold their defaults (calibflow.aggregate.switch.ScaleConfig,
-    # calibflow.monitoring.MonitorConfig): free-form mappings here.
+    # calibflow.monitor.MonitorConfig): free-form mappings here.
     scale: dict[str, Any] = Field(default_factory=dict)
     papers: list[str] = Field(default_factory=list)
     reproduce: Reproduce = Field(default_factory=Reproduce)

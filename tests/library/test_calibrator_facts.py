@@ -33,7 +33,7 @@ FAMILIARITY_BEFORE = (
 #: Lists of method names that are settings or a paper's protocol, not facts about a method: the paper
 #: reproductions name the methods their paper compares; the monitor's challenger defaults are its own
 #: setting (``monitor.methods`` in params.yaml).
-ALLOWED = {("monitoring.py", "MonitorConfig")}
+ALLOWED = {("config.py", "MonitorConfig")}
 ALLOWED_DIRS = {"experiments"}
 
 

@@ -156,3 +156,32 @@ def test_no_import_cycle_between_modules():
         if m not in seen:
             visit(m)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+#: What the monitor package must never import: it is library code the stage, the flows, the report and the
+#: experiments call (issue 40).
+MONITOR_FORBIDDEN = ("prefect", "prefect_dask", "dvc", "great_expectations", "gto", "typer")
+MONITOR_OUTER = ("calibflow.flows", "calibflow.cli", "calibflow.pipeline")
+
+
+def test_the_monitor_is_one_package():
+    monitor = sorted(m for m in MODULES if _in(m, "calibflow.monitor"))
+    assert {"calibflow.monitor", "calibflow.monitor.deliveries", "calibflow.monitor.gate"} <= set(monitor)
+    assert not any(m in MODULES for m in ("calibflow.monitoring", "calibflow.deliveries",
+                                          "calibflow.monitoring_scale", "calibflow.monitoring_stream"))
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if _in(m, "calibflow.monitor")))
+def test_the_monitor_package_imports_no_orchestration(name):
+    bad = sorted(
+        i for i in MODULES[name]
+        if i.split(".")[0] in MONITOR_FORBIDDEN or any(_in(i, layer) for layer in MONITOR_OUTER)
+    )
+    assert not bad, f"{name} (the monitor package) imports {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("calibflow.monitor.")))
+def test_the_monitor_modules_import_each_other_not_the_face(name):
+    """Inside the package a module imports the module that defines a name, never the face (which imports
+    them all: a cycle the moment a job module needs it)."""
+    assert "calibflow.monitor" not in {_known(i) for i in MODULES[name]}, name
