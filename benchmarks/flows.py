@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         flow_clone = _clone(Path(tmp) / "flow", a.params)
         t_dvc = _timed([sys.executable, "-m", "dvc", "repro"], dvc_clone, env)
         t_flow = _timed(
-            [sys.executable, "-m", "calibflow.flows.cli", "run", "--quiet"],
+            [sys.executable, "-m", "calibflow.cli", "run", "--quiet"],
             flow_clone,
             {**env, "CALIBFLOW_ROOT": str(flow_clone), "PREFECT_HOME": str(flow_clone / ".prefect")},
         )

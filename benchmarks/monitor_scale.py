@@ -4,9 +4,9 @@
 
 Data: ``calibflow.experiments.monitoring.simulate_stream`` ("stable", one day of ``--rows`` rows, two
 segment values), a Platt champion fitted on 5,000 rows of a warm-up day. Timed: the table path
-(``monitoring_scale.score_frame``: one pass applying the champion per batch, overall + per-segment rows,
+(``monitor.scale.score_frame``: one pass applying the champion per batch, overall + per-segment rows,
 ``n_bootstrap`` Poisson replicates) on ``--rows``; the row path (``monitoring.predict_frame`` +
-``monitoring.score`` per segment mask, ``n_bootstrap`` row resamples) on the first ``--row-rows`` rows of
+``scoring.score`` per segment mask, ``n_bootstrap`` row resamples) on the first ``--row-rows`` rows of
 the same window, and the table path on those rows too, so the two paths compare on equal rows. Wall and
 process CPU seconds; peak RSS of the process at the end.
 
@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from calibflow import calibrators as C
-    from calibflow import monitoring as mon
-    from calibflow import monitoring_scale as MS
+    from calibflow import monitor as mon
     from calibflow.experiments.monitoring import simulate_stream
+    from calibflow.monitor import scale as MS
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=10_000_000)

@@ -60,7 +60,7 @@ def _cli(root: Path, *args: str, api_port: int | None = None) -> subprocess.Comp
     if api_port is not None:
         env["PREFECT_API_URL"] = f"http://127.0.0.1:{api_port}/api"
     return subprocess.run(
-        [sys.executable, "-m", "calibflow.flows.cli", *args],
+        [sys.executable, "-m", "calibflow.cli", *args],
         cwd=root, env=env, capture_output=True, text=True,
     )
 

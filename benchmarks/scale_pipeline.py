@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             files = generate(str(data), rows, a.parts, 200, 0, 2, null_every=1000)
         gen = time.perf_counter() - t0
-        cli = [sys.executable, "-m", "calibflow.flows.cli"]
+        cli = [sys.executable, "-m", "calibflow.cli"]
         init = subprocess.run(
             [*cli, "init", "--data", "scores", "--label", "label", "--score", "score", "--score-kind",
              "probability", "--segments", "country,seg7", "--name", "big"],

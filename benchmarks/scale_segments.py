@@ -113,7 +113,7 @@ def _cli(files: list[str], segments: list[str], replicates: int) -> dict:
         os.mkdir(os.path.join(folder, name))
         for f in group:
             os.symlink(f, os.path.join(folder, name, os.path.basename(f)))
-    cmd = [sys.executable, "-m", "calibflow.flows.cli", "fit", "--calib", f"{folder}/calib/*.parquet",
+    cmd = [sys.executable, "-m", "calibflow.cli", "fit", "--calib", f"{folder}/calib/*.parquet",
            "--test", f"{folder}/test/*.parquet", "--score", "score", "--label", "label",
            "--replicates", str(replicates), "--out", os.path.join(folder, "out")]
     for s in segments:

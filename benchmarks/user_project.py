@@ -82,7 +82,7 @@ def _env(peer: Path | None) -> dict[str, str]:
 
 def _cli(folder: Path, env: dict[str, str], *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "calibflow.flows.cli", *args],
+        [sys.executable, "-m", "calibflow.cli", *args],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from calibflow.metrics import row_log_loss
@@ -39,6 +38,9 @@ OTHER_LEVEL = "(other values)"
 
 def as_levels(values: ArrayLike) -> NDArray[np.object_]:
     """Segment values as text levels (see the module docstring); nulls become :data:`NULL_LEVEL`."""
+    import pandas as pd  # here, not at the top: the segmented calibrators' modules (read by the params
+    # check for their facts) import this one
+
     if isinstance(values, pd.Series | pd.Index):
         values = values.to_numpy(dtype=object, na_value=None)
     a = np.asarray(values)
@@ -102,6 +104,8 @@ def segment_matrix(segments: Any, n: int) -> tuple[list[str], list[NDArray[np.ob
 
 def level_codes(levels: NDArray[np.object_], vocab: list[str]) -> NDArray[np.int64]:
     """Index of each level in ``vocab`` (sorted), -1 for a level not in it (unseen in fitting)."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(levels)  # hash once per row, then look up only the distinct values
     index = {v: k for k, v in enumerate(vocab)}
     lookup = np.array([index.get(u, -1) for u in uniques] + [-1], dtype=np.int64)
@@ -181,6 +185,8 @@ def segment_check(
     ``benchmarks/segment_coverage.py``); ``n_boot`` and ``seed`` are kept for callers and no longer used
     (a percentile bootstrap of the ratio had no coverage at a handful of positives).
     """
+    import pandas as pd
+
     yy = np.asarray(y, dtype=np.float64)
     pb, pa = np.asarray(p_before, dtype=np.float64), np.asarray(p_after, dtype=np.float64)
     names, cols = segment_matrix(segments, yy.size)

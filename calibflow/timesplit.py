@@ -11,31 +11,55 @@ source does not use them), rows at or after the test end are left out, and no ro
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+# pandas is imported in the functions that use it: the params check (``check_time_split``, through
+# ``calibflow.sources.parse_source``) runs on every ``calibflow run`` and needs no pandas for durations and
+# YAML dates.
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(min|h|d|w)\s*$")
 _UNITS = {"min": "min", "h": "h", "d": "D", "w": "W"}
 DEFAULTS = {"test_last": "7d", "calib_last": "14d", "period": "1d"}
 
 
+_SECONDS = {"min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The longest span a ``Timedelta`` holds (int64 nanoseconds): about 292 years.
+_MAX_SECONDS = (2**63 - 1) // 10**9
+
+
+def _duration(value: Any) -> tuple[int, str]:
+    """``(n, unit)`` of a duration (an int is days), checked without pandas; else ``ValueError``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        n, unit = value, "d"
+    else:
+        m = _DURATION.match(str(value))
+        if not m or int(m.group(1)) <= 0:
+            raise ValueError(f"{value!r} is not a duration (write e.g. 7d, 12h, 2w or 30min)")
+        n, unit = int(m.group(1)), m.group(2)
+    if n * _SECONDS[unit] > _MAX_SECONDS:
+        raise ValueError(f"{value!r} is longer than the 292 years a duration can span")
+    return n, unit
+
+
 def parse_duration(value: Any) -> pd.Timedelta:
     """``"7d"``, ``"12h"``, ``"2w"``, ``"30min"`` (an int is days) as a ``Timedelta``; else ``ValueError``."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return pd.Timedelta(days=value)
-    m = _DURATION.match(str(value))
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"{value!r} is not a duration (write e.g. 7d, 12h, 2w or 30min)")
-    n, unit = int(m.group(1)), m.group(2)
+    import pandas as pd
+
+    n, unit = _duration(value)
     return pd.Timedelta(weeks=n) if unit == "w" else pd.Timedelta(n, unit=_UNITS[unit])
 
 
 def _timestamp(value: Any, key: str) -> pd.Timestamp:
+    import pandas as pd
+
     try:
         ts = pd.Timestamp(value)
     except (ValueError, TypeError):
@@ -50,12 +74,13 @@ def check_time_split(cfg: Mapping[str, Any]) -> None:
     for key in ("test_last", "calib_last", "period"):
         if key in cfg:
             try:
-                parse_duration(cfg[key])
+                _duration(cfg[key])
             except ValueError as exc:
                 raise ValueError(f"{key}: {exc}") from None
     for key in ("calib_start", "test_start", "test_end"):
-        if key in cfg:
-            _timestamp(cfg[key], key)
+        value = cfg.get(key)
+        if key in cfg and not (isinstance(value, dt.date) and 1678 <= value.year <= 2261):
+            _timestamp(value, key)  # text (and a date outside what a Timestamp holds) is pandas' to judge
     if "test_last" in cfg and "test_start" in cfg:
         raise ValueError("give test_last or test_start, not both")
     if "calib_last" in cfg and "calib_start" in cfg:
@@ -86,6 +111,8 @@ class TimeWindows:
 
 def time_windows(t_min: Any, t_max: Any, cfg: Mapping[str, Any]) -> TimeWindows:
     """The windows of a time split for data spanning ``[t_min, t_max]``; ``ValueError`` if one is empty."""
+    import pandas as pd
+
     check_time_split(cfg)
     lo, hi = pd.Timestamp(t_min), pd.Timestamp(t_max)
     period = parse_duration(cfg.get("period", DEFAULTS["period"]))
@@ -137,6 +164,8 @@ def to_datetime(values: Any, fmt: str | None = None, utc_naive: bool = False) ->
     column's own time zone (its splits are wall-clock times there); ``utc_naive`` (the monitor's fixed
     window grid) converts zoned times and text offsets to UTC and drops the zone.
     """
+    import pandas as pd
+
     s = values if isinstance(values, pd.Series) else pd.Series(values)
     if pd.api.types.is_bool_dtype(s):
         t = pd.Series(pd.NaT, index=s.index, dtype="datetime64[ns]")
@@ -155,6 +184,8 @@ def to_datetime(values: Any, fmt: str | None = None, utc_naive: bool = False) ->
 
 def assign_splits(times: Any, windows: TimeWindows) -> np.ndarray:
     """Per row: ``train`` before the calibration window, ``calib``, ``test``, or ``""`` (after test end)."""
+    import pandas as pd
+
     t = to_datetime(times)
     ref = pd.Timestamp(0, tz=t.dt.tz) if t.dt.tz is not None else pd.Timestamp(0)
     lo, mid, hi = (_like(x, ref) for x in (windows.calib_start, windows.test_start, windows.test_end))
@@ -172,6 +203,8 @@ def split_problem(t_min: Any, t_max: Any, cfg: Mapping[str, Any], needs_train: b
     rows; ``needs_train`` (a features source trains its base model on the rows before calibration) also
     wants rows before the calibration window.
     """
+    import pandas as pd
+
     try:
         w = time_windows(t_min, t_max, cfg)
     except ValueError as exc:
@@ -191,6 +224,8 @@ def propose_split(t_min: Any, t_max: Any, needs_train: bool = False) -> dict[str
     A score source: test on the last third of the days, calibrate on the rest; a features source: test and
     calibrate on a fifth each, the rest trains the base model.
     """
+    import pandas as pd
+
     lo, hi = pd.Timestamp(t_min), pd.Timestamp(t_max)
     day = pd.Timedelta(days=1)
     n = int(((hi.floor(day) + day) - lo.floor(day)) / day)

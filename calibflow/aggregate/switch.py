@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from calibflow.aggregate.table import BucketGrid
+from calibflow.aggregate.grid import BucketGrid  # not from .table, which loads DuckDB and numba
 
 
 @dataclass(frozen=True)

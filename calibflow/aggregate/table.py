@@ -21,10 +21,8 @@ key spaces too large for a flat array (many segment values) and for one group pe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -32,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from calibflow.aggregate import kernel
+from calibflow.aggregate.grid import DEFAULT_GRID, BucketGrid
 from calibflow.metrics import LOG_LOSS_CLIP
 from calibflow.sources import files, quote_ident, require_columns
 
@@ -42,25 +41,6 @@ KEYS_MAX = 1 << 22
 BATCH_ROWS = 1 << 20
 
 
-@dataclass(frozen=True)
-class BucketGrid:
-    """The logit grid: ``n_buckets`` cells on ``[-z_max, z_max]`` (rows beyond go to the end cells)."""
-
-    n_buckets: int = 65_536
-    z_max: float = 16.0
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.n_buckets, int) and self.n_buckets >= 2):
-            raise ValueError(f"scale.buckets must be an integer >= 2, got {self.n_buckets!r}")
-        if not (self.z_max > 0 and math.isfinite(self.z_max)):
-            raise ValueError(f"scale.z_max must be a finite number > 0, got {self.z_max!r}")
-
-    @property
-    def width(self) -> float:
-        return 2.0 * self.z_max / self.n_buckets
-
-
-DEFAULT_GRID = BucketGrid()
 
 
 def clip_sql(q: str) -> str:

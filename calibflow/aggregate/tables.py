@@ -245,7 +245,7 @@ class _Spec:
     cells: np.ndarray  # cells per value, per column
     hashes: list[np.ndarray] | None = None  # each level's DuckDB hash(), per column
     #: Applied to each batch's scores before the kernel (``kind`` then describes its output): the monitor
-    #: sums a champion's calibrated probabilities, computed per row (``calibflow.monitoring_scale``).
+    #: sums a champion's calibrated probabilities, computed per row (``calibflow.monitor.scale``).
     transform: Any = None
     #: Split names (a split pass, :func:`aggregate_split_tables`): the part's ``_sp`` column holds the
     #: row's split code (an index into them, -1: no split); the first ``n_tab`` get tables.

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
 
@@ -183,6 +182,8 @@ def _fit_scaled(X, a, b, theta, constraints, l2, penalty_mask, max_iter) -> Logi
             return fit
         theta = _nearest_feasible(fit.theta, constraints)
 
+    from scipy.optimize import minimize  # here: importing the calibrators (the params check) stays light
+
     cons = []
     if constraints is not None:
         C, d = (np.atleast_2d(np.asarray(constraints[0], float)), np.asarray(constraints[1], float))
@@ -206,6 +207,8 @@ def _feasible(theta, constraints, tol=1e-9) -> bool:
 
 def _nearest_feasible(theta, constraints):
     """Euclidean projection onto {C t >= d} by a small QP; gives SLSQP a feasible start."""
+    from scipy.optimize import minimize
+
     C, d = np.atleast_2d(np.asarray(constraints[0], float)), np.asarray(constraints[1], float)
     res = minimize(
         lambda t: 0.5 * np.sum((t - theta) ** 2),

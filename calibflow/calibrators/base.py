@@ -28,8 +28,6 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
-from sklearn.base import BaseEstimator
-from sklearn.exceptions import NotFittedError
 
 from calibflow._validation import (
     AUTO,
@@ -163,13 +161,24 @@ def to_probability(scores: NDArray[np.float64], input: str) -> NDArray[np.float6
     return expit(scores)
 
 
-class BaseCalibrator(BaseEstimator):
+def not_fitted(message: str) -> Exception:
+    """scikit-learn's ``NotFittedError`` (a ``ValueError``) with ``message``, imported when raised."""
+    from sklearn.exceptions import NotFittedError
+
+    return NotFittedError(message)
+
+
+class BaseCalibrator:
     """Base class: public ``fit``/``predict`` validate, subclasses implement ``_fit``/``_predict``.
 
-    A scikit-learn estimator: ``get_params(deep)``, ``set_params``, ``clone`` and ``__sklearn_tags__``
-    come from ``sklearn.base.BaseEstimator``; fitted attributes end in ``_`` and ``predict`` before
-    ``fit`` raises ``sklearn.exceptions.NotFittedError`` (a ``ValueError``). ``X`` may be 1-D or one
-    column ``(n, 1)``: a calibrator maps one score to one probability.
+    A scikit-learn estimator by its protocol, not by inheritance: ``get_params(deep)``, ``set_params`` and
+    ``__sklearn_tags__`` behave as ``sklearn.base.BaseEstimator``'s (``clone`` and
+    ``check_estimator`` work on them), and scikit-learn is imported only when one of them (or a fit that
+    needs it) runs. Importing the calibrators, as the params check does for each class's ``_bounds``,
+    stays light: no scikit-learn, numba or xgboost (tests/pipeline/test_params_check_imports.py).
+    Fitted attributes end in ``_`` and ``predict`` before ``fit`` raises
+    ``sklearn.exceptions.NotFittedError`` (a ``ValueError``). ``X`` may be 1-D or one column ``(n, 1)``:
+    a calibrator maps one score to one probability.
 
     Subclass contract:
     - ``expects``: "logit", "probability" or "any" (see the module docstring).
@@ -233,7 +242,7 @@ class BaseCalibrator(BaseEstimator):
             return self.input
         kind = getattr(self, "input_", None)
         if kind is None:
-            raise NotFittedError(f"{type(self).__name__}: input='auto' is decided by fit; call fit first")
+            raise not_fitted(f"{type(self).__name__}: input='auto' is decided by fit; call fit first")
         return kind
 
     def predict(self, scores: ArrayLike) -> NDArray[np.float64]:
@@ -263,8 +272,22 @@ class BaseCalibrator(BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return bool(getattr(self, "fitted_", False))
 
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        """The constructor's argument names, sorted (``BaseEstimator._get_param_names``)."""
+        sig = inspect.signature(cls.__init__)
+        return sorted(k for k, p in sig.parameters.items() if k != "self" and p.kind != p.VAR_KEYWORD)
+
+    def set_params(self, **params: Any) -> BaseCalibrator:
+        """scikit-learn's ``set_params`` (nested ``a__b`` keys too)."""
+        from sklearn.base import BaseEstimator
+
+        return BaseEstimator.set_params(self, **params)  # type: ignore[arg-type]
+
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
+        from sklearn.base import BaseEstimator
+
+        tags = BaseEstimator.__sklearn_tags__(self)  # type: ignore[arg-type]
         tags.target_tags.required = True  # y in {0, 1}; binary only
         tags.input_tags.one_d_array = True  # scores may be 1-D, or one column (n, 1)
         tags.input_tags.allow_nan = False
@@ -308,7 +331,7 @@ class BaseCalibrator(BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not getattr(self, "fitted_", False):
-            raise NotFittedError(
+            raise not_fitted(
                 f"{type(self).__name__} ({self.name}) is not fitted: call fit before predict"
             )
 

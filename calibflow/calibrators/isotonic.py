@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.isotonic import isotonic_regression
 
 from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, StateChecks, register
 
@@ -16,6 +15,8 @@ def pav(y: NDArray[np.float64], w: NDArray[np.float64]) -> tuple[NDArray[np.floa
     scikit-learn's compiled PAV (``sklearn.isotonic.isotonic_regression``); blocks are read off its
     piecewise-constant output.
     """
+    from sklearn.isotonic import isotonic_regression  # at fit: importing the class stays light
+
     fitted = isotonic_regression(y, sample_weight=w)
     starts = np.flatnonzero(np.r_[True, fitted[1:] != fitted[:-1]])
     return fitted[starts], starts

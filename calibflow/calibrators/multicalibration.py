@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xgboost as xgb
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
 from calibflow._validation import check_scores
 from calibflow.calibrators.base import BaseCalibrator, Bound, register
 from calibflow.segments import aligned, level_codes, segment_matrix, unseen_counts
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 _segment_matrix = segment_matrix  # the shared reader (calibflow.segments); old name kept for callers
 
@@ -118,6 +120,8 @@ class MulticalibrationCalibrator(BaseCalibrator):
         }
         dtrain = self._dmatrix(X[train], z[train], yy[train], w[train])
         dvalid = self._dmatrix(X[valid], z[valid], yy[valid], w[valid])
+        import xgboost as xgb  # at fit and predict: importing the class (the params check) stays light
+
         booster = xgb.train(
             params,
             dtrain,
@@ -137,6 +141,8 @@ class MulticalibrationCalibrator(BaseCalibrator):
         s = check_scores(scores, self.input)
         cols = aligned(segments, self.segment_names_, s.size)
         z = self._convert(s)
+        import xgboost as xgb
+
         booster = xgb.Booster()
         booster.load_model(bytearray(self.model_json_.encode()))
         margin = booster.predict(self._dmatrix(self._design(z, cols), z), output_margin=True)
@@ -157,6 +163,8 @@ class MulticalibrationCalibrator(BaseCalibrator):
         return X
 
     def _dmatrix(self, X, z, y=None, w=None) -> xgb.DMatrix:
+        import xgboost as xgb
+
         types = ["q"] + ["c"] * (X.shape[1] - 1)
         return xgb.DMatrix(
             X, label=y, weight=w, base_margin=z, feature_types=types, enable_categorical=True,

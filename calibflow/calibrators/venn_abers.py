@@ -28,8 +28,8 @@ Weights are frequency weights; the test object counts as one row. With unit weig
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
-import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -38,12 +38,10 @@ from calibflow.calibrators.base import DEFAULT_INPUT, BaseCalibrator, StateCheck
 from calibflow.calibrators.isotonic import pool_ties
 
 
-@numba.njit(cache=True, inline="always")
 def _cross(ox: float, oy: float, ax: float, ay: float, bx: float, by: float) -> float:
     return (ax - ox) * (by - oy) - (ay - oy) * (bx - ox)
 
 
-@numba.njit(cache=True)
 def _bridge_slopes(xs: NDArray[np.float64], ys: NDArray[np.float64], label: float) -> NDArray[np.float64]:
     k = xs.size - 1
     # Suffix hulls, built right to left (rx/ry[rn - 1] is the leftmost vertex). Each vertex is pushed once
@@ -101,6 +99,17 @@ def _bridge_slopes(xs: NDArray[np.float64], ys: NDArray[np.float64], label: floa
     return out
 
 
+@cache
+def _compiled() -> Callable[..., NDArray[np.float64]]:
+    """``_bridge_slopes`` compiled by numba, on first use: importing numba costs a third of a second, and
+    the params check imports this module for the class's facts only."""
+    import numba
+
+    global _cross
+    _cross = numba.njit(cache=True, inline="always")(_cross)  # the name _bridge_slopes's body resolves
+    return numba.njit(cache=True)(_bridge_slopes)
+
+
 def bridge_slopes(cw: NDArray[np.float64], cy: NDArray[np.float64], label: float) -> NDArray[np.float64]:
     """Isotonic value at a test object of weight 1 and label ``label`` tied with each distinct score.
 
@@ -108,7 +117,7 @@ def bridge_slopes(cw: NDArray[np.float64], cy: NDArray[np.float64], label: float
     ``k + 1``). Returns ``k`` values: entry ``j - 1`` is the fit when the test object joins score ``j``.
     Compiled with numba: the stack walks are sequential by nature.
     """
-    return _bridge_slopes(np.ascontiguousarray(cw, np.float64), np.ascontiguousarray(cy, np.float64), label)
+    return _compiled()(np.ascontiguousarray(cw, np.float64), np.ascontiguousarray(cy, np.float64), label)
 
 
 @register("venn_abers")

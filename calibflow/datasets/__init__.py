@@ -18,8 +18,19 @@ from ._fetch import (
     resolve_data_dir,
     sha256_file,
 )
-from ._loaders import BinaryTask, Coat, binary_task, load, load_coat, load_obd
 from ._registry import RAW_SPECS, DatasetInfo, FileSpec, PypiSource, RawSpec
+
+#: The loaders, imported on first use (they load pandas; listing and fetching, and the params check, do not).
+_LOADERS = ("BinaryTask", "Coat", "binary_task", "load", "load_coat", "load_obd")
+
+
+def __getattr__(name: str):
+    if name in _LOADERS:
+        from . import _loaders
+
+        return getattr(_loaders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RAW_SPECS",

@@ -32,6 +32,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from ._fetch import fetch, info
+from ._registry import BINARY_TASKS, HILLSTROM_TARGETS
 
 PathLike = str | os.PathLike[str] | None
 
@@ -297,10 +298,6 @@ def _splice_design(seqs: pd.Series) -> pd.DataFrame:
     chars = np.array([list(s) for s in seqs])
     return pd.DataFrame({f"pos{j:02d}": pd.Categorical(chars[:, j]) for j in range(chars.shape[1])})
 
-
-HILLSTROM_TARGETS = ("visit", "conversion")
-#: The datasets ``binary_task`` defines a label for (coat and obd_small have none; see their loaders).
-BINARY_TASKS = ("adult", "bank_marketing", "communities_crime", "hillstrom", "madelon", "splice")
 
 
 def binary_task(name: str, target: str | None = None, data_dir: PathLike = None) -> BinaryTask:

@@ -407,3 +407,9 @@ RAW_SPECS: dict[str, RawSpec] = {
         not_null=["Class", "Sequence"],
     ),
 }
+
+
+#: The datasets ``binary_task`` defines a label for (coat and obd_small have none; see their loaders), and
+#: hillstrom's labels: here, apart from the loaders and pandas, for the params check.
+BINARY_TASKS = ("adult", "bank_marketing", "communities_crime", "hillstrom", "madelon", "splice")
+HILLSTROM_TARGETS = ("visit", "conversion")

@@ -11,7 +11,7 @@ so the first champion (Platt, fitted on ``warmup`` days) has work to do. From ``
 - ``slope``: the score becomes over-confident: its logit is 1.5 times the old one, the intercept re-solved
   so that the mean score is unchanged (the truth does not move).
 
-Every morning the monitor (``calibflow.monitoring.process_window``) scores the windows whose labels
+Every morning the monitor (``calibflow.monitor.process_window``) scores the windows whose labels
 matured (``label_delay`` days), and the champion decided then serves the next day. What is recorded:
 the first alert per segment, promotions, incidents, and the served ``sum p / sum y`` per day overall
 and per country (against the never-recalibrated first champion). Pure numpy/pandas: no Prefect, no DVC.
@@ -32,7 +32,7 @@ from scipy.optimize import brentq
 from scipy.special import expit
 
 from calibflow import calibrators as C
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 
 SCENARIOS = ("stable", "global", "one_country", "slope")
 COUNTRIES = tuple(["DE", "FR", "US", "UK", "IT", "ES"] + [f"C{i:02d}" for i in range(24)])

@@ -26,7 +26,7 @@ import pandas as pd
 from scipy.optimize import brentq
 from scipy.special import expit
 
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 
 STREAMS = ("stable", "fr_shift", "slope")
 COUNTRIES = ("FR", "DE", "US", "UK")

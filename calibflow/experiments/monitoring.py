@@ -18,7 +18,7 @@ gated champion's served ``sum p / sum y`` per segment, pooled from ``SETTLED`` d
 whether an unshifted segment stays calibrated once challengers are promoted.
 
 The initial champion is Platt scaling fitted on 14 warm-up days before day 0 (pre-shift). Every day the
-monitor (``calibflow.monitoring.process_window``) scores the champion, learns bands, alerts and runs the gate.
+monitor (``calibflow.monitor.process_window``) scores the champion, learns bands, alerts and runs the gate.
 Labels mature after ``label_delay`` days, so the calibrator decided after window w serves from day
 ``w + 1 + label_delay`` on. Served log loss on each day is compared for three policies, on the same rows:
 
@@ -48,7 +48,7 @@ from scipy.special import expit
 
 from calibflow import calibrators as C
 from calibflow import metrics as M
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow.segments import SEGMENTED_METHODS as SEGMENTED
 
 SCENARIOS = ("stable", "base_rate", "slope", "segment_shift")

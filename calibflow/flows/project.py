@@ -6,7 +6,7 @@ defaults and no built-in datasets or papers, ``dvc.yaml`` rendered from the one 
 ``.dvcignore`` lines, ``git init`` and ``dvc init`` where missing, and ``.calibflow/code.json``. It never
 rewrites a file the user already has (it only appends missing lines to the ignore files, and changes the shape
 of a dvc.yaml only while it is exactly as calibflow rendered it); adding a source to params.yaml is the job of
-``calibflow.flows.cli_sources``.
+``calibflow.cli.sources``.
 
 ``.calibflow/code.json`` is what a user project's stages depend on for code: the installed calibflow's
 version and a sha256 over its ``.py`` files and package data (bytecode and numba's cache excluded), so a

@@ -113,6 +113,64 @@ class Layout:
     def reproduction_metrics(self) -> Path:
         return self.root / "metrics" / "reproductions"
 
+    def monitoring(self, source: str) -> MonitorLayout:
+        """The monitor's files of ``source``."""
+        return MonitorLayout(self.root, source)
+
+
+@dataclass(frozen=True)
+class MonitorLayout:
+    """Where the monitor stage reads and writes for one source (``Layout.monitoring(source)``): its state,
+    champion, versions, card and pin under ``monitoring/<source>/``, its history, metrics and page beside the
+    pipeline's, and the select stage's calibrator it starts from."""
+
+    root: Path
+    source: str
+
+    @property
+    def folder(self) -> Path:
+        return self.root / "monitoring" / self.source
+
+    @property
+    def state(self) -> Path:
+        return self.folder / "state.json"
+
+    @property
+    def history(self) -> Path:
+        return self.root / "plots" / "monitoring" / f"{self.source}.csv"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics" / "monitoring" / f"{self.source}.json"
+
+    @property
+    def selected(self) -> Path:
+        return self.root / "models" / self.source / "calibrator.json"
+
+    @property
+    def champion(self) -> Path:
+        return self.folder / "calibrator.json"
+
+    @property
+    def card(self) -> Path:
+        return self.folder / "card.json"
+
+    @property
+    def pin(self) -> Path:
+        return self.folder / "pin.json"
+
+    @property
+    def page(self) -> Path:
+        return self.root / "reports" / "pages" / f"monitoring-{self.source}.html"
+
+    def version(self, k: int) -> Path:
+        return self.folder / "versions" / f"v{k}.json"
+
+    def tracked(self, n_versions: int = 0) -> list[Path]:
+        """Files a scheduled run commits (history and metrics; the champion, its card, every version)."""
+        versions = [self.version(k) for k in range(1, n_versions + 1)]
+        return [self.state, self.history, self.metrics, self.champion, self.card, self.pin, *versions]
+
 
 def feature_columns(frame: Any) -> list[str]:
     """The feature columns (``f:*``) of a prepared frame, in order."""

@@ -4,8 +4,8 @@
         [--rescore-from DATE] [--start DATE] [--params params.yaml]
 
 For each source named in ``monitor.sources`` (or ``--source``) it takes stock of the delivered files
-(``calibflow.deliveries``: digests, windows, refused files in one line each), rescores from the oldest
-window that arrived late or whose files changed, and runs ``calibflow.monitoring.process_window`` on every
+(``calibflow.monitor.deliveries``: digests, windows, refused files in one line each), rescores from the oldest
+window that arrived late or whose files changed, and runs ``calibflow.monitor.process_window`` on every
 matured window not yet scored, oldest first. Outputs (per source), all under the monitor's own folders:
 
 - ``monitoring/<source>/state.json``: the whole state (versions, history, gates, alerts, window
@@ -30,20 +30,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from calibflow import calibrators as C
-from calibflow import deliveries as D
-from calibflow import monitoring as mon
-from calibflow import monitoring_scale as MS
-from calibflow import monitoring_stream as MST
+from calibflow import monitor as mon
 from calibflow import sources as S
 from calibflow.io import MAX_STATE_BYTES, read_bounded, read_json, write_json, write_text
+from calibflow.monitor import deliveries as D
+from calibflow.monitor import scale as MS
+from calibflow.monitor import stream as MST
 from calibflow.pipeline._common import (
+    Layout,
+    MonitorLayout,
     ParamsLike,
     StageError,
     as_params,
@@ -52,60 +53,9 @@ from calibflow.pipeline._common import (
     load_params,
     require,
 )
-from calibflow.pipeline.params_schema import MONITOR_RUN_KEYS as RUN_KEYS
+from calibflow.pipeline.params_schema import MONITOR_RUN_KEYS as RUN_KEYS  # not MonitorConfig fields
 
 log = logging.getLogger("calibflow.pipeline.monitor")
-#: Keys of ``params.monitor`` that are not MonitorConfig fields.
-
-
-@dataclass(frozen=True)
-class Paths:
-    root: Path
-    source: str
-
-    @property
-    def folder(self) -> Path:
-        return self.root / "monitoring" / self.source
-
-    @property
-    def state(self) -> Path:
-        return self.folder / "state.json"
-
-    @property
-    def history(self) -> Path:
-        return self.root / "plots" / "monitoring" / f"{self.source}.csv"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics" / "monitoring" / f"{self.source}.json"
-
-    @property
-    def selected(self) -> Path:
-        return self.root / "models" / self.source / "calibrator.json"
-
-    @property
-    def champion(self) -> Path:
-        return self.folder / "calibrator.json"
-
-    @property
-    def card(self) -> Path:
-        return self.folder / "card.json"
-
-    @property
-    def pin(self) -> Path:
-        return self.folder / "pin.json"
-
-    @property
-    def page(self) -> Path:
-        return self.root / "reports" / "pages" / f"monitoring-{self.source}.html"
-
-    def version(self, k: int) -> Path:
-        return self.folder / "versions" / f"v{k}.json"
-
-    def tracked(self, n_versions: int = 0) -> list[Path]:
-        """Files a scheduled run commits (history and metrics; the champion, its card, every version)."""
-        versions = [self.version(k) for k in range(1, n_versions + 1)]
-        return [self.state, self.history, self.metrics, self.champion, self.card, self.pin, *versions]
 
 
 def config(params: ParamsLike, seed: int | None = None) -> mon.MonitorConfig:
@@ -128,7 +78,7 @@ def source_spec(params: ParamsLike, name: str, root: Path) -> S.SourceSpec:
     return spec
 
 
-def initial_state(paths: Paths, champion_path: str | None, score_kind: str) -> mon.MonitorState:
+def initial_state(paths: MonitorLayout, champion_path: str | None, score_kind: str) -> mon.MonitorState:
     if paths.state.exists():
         text = read_bounded(paths.state, MAX_STATE_BYTES, "the monitor state")  # bounded before parsed
         return mon.MonitorState.from_json(text)
@@ -144,7 +94,7 @@ def initial_state(paths: Paths, champion_path: str | None, score_kind: str) -> m
     return mon.MonitorState.start_with(paths.source, champ, prov, score_kind)
 
 
-def pin_from_registry(paths: Paths, state: mon.MonitorState, version: int | None) -> int | None:
+def pin_from_registry(paths: MonitorLayout, state: mon.MonitorState, version: int | None) -> int | None:
     """A ``prod`` stage assigned by hand (``gto assign``) to another version is a rollback: pin it."""
     if version is None or version == state.champion:
         return None
@@ -160,7 +110,7 @@ def pin_from_registry(paths: Paths, state: mon.MonitorState, version: int | None
     return version
 
 
-def read_pin(paths: Paths) -> int | None:
+def read_pin(paths: MonitorLayout) -> int | None:
     """The version a rollback pinned (``monitoring/<source>/pin.json``), or None."""
     if not paths.pin.exists():
         return None
@@ -184,7 +134,7 @@ def apply_pin(state: mon.MonitorState, pinned: int | None) -> mon.MonitorState:
     return state
 
 
-def save(paths: Paths, state: mon.MonitorState, spec: S.SourceSpec) -> None:
+def save(paths: MonitorLayout, state: mon.MonitorState, spec: S.SourceSpec) -> None:
     """Versions and champion first (immutable per version), then the state: a kill between loses nothing."""
     for v in state.versions:
         if not paths.version(v["version"]).exists():
@@ -249,7 +199,7 @@ def _take_stock(
     pending = mon.pending_windows(inv.times(), now, cfg, state)
     dirty = D.dirty_from(state.processed, state.windows, inv, [w.key for w in pending if w.key not in held])
     if rescore is not None:
-        key = mon.window_of(pd.Timestamp(rescore), cfg.period, mon._origin(cfg.origin)).key
+        key = mon.window_of(pd.Timestamp(rescore), cfg.period, mon.grid_origin(cfg.origin)).key
         if dirty is None or key < dirty[0]:
             dirty = (key, f"rescore asked from {rescore}")
     if dirty is not None:
@@ -280,10 +230,10 @@ def run(
 
     ``table_rows``: a window with this many rows or more is read by DuckDB only and scored from its
     tables, its gate judged on seeded samples of about ``gate_rows`` rows (defaults:
-    ``monitoring_scale.AGGREGATE_ROWS`` and ``GATE_ROWS``)."""
+    ``monitor.scale.AGGREGATE_ROWS`` and ``GATE_ROWS``)."""
     params = as_params(params)
     cfg = config(params, params.seed)
-    paths = Paths(Path(root), source)
+    paths = Layout(Path(root)).monitoring(source)
     spec = source_spec(params, source, paths.root)
     now = pd.Timestamp.now(tz="UTC").tz_convert(None) if now is None else pd.Timestamp(now)
     state = initial_state(paths, champion_path, spec.score_kind or "probability")
@@ -405,7 +355,7 @@ def _label_waits(
     return out, (blocking[0] if blocking else None)
 
 
-def _render(paths: Paths, state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
+def _render(paths: MonitorLayout, state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
     """The page, rendered only when what it shows changed (the state and the config): a morning with
     no new window redraws no figure. The digest of what it was drawn from sits beside the state."""
     from calibflow.report.monitoring import render_page
@@ -419,7 +369,7 @@ def _render(paths: Paths, state: mon.MonitorState, cfg: mon.MonitorConfig) -> No
 
 
 def _check_grid(state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
-    grid = {"origin": mon._origin(cfg.origin).isoformat(), "period": str(pd.Timedelta(cfg.period))}
+    grid = {"origin": mon.grid_origin(cfg.origin).isoformat(), "period": str(pd.Timedelta(cfg.period))}
     if state.grid and state.grid != grid and state.processed:
         raise StageError(
             f"monitor: source {state.source!r} was scored on windows {state.grid}, params now say {grid}; "
@@ -429,7 +379,7 @@ def _check_grid(state: mon.MonitorState, cfg: mon.MonitorConfig) -> None:
 
 
 def _score(
-    paths: Paths,
+    paths: MonitorLayout,
     spec: S.SourceSpec,
     cfg: mon.MonitorConfig,
     state: mon.MonitorState,
@@ -443,7 +393,7 @@ def _score(
     """Score ``todo`` (matured windows, held ones already out); rows refused here keep their window
     held; windows whose labels are not all in are added to ``waiting`` (pending), and the windows after
     them wait too (``_label_waits``). Saves after every window (the resume point). A window of
-    ``table_rows`` rows or more (the inventory's count; default ``monitoring_scale.AGGREGATE_ROWS``) is
+    ``table_rows`` rows or more (the inventory's count; default ``monitor.scale.AGGREGATE_ROWS``) is
     read by DuckDB only (``_stream``); when there is none, the row path below is the whole run."""
     table_rows = MS.AGGREGATE_ROWS if table_rows is None else int(table_rows)
     waiting = {} if waiting is None else waiting
@@ -482,7 +432,7 @@ def _score(
 
 
 def _score_rows(
-    paths: Paths,
+    paths: MonitorLayout,
     spec: S.SourceSpec,
     cfg: mon.MonitorConfig,
     state: mon.MonitorState,
@@ -528,7 +478,7 @@ def _score_rows(
 
 
 def _stream(
-    paths: Paths,
+    paths: MonitorLayout,
     spec: S.SourceSpec,
     cfg: mon.MonitorConfig,
     state: mon.MonitorState,
@@ -539,7 +489,7 @@ def _stream(
     unlabelled: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[bool | None, mon.MonitorState, list[str]]:
     """One large window read by DuckDB only: checks from counts, the champion's scores from the pass's
-    tables, the gate on seeded samples of at most ``monitoring_scale.GATE_ROWS`` rows of the window and of
+    tables, the gate on seeded samples of at most ``monitor.scale.GATE_ROWS`` rows of the window and of
     its trailing windows. Returns (scored: True, held: False, cannot stream: None), the state, lines."""
     gate_rows = MS.GATE_ROWS if gate_rows is None else int(gate_rows)
     champ = state.calibrator()
@@ -625,7 +575,7 @@ def _trailing_sample(
 def _scores_from_tables(
     state: mon.MonitorState, w: mon.Window, frame: pd.DataFrame, cfg: mon.MonitorConfig, segments
 ) -> dict[str, dict[str, Any]] | None:
-    """A window of ``monitoring_scale.AGGREGATE_ROWS`` rows or more is scored from its tables (one pass,
+    """A window of ``monitor.scale.AGGREGATE_ROWS`` rows or more is scored from its tables (one pass,
     Poisson replicates) instead of a row bootstrap; None: the row path."""
     champ = state.calibrator()
     if len(frame) < MS.AGGREGATE_ROWS or not MS.aggregable(champ):

@@ -35,7 +35,7 @@ MONITOR_RUN_KEYS = ("sources", "commit", "branch", "registry")
 
 def validate_monitor_section(section: dict[str, Any] | None) -> None:
     """Check ``params.monitor``: a ``ValueError`` naming the key and the fix."""
-    from calibflow.monitoring import MonitorConfig
+    from calibflow.monitor import MonitorConfig
 
     sec = dict(section or {})
     srcs = sec.get("sources") or []
@@ -105,7 +105,7 @@ class Datasets(_Strict):
     @field_validator("names")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        from calibflow.datasets._loaders import BINARY_TASKS
+        from calibflow.datasets._registry import BINARY_TASKS
 
         for n in v:
             if _check_name(n, "dataset") not in BINARY_TASKS:
@@ -115,7 +115,7 @@ class Datasets(_Strict):
     @field_validator("targets")
     @classmethod
     def _targets(cls, v: dict[str, str]) -> dict[str, str]:
-        from calibflow.datasets._loaders import HILLSTROM_TARGETS
+        from calibflow.datasets._registry import HILLSTROM_TARGETS
 
         choices = {"hillstrom": HILLSTROM_TARGETS}  # the datasets with more than one label
         for k, target in v.items():
@@ -333,7 +333,7 @@ class Params(_Strict):
     validate_: Validate = Field(default_factory=Validate, alias="validate")
     select: Select = Field(default_factory=Select)
     # Checked by the core's own parsers, which hold their defaults (calibflow.aggregate.switch.ScaleConfig,
-    # calibflow.monitoring.MonitorConfig): free-form mappings here.
+    # calibflow.monitor.MonitorConfig): free-form mappings here.
     scale: dict[str, Any] = Field(default_factory=dict)
     papers: list[str] = Field(default_factory=list)
     reproduce: Reproduce = Field(default_factory=Reproduce)

@@ -14,7 +14,7 @@ import html
 from typing import Any
 
 from calibflow import plots
-from calibflow.monitoring import ALL, MonitorConfig, MonitorState, incidents
+from calibflow.monitor import ALL, MonitorConfig, MonitorState, incidents
 from calibflow.report._format import fmt_num
 from calibflow.report.chrome import CSS as _CSS
 from calibflow.report.figures import scope_svg

@@ -48,7 +48,7 @@ def start_run(root: Path, home: Path) -> tuple[subprocess.Popen, int, int]:
     env = {**os.environ, "PREFECT_HOME": str(home), "CALIBFLOW_ROOT": str(root), "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "calibflow.flows.cli", "run", "--port", "1"],
+        [sys.executable, "-m", "calibflow.cli", "run", "--port", "1"],
         cwd=root,
         env=env,
         stdout=subprocess.PIPE,

@@ -33,14 +33,14 @@ FAMILIARITY_BEFORE = (
 #: Lists of method names that are settings or a paper's protocol, not facts about a method: the paper
 #: reproductions name the methods their paper compares; the monitor's challenger defaults are its own
 #: setting (``monitor.methods`` in params.yaml).
-ALLOWED = {("monitoring.py", "MonitorConfig")}
+ALLOWED = {("config.py", "MonitorConfig")}
 ALLOWED_DIRS = {"experiments"}
 
 
 def test_derived_lists_equal_the_registry_and_the_old_lists():
     from calibflow import segments, selection
     from calibflow.aggregate import fit as agg_fit
-    from calibflow.flows import cli_scale
+    from calibflow.cli import scale as cli_scale
     from calibflow.pipeline import _common, params_schema
     from calibflow.report import data, glossary
 

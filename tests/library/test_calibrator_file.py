@@ -14,7 +14,7 @@ from scipy.special import expit
 from typer.testing import CliRunner
 
 from calibflow import calibrators as C
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 
 
 def _fitted(method: str) -> dict:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from calibflow import calibrators as C
 from calibflow import export as X
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 
 MONOTONE = [m for m in C.available("scores") if C.get_class(m).monotone]
 

@@ -297,7 +297,7 @@ def test_every_dialect_parses_back_with_only_our_names(dialect):
 def test_a_name_that_cannot_be_quoted_is_refused_in_one_line(name, tmp_path):
     from typer.testing import CliRunner
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     path = tmp_path / "calibrator.json"
     path.write_text(_fit("platt", "logit", None).to_json())
@@ -322,7 +322,7 @@ def test_a_name_that_cannot_be_quoted_is_refused_in_one_line(name, tmp_path):
 def test_format_decides_the_content_and_the_extension_must_match(tmp_path):
     from typer.testing import CliRunner
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     path = tmp_path / "calibrator.json"
     path.write_text(_fit("isotonic", "logit", None).to_json())
@@ -410,7 +410,7 @@ def test_the_worked_example_of_docs_serving(tmp_path, pg):
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     rng = np.random.default_rng(4)
     p = expit(rng.normal(-2.0, 1.5, 3000))

@@ -1,5 +1,5 @@
 """The monitor's window scored from its tables (one pass, Poisson replicates) against the row path
-(``monitoring.score`` on the rows, row bootstrap), on a window small enough for both: the same segment
+(``scoring.score`` on the rows, row bootstrap), on a window small enough for both: the same segment
 names, counts, positives; ratio, log loss and Brier equal to summation order; ECE within the grid's bound;
 the ratio's interval close (same large-sample law, not the same draws)."""
 
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from calibflow import calibrators as C
-from calibflow import monitoring as mon
-from calibflow import monitoring_scale as MS
+from calibflow import monitor as mon
 from calibflow.experiments.monitoring import DAY0, simulate_stream
+from calibflow.monitor import scale as MS
 from calibflow.pipeline import monitor as stage
 
 EXACT = ("calibration_ratio", "ratio_se", "log_loss", "brier")

@@ -256,7 +256,7 @@ def test_card_segments_before_after_and_counts(seg_run):
 
 
 def test_apply_reads_segments_and_counts_unseen(seg_run, tmp_path):
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     root, frames = seg_run
     cal_path = root / "models/ads/calibrator.json"
@@ -288,7 +288,7 @@ def test_readme_init_with_two_segment_columns(tmp_path, monkeypatch):
     import re
     import shlex
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     readme = (REPO / "README.md").read_text()
     line = next(ln for ln in readme.splitlines() if ln.startswith("calibflow init "))

@@ -28,7 +28,7 @@ from calibflow.aggregate.sql_pass import DIALECTS, SOURCE, pass_sql, read_result
 from calibflow.aggregate.switch import parse_scale
 from calibflow.apply import apply_file
 from calibflow.calibrators import from_json
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 
 N = 1_000_000
 SUMS = ("sum_z", "sum_q", "sum_ll", "sum_q2")

@@ -1,6 +1,6 @@
 """One reader of time columns: the run's split (``calibflow.timesplit``) and the monitor's windows
-(``calibflow.deliveries``) place epoch times in seconds, milliseconds, microseconds and nanoseconds at the
-same instants."""
+(``calibflow.monitor.deliveries``) place epoch times in seconds, milliseconds, microseconds and nanoseconds
+at the same instants."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibflow import deliveries as D
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow import timesplit
+from calibflow.monitor import deliveries as D
 
 TRUE = pd.Series(pd.date_range("2026-03-01 00:00:01", periods=96, freq="45min")).astype("datetime64[ns]")
 PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}

@@ -70,7 +70,7 @@ def test_a_closed_port_is_declared_dead_within_seconds():
 def test_a_server_that_will_not_start_is_one_line_without_a_traceback(monkeypatch):
     from typer.testing import CliRunner
 
-    from calibflow.flows import cli
+    from calibflow.cli import main as cli
 
     def slow(port: int, ui: bool = True) -> str:
         raise srv.ServerFailed(f"prefect server did not become healthy on port {port} within 60 s")

@@ -19,7 +19,7 @@ from calibflow import calibrators, sources
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "calibflow.flows.cli", *args]
+    cmd = [sys.executable, "-m", "calibflow.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

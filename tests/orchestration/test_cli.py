@@ -6,7 +6,7 @@ from helpers.flow_fixtures import free_port
 from typer.testing import CliRunner
 
 from calibflow import datasets
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 
 runner = CliRunner()
 

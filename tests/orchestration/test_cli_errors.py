@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CALIBFLOW = [sys.executable, "-m", "calibflow.flows.cli"]
+CALIBFLOW = [sys.executable, "-m", "calibflow.cli"]
 
 
 def calibflow(tmp_path: Path, *args: str, debug: bool = False) -> tuple[subprocess.CompletedProcess, float]:

@@ -36,7 +36,7 @@ def logs(tmp_path_factory):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "calibflow.flows.cli", *args]
+    cmd = [sys.executable, "-m", "calibflow.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 

@@ -53,7 +53,7 @@ def _env(root: Path) -> dict[str, str]:
 def test_calibflow_repro_and_validate_check_params_first(tmp_path, command):
     marker = tmp_path / "X"
     root = _project(tmp_path / "proj", f"a; touch {marker}; true")
-    proc = subprocess.run([PY, "-m", "calibflow.flows.cli", *command], cwd=root, env=_env(root),
+    proc = subprocess.run([PY, "-m", "calibflow.cli", *command], cwd=root, env=_env(root),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -114,7 +114,7 @@ def test_serve_and_trigger_cannot_turn_the_check_off(tmp_path):
         (["trigger", "--parameters", off, "--port", "1"], "check_params cannot be turned off"),
     ]
     for args, message in cases:
-        proc = subprocess.run([PY, "-m", "calibflow.flows.cli", *args], cwd=root, env=env,
+        proc = subprocess.run([PY, "-m", "calibflow.cli", *args], cwd=root, env=env,
                               capture_output=True, text=True, timeout=120)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr

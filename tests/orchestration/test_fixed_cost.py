@@ -136,7 +136,7 @@ def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monk
 def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monkeypatch):
     from typer.testing import CliRunner
 
-    from calibflow.flows import cli
+    from calibflow.cli import main as cli
 
     for st in dvc_stages.plan(toy):
         dvc_stages.reproduce_stage(toy, st.name)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 PY = sys.executable
-CLI = [PY, "-m", "calibflow.flows.cli"]
+CLI = [PY, "-m", "calibflow.cli"]
 GOOD = {"sources": None}  # filled from the project's own params.yaml
 
 

@@ -18,7 +18,7 @@ import yaml
 from helpers.source_data import scores_frame
 from typer.testing import CliRunner
 
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 from calibflow.pipeline.params_schema import load_and_validate, with_paper_profiles
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from calibflow import sources as src
 from calibflow import timesplit
-from calibflow.flows.cli import app
+from calibflow.cli.main import app
 
 
 def _init(folder: Path, data: str, *extra: str):
@@ -98,7 +98,7 @@ def test_glob_key_and_glob_paths_are_checked():
 
 
 def test_run_with_a_glob_path_in_params_names_the_fix(tmp_path):
-    from calibflow.flows.cli import UserError, check_source_paths
+    from calibflow.cli.main import UserError, check_source_paths
 
     with pytest.raises(UserError, match=r"`path: big` and `glob: '\*.parquet'`"):
         check_source_paths({"sources": {"g": {"path": "big/*.parquet"}}})

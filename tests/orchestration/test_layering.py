@@ -1,9 +1,11 @@
 """The layers of the package, checked from the source: the core never reaches up, stages never reach across.
 
-- core: ``calibflow`` outside ``calibflow.pipeline`` and ``calibflow.flows``
+- core: ``calibflow`` outside ``calibflow.pipeline``, ``calibflow.flows`` and ``calibflow.cli``
   (numpy/scipy/sklearn/xgboost/DuckDB);
 - pipeline: the stages (``calibflow.pipeline.<step>``, each a command) and the modules they share;
-- flows: Prefect flows and the CLI.
+- flows: Prefect flows and server handling;
+- cli: the ``calibflow`` command line. It may import flows and pipeline; flows and pipeline never import it,
+  and the core imports none of the three.
 
 Every ``import`` counts, also one inside a function: a lazy import is still a dependency.
 """
@@ -57,8 +59,15 @@ def _imports(path: Path) -> set[str]:
 MODULES = {_module_name(p): _imports(p) for p in sorted(PKG.rglob("*.py"))}
 
 
+OUTER = ("calibflow.pipeline", "calibflow.flows", "calibflow.cli")
+
+
+def _in(name: str, layer: str) -> bool:
+    return name == layer or name.startswith(layer + ".")
+
+
 def _is_core(name: str) -> bool:
-    return not name.startswith(("calibflow.pipeline", "calibflow.flows"))
+    return not any(_in(name, layer) for layer in OUTER)
 
 
 def _stage(name: str) -> str | None:
@@ -77,7 +86,8 @@ def _known(imported: str) -> str | None:
 
 
 def test_the_layering_checker_sees_the_package():
-    assert "calibflow.pipeline.select" in MODULES and "calibflow.flows.cli" in MODULES
+    assert "calibflow.pipeline.select" in MODULES and "calibflow.cli.main" in MODULES
+    assert "calibflow.flows.pipeline" in MODULES and not any(_in(m, "calibflow.flows.cli") for m in MODULES)
     assert {"fetch", "validate", "prepare", "train", "calibrate", "evaluate", "select", "report"} <= STAGES
     in_dvc = set(re.findall(r"python -m calibflow\.pipeline\.(\w+)", (ROOT / "dvc.yaml").read_text()))
     assert in_dvc <= STAGES
@@ -89,9 +99,23 @@ def test_core_never_imports_orchestration_or_the_outer_layers(name):
     bad = sorted(
         i
         for i in MODULES[name]
-        if i.split(".")[0] in ORCHESTRATION or i.startswith(("calibflow.pipeline", "calibflow.flows"))
+        if i.split(".")[0] in ORCHESTRATION or any(_in(i, layer) for layer in OUTER)
     )
     assert not bad, f"{name} (core) imports {bad}"
+
+
+@pytest.mark.parametrize(
+    "name", sorted(m for m in MODULES if _in(m, "calibflow.flows") or _in(m, "calibflow.pipeline"))
+)
+def test_flows_and_pipeline_never_import_the_command_line(name):
+    bad = sorted(i for i in MODULES[name] if _in(i, "calibflow.cli"))
+    assert not bad, f"{name} imports the command line {bad}: move what they share into flows or pipeline"
+
+
+def test_the_command_line_is_its_own_package():
+    """Every ``typer`` app lives in calibflow.cli (flows run stages; they take no command-line options)."""
+    uses_typer = sorted(m for m, deps in MODULES.items() if "typer" in deps)
+    assert uses_typer and all(_in(m, "calibflow.cli") for m in uses_typer), uses_typer
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("calibflow.pipeline")))
@@ -132,3 +156,32 @@ def test_no_import_cycle_between_modules():
         if m not in seen:
             visit(m)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+#: What the monitor package must never import: it is library code the stage, the flows, the report and the
+#: experiments call (issue 40).
+MONITOR_FORBIDDEN = ("prefect", "prefect_dask", "dvc", "great_expectations", "gto", "typer")
+MONITOR_OUTER = ("calibflow.flows", "calibflow.cli", "calibflow.pipeline")
+
+
+def test_the_monitor_is_one_package():
+    monitor = sorted(m for m in MODULES if _in(m, "calibflow.monitor"))
+    assert {"calibflow.monitor", "calibflow.monitor.deliveries", "calibflow.monitor.gate"} <= set(monitor)
+    assert not any(m in MODULES for m in ("calibflow.monitoring", "calibflow.deliveries",
+                                          "calibflow.monitoring_scale", "calibflow.monitoring_stream"))
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if _in(m, "calibflow.monitor")))
+def test_the_monitor_package_imports_no_orchestration(name):
+    bad = sorted(
+        i for i in MODULES[name]
+        if i.split(".")[0] in MONITOR_FORBIDDEN or any(_in(i, layer) for layer in MONITOR_OUTER)
+    )
+    assert not bad, f"{name} (the monitor package) imports {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("calibflow.monitor.")))
+def test_the_monitor_modules_import_each_other_not_the_face(name):
+    """Inside the package a module imports the module that defines a name, never the face (which imports
+    them all: a cycle the moment a job module needs it)."""
+    assert "calibflow.monitor" not in {_known(i) for i in MODULES[name]}, name

@@ -53,7 +53,7 @@ def calibflow(root: Path, *args: str, check: bool = True) -> subprocess.Complete
     env = {**dvc_env(), "CALIBFLOW_ROOT": str(root), "PREFECT_HOME": str(root / ".prefect")}
     env.update(OPENBLAS_NUM_THREADS="1", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     proc = subprocess.run(
-        [sys.executable, "-m", "calibflow.flows.cli", *args],
+        [sys.executable, "-m", "calibflow.cli", *args],
         cwd=root,
         env=env,
         capture_output=True,

@@ -94,7 +94,7 @@ def test_cli_run_reports_a_broken_source_and_a_broken_day_in_one_line_each(tmp_p
     cmd = [
         sys.executable,
         "-m",
-        "calibflow.flows.cli",
+        "calibflow.cli",
         "monitor",
         "run",
         "--now",

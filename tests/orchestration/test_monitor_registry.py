@@ -70,7 +70,7 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path, monkeypatc
     # Released: the pin file is gone and a rescore of the same windows lets the gate promote again.
     from typer.testing import CliRunner
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))
     out = CliRunner().invoke(app, ["monitor", "release", "--source", "ads"])
@@ -100,7 +100,7 @@ def test_promotions_are_registered_and_a_rollback_is_served(tmp_path, monkeypatc
 def test_cli_rollback_without_registry_is_one_line(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     _git(tmp_path, "init", "-q")
     monkeypatch.setenv("CALIBFLOW_ROOT", str(tmp_path))

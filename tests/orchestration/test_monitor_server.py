@@ -89,7 +89,7 @@ def _serve_and_trigger(root, port, env) -> dict:
         [
             sys.executable,
             "-m",
-            "calibflow.flows.cli",
+            "calibflow.cli",
             "monitor",
             "serve",
             "--cron",

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from benchmarks.monitor_streams import Plan, collect, free_port, run_days, setup, teardown
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow.experiments import monitor_streams as M
 
 pytestmark = [pytest.mark.slow, pytest.mark.dvc, pytest.mark.server]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibflow.flows.cli_scale import _summary
+from calibflow.cli.scale import _summary
 from calibflow.report._format import fmt_ratio, fmt_rows
 
 
@@ -60,7 +60,7 @@ def files(tmp_path_factory):
 
 
 def _fit(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "calibflow.flows.cli", "fit", "--score", "s", "--label", "y", "--methods",
+    cmd = [sys.executable, "-m", "calibflow.cli", "fit", "--score", "s", "--label", "y", "--methods",
            "platt,isotonic", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 

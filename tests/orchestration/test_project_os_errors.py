@@ -26,7 +26,7 @@ from calibflow.errors import os_fix
 from calibflow.flows import check_writable
 
 PY = sys.executable
-CLI = [PY, "-m", "calibflow.flows.cli"]
+CLI = [PY, "-m", "calibflow.cli"]
 ROOT = os.geteuid() == 0
 
 

@@ -32,7 +32,7 @@ def test_readme_opens_with_the_user_commands_then_the_benchmark():
     import click
     import typer.main
 
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     first, second = _blocks("bash")[:2]
     steps = [ln.split("#")[0].strip() for ln in first.splitlines() if ln.strip()]

@@ -19,7 +19,7 @@ import yaml
 from helpers.toy_run import toy_project
 
 PY = sys.executable
-CALIBFLOW = [PY, "-m", "calibflow.flows.cli"]
+CALIBFLOW = [PY, "-m", "calibflow.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
 def _run(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:

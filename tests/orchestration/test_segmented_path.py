@@ -67,7 +67,7 @@ def _env(proj: Path) -> dict[str, str]:
 
 
 def calibflow(proj: Path, args: list[str]) -> str:
-    proc = subprocess.run([sys.executable, "-m", "calibflow.flows.cli", *args], cwd=proj, env=_env(proj),
+    proc = subprocess.run([sys.executable, "-m", "calibflow.cli", *args], cwd=proj, env=_env(proj),
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, f"calibflow {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout + proc.stderr

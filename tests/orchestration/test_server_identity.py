@@ -20,7 +20,7 @@ import pytest
 from helpers.flow_fixtures import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-CALIBFLOW = [sys.executable, "-m", "calibflow.flows.cli"]
+CALIBFLOW = [sys.executable, "-m", "calibflow.cli"]
 
 
 def _env(home: Path, root: Path | None = None) -> dict[str, str]:

@@ -30,7 +30,7 @@ def test_server_start_serves_a_ui_that_reaches_its_api(tmp_path):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}
     env.pop("PREFECT_API_URL", None)
     start = subprocess.run(
-        [sys.executable, "-m", "calibflow.flows.cli", "server", "start", "--port", str(port)],
+        [sys.executable, "-m", "calibflow.cli", "server", "start", "--port", str(port)],
         env=env,
         capture_output=True,
         text=True,

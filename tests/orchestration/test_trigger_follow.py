@@ -44,7 +44,7 @@ def test_trigger_wait_follows_states_and_progress(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    trigger = [sys.executable, "-m", "calibflow.flows.cli", "trigger", "--wait", "--name", "test"]
+    trigger = [sys.executable, "-m", "calibflow.cli", "trigger", "--wait", "--name", "test"]
     trigger += ["--port", str(port)]
     try:
         deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 from helpers.monitor_data import make_project, write_days
 
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow.experiments.monitoring import DAY0
 from calibflow.pipeline import monitor as tm
 

@@ -8,7 +8,8 @@ import numpy as np
 from scipy.special import expit
 
 from calibflow import calibrators as C
-from calibflow import monitoring as mon
+from calibflow import metrics as M
+from calibflow import monitor as mon
 from calibflow.experiments.monitoring import simulate_stream
 
 
@@ -64,7 +65,7 @@ def test_no_learned_ece_band_widens_the_absolute_ece_limit():
 def test_ece_null_is_the_noise_of_a_calibrated_window():
     rng = np.random.default_rng(1)
     p = expit(rng.normal(-2.5, 1.0, 5000))
-    eces = [mon.M.ece((rng.random(p.size) < p).astype(float), p, 15) for _ in range(200)]
+    eces = [M.ece((rng.random(p.size) < p).astype(float), p, 15) for _ in range(200)]
     assert abs(np.mean(eces) / mon.ece_null(p, 15) - 1) < 0.15  # the expected ECE under calibration
     assert np.quantile(eces, 0.999) < 3 * mon.ece_null(p, 15)  # so 3x it is a far tail
 
@@ -126,7 +127,7 @@ def test_min_gain_is_a_share_of_the_loss_of_the_rows_the_challenger_changes():
     # A global shift: every row changes, so the need is min_gain of the whole champion loss.
     assert rec["changed_share"] > 0.99
     assert abs(rec["min_gain_needed"] - 0.002 * rec["champion"]) < 1e-9
-    same = mon._changed_rows(np.array([0.1, 0.2, 0.3]), np.array([0.1, 0.25, 0.3]))
+    same = mon.challenger._changed_rows(np.array([0.1, 0.2, 0.3]), np.array([0.1, 0.25, 0.3]))
     assert same.tolist() == [False, True, False]
 
 

@@ -133,7 +133,7 @@ def test_thirty_mornings_with_label_delays_of_1_to_3_days_exit_0_and_score_each_
 
 
 def test_monitor_status_speaks_in_lines_not_one_json_line():
-    from calibflow.flows.cli_monitor import status_lines
+    from calibflow.cli.monitor import status_lines
 
     s = {"prod": 2, "windows": 12, "champion_version": 2, "promotions": 1, "incidents": 3,
          "open_incidents": 1, "pending": 2, "window": "2026-01-12T00:00:00", "calibration_ratio": 0.98765,

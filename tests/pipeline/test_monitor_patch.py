@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from calibflow import calibrators as C
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow import sources as S
 from calibflow.experiments import monitor_scenarios as X
 

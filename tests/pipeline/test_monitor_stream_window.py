@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from helpers.monitor_data import make_project
 
-from calibflow import deliveries as D
 from calibflow.experiments.monitoring import DAY0
+from calibflow.monitor import deliveries as D
 from calibflow.pipeline import monitor as tm
 
 NOW = DAY0 + pd.Timedelta(days=12)  # days 0..9 have matured (label_delay 2D)

@@ -17,7 +17,7 @@ import pytest
 from helpers.monitor_data import make_project, write_days
 
 from calibflow import calibrators as C
-from calibflow import monitoring as mon
+from calibflow import monitor as mon
 from calibflow.experiments.monitoring import DAY0, simulate_stream
 from calibflow.pipeline import monitor as tm
 from calibflow.pipeline.params_schema import validate_monitor_section
@@ -292,7 +292,7 @@ def test_reference_skips_drifted_windows_and_the_band_is_a_prediction_interval()
     band = mon.bands(state, "all", mon.MonitorConfig(reference_windows=10))["calibration_ratio"]
     assert band[0] > 0.9 and band[1] < 1.1  # learned on the 10 in-band windows only, not the 0.6s
     # The band's half-width in sd: a t prediction interval for one new value at the normal 3-sd tail.
-    q = mon._pred_quantile(10, 3.0)
+    q = mon.thresholds._pred_quantile(10, 3.0)
     assert 4.0 < q < 5.0
     refs = rng.standard_normal((20_000, 11))
     m, s = refs[:, :10].mean(1), refs[:, :10].std(1, ddof=1)
@@ -323,7 +323,7 @@ def test_min_gain_refuses_a_practically_nil_promotion():
 
 
 def test_init_monitor_adds_the_source_keeping_every_comment(tmp_path):
-    from calibflow.flows.cli_monitor import add_monitor_source
+    from calibflow.cli.monitor import add_monitor_source
 
     params = tmp_path / "params.yaml"
     text = Path("params.yaml").read_text()
@@ -354,7 +354,7 @@ def test_a_per_segment_champion_is_served_with_its_segment_columns():
 
     from calibflow import calibrators as C
     from calibflow import sources as S
-    from calibflow.monitoring import predict_frame
+    from calibflow.monitor import predict_frame
 
     rng = np.random.default_rng(3)
     n = 20_000

@@ -183,8 +183,8 @@ def test_scale_sizes_have_upper_bounds(key, value):
 def test_the_other_params_readers_are_bounded(tmp_path):
     """``calibflow init`` (adding a source), ``init --monitor`` and ``--params-file`` experiments read
     params.yaml through the same bound."""
-    from calibflow.flows.cli_monitor import add_monitor_source
-    from calibflow.flows.cli_sources import init_source
+    from calibflow.cli.monitor import add_monitor_source
+    from calibflow.cli.sources import init_source
 
     p = tmp_path / "params.yaml"
     p.write_bytes(b"seed: 1\n#" + b"x" * (5 * 2**20))

@@ -20,8 +20,8 @@ from helpers.dvc_repo import REPO, dvc, make_repo
 from helpers.source_data import scores_frame, write
 from typer.testing import CliRunner
 
+from calibflow.cli.main import app
 from calibflow.flows import project, stage_deps
-from calibflow.flows.cli import app
 from calibflow.pipeline.params_schema import load_and_validate
 
 

@@ -27,7 +27,7 @@ from calibflow.sources import calibrate_scores
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "calibflow.flows.cli", *args]
+    cmd = [sys.executable, "-m", "calibflow.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -140,7 +140,7 @@ def test_an_explicit_score_wins_and_none_anywhere_is_one_line(fitted, tmp_path):
 def test_init_then_stages_then_apply_reads_the_kind_from_the_calibrator(tmp_path):
     """`calibflow init` on a probability column (kind guessed from the values), the pipeline's stages
     in dvc.yaml's order, then `calibflow apply` with no --score-kind and no card beside the calibrator."""
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     frame = scores_frame(n=3000, days=30, seed=7)
     path = write(frame, "parquet", tmp_path / "userdata")

@@ -118,7 +118,7 @@ def test_sources_end_to_end(tmp_path, kind):
 
 
 def _app():
-    from calibflow.flows.cli import app
+    from calibflow.cli.main import app
 
     return app
 

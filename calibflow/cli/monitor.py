@@ -1,6 +1,6 @@
 """``calibflow monitor``: run the monitor now, serve it daily, show the registry, roll back.
 
-Registered in calibflow/flows/cli.py with ``app.add_typer(monitor_app, name="monitor")``.
+Registered in calibflow/cli/main.py with ``app.add_typer(monitor_app, name="monitor")``.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def init(
         if created is not None:  # after dvc.yaml has its shape: that is what the first commit holds
             _first_commit(created, spec)
         if monitor:  # the daily monitor (docs/monitoring.md)
-            from calibflow.flows.cli_monitor import add_monitor_source
+            from calibflow.cli.monitor import add_monitor_source
 
             add_monitor_source(params_file, nm)
         _print_summary(spec, info, params_file)
@@ -393,6 +393,6 @@ def apply(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``init`` and ``apply`` to the ``calibflow`` app (one call in calibflow/flows/cli.py)."""
+    """Add ``init`` and ``apply`` to the ``calibflow`` app (one call in calibflow/cli/main.py)."""
     app.command(name="init")(init)
     app.command(name="apply")(apply)

@@ -24,8 +24,8 @@ from typing import Any
 
 import typer
 
+from calibflow.cli.monitor import monitor_app
 from calibflow.flows import check_writable, project_root
-from calibflow.flows.cli_monitor import monitor_app
 from calibflow.flows.dvc_stages import stage_env
 from calibflow.flows.gitops import DEFAULT_BRANCH
 
@@ -518,7 +518,7 @@ def trigger(
             ) from None
         url = f"{srv.ui_url(port)}/runs/flow-run/{fr.id}"
         if wait:  # its states and progress lines as they come (the run executes in the serve process)
-            from calibflow.flows.follow import follow
+            from calibflow.cli.follow import follow
 
             typer.echo(f"flow run {fr.name} ({fr.id}): {url}")
             fr = follow(fr.id, typer.echo)
@@ -624,11 +624,11 @@ def _dvc_repro(*args: str, quiet: bool = False) -> int:
     return subprocess.run(cmd, cwd=root, env=stage_env(), capture_output=quiet).returncode
 
 
-from calibflow.flows.cli_sources import register as _register_sources  # noqa: E402, I001  (init, apply)
+from calibflow.cli.sources import register as _register_sources  # noqa: E402, I001  (init, apply)
 _register_sources(app)
-from calibflow.flows.cli_scale import register as _register_scale  # noqa: E402, I001  (fit at scale)
+from calibflow.cli.scale import register as _register_scale  # noqa: E402, I001  (fit at scale)
 _register_scale(app)
-from calibflow.flows.cli_export import register as _register_export  # noqa: E402, I001  (export)
+from calibflow.cli.export import register as _register_export  # noqa: E402, I001  (export)
 _register_export(app)
 
 

@@ -38,7 +38,8 @@ import pandas as pd
 
 from calibflow import sources as S
 from calibflow import timesplit
-from calibflow.monitoring import MonitorConfig, window_at, window_index, window_keys
+from calibflow.monitor.config import MonitorConfig
+from calibflow.monitor.windows import window_at, window_index, window_keys
 
 
 def to_times(values: pd.Series) -> pd.Series:

@@ -1,7 +1,7 @@
 """A large monitor window read only by DuckDB: its checks, its tables' FROM items and a bounded gate sample.
 
-``calibflow.deliveries.load`` reads a window's rows (and its trailing calibration windows') into pandas,
-so the memory of a run grows with the rows of a day. For a window of ``monitoring_scale.AGGREGATE_ROWS``
+``calibflow.monitor.deliveries.load`` reads a window's rows (and its trailing calibration windows') into
+pandas, so the memory of a run grows with the rows of a day. For a window of ``monitor.scale.AGGREGATE_ROWS``
 rows or more (by the inventory's count, known before anything is loaded) the stage uses this module:
 
 - :func:`window_parts`: one DuckDB FROM item per delivered file, the rows of ``[lo, hi)`` as ``time,

@@ -1,10 +1,10 @@
 """The monitor at scale: a window's champion scores from one streaming pass over its rows.
 
-``monitoring.score`` holds a window's rows and resamples them ``n_bootstrap`` times for the ratio's
+``scoring.score`` holds a window's rows and resamples them ``n_bootstrap`` times for the ratio's
 interval (200 x n row draws: minutes at 1e7 rows, out of memory at 1e8). Here the champion is applied to
 each batch of the pass row by row (``tables.aggregate_tables(transform=...)``), and the window is its
 calibrated probabilities' tables: the fine (bucket, label) grid for the overall row, a coarse (value, cell,
-label) table per segment column. From them, per (window, segment), the same row as ``monitoring.score``:
+label) table per segment column. From them, per (window, segment), the same row as ``scoring.score``:
 
 - ``n``, ``positives``, ``calibration_ratio`` (``sum p / sum y``), ``log_loss`` and ``brier``: sums of
   the pass, equal to the rows' up to summation order;
@@ -31,10 +31,12 @@ import numpy as np
 import pandas as pd
 
 from calibflow import metrics as M
-from calibflow import monitoring as mon
 from calibflow import sources as S
 from calibflow.aggregate import tables as T
 from calibflow.aggregate.segments import _by_value, segment_metrics
+from calibflow.monitor.config import ALL, MonitorConfig
+from calibflow.monitor.scoring import ece_nulls, ratio_ses, slope_fits
+from calibflow.monitor.windows import Window
 
 #: Windows with at least this many rows are scored from their tables (the stage's switch).
 AGGREGATE_ROWS = 1_000_000
@@ -60,7 +62,7 @@ def window_tables(
     """The champion's calibrated probabilities of the window's rows (DuckDB FROM items ``parts`` with
     columns ``score``, ``label`` and the segment columns) as the pass's tables."""
     if not aggregable(champion):
-        raise ValueError("a per-segment champion is applied to rows: score this window with monitoring.score")
+        raise ValueError("a per-segment champion is applied to rows: score this window with scoring.score")
 
     def calibrated(s: np.ndarray) -> np.ndarray:
         return S.calibrate_scores(champion, s, score_kind)
@@ -69,7 +71,7 @@ def window_tables(
                               ece_bins=n_bins, threads=threads, con=con, transform=calibrated)
 
 
-def window_seed(cfg: mon.MonitorConfig, window: mon.Window) -> int:
+def window_seed(cfg: MonitorConfig, window: Window) -> int:
     """The replicates' seed of one (seed, window), as ``process_window`` seeds its generator: a resumed
     run draws what an uninterrupted one would."""
     seq = np.random.SeedSequence([cfg.seed, int(window.start.value // 10**9) & 0x7FFFFFFF])
@@ -77,22 +79,17 @@ def window_seed(cfg: mon.MonitorConfig, window: mon.Window) -> int:
 
 
 def ratio_se(table: pd.DataFrame) -> np.ndarray:
-    """Per value (``segment_metrics``' order) ``monitoring.ratio_se`` from the table's sums: with
-    ``R = sum p / sum y``, ``n var(p - R y) = sum p^2 - 2 R sum p y + R^2 sum y`` (``sum (p - R y)`` is 0),
-    so the practical limit judges a table-scored window by the same standard error as a row-scored one."""
+    """Per value (``segment_metrics``' order) the ratio's standard error from the table's groups:
+    ``scoring.ratio_ses``, the one formula the row path uses, so the practical limit judges a table-scored
+    window by the same standard error as a row-scored one."""
     v, values = _by_value(table)
-    m = values.size
     n, y = table["n"].to_numpy(np.float64), table["label"].to_numpy(np.float64)
     sq, sq2 = table["sum_q"].to_numpy(np.float64), table["sum_q2"].to_numpy(np.float64)
-    pos, s_q = np.bincount(v, n * y, m), np.bincount(v, sq, m)
-    s_qy, s_q2 = np.bincount(v, sq * y, m), np.bincount(v, sq2, m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = s_q / pos
-        return np.sqrt(np.clip(s_q2 - 2 * r * s_qy + r * r * pos, 0.0, None)) / pos
+    return ratio_ses(v, y, sq, sq2, n, values.size)
 
 
 def noise_and_slope(table: pd.DataFrame, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per value (``segment_metrics``' order) ``monitoring.ece_null`` and ``monitoring.calibration_slope``
+    """Per value (``segment_metrics``' order) ``scoring.ece_null`` and ``scoring.calibration_slope``
     (slope, se; NaN: none) from the table's groups, so that the table path raises the alerts and closes the
     incidents the row path does. ECE noise: each group's ``sum p (1 - p) = sum_q - sum_q2`` in the ECE bin
     of its mean probability (as ``segment_metrics`` bins the ECE). Slope: the logistic fit over the groups
@@ -112,16 +109,16 @@ def noise_and_slope(table: pd.DataFrame, n_bins: int) -> tuple[np.ndarray, np.nd
     lo, hi = M.clip_probability(np.array([0.0, 1.0]))
     z = np.clip(z, np.log(lo) - np.log1p(-lo), np.log(hi) - np.log1p(-hi))
     bins = np.minimum((mean_q * n_bins).astype(np.int64), n_bins - 1)
-    null = mon.ece_nulls(v, bins, sq - sq2, m, n_bins) / np.bincount(v, n, m)
-    slope, se = mon.slope_fits(v, z, y, n, m)
+    null = ece_nulls(v, bins, sq - sq2, m, n_bins) / np.bincount(v, n, m)
+    slope, se = slope_fits(v, z, y, n, m)
     return null, slope, se
 
 
 def _row(
-    m: pd.Series, cfg: mon.MonitorConfig, se: float = float("nan"), null: float = 0.0,
+    m: pd.Series, cfg: MonitorConfig, se: float = float("nan"), null: float = 0.0,
     slope: tuple[float, float] = (float("nan"), float("nan")),
 ) -> dict[str, Any]:
-    """``monitoring.score``'s row from one value's metrics (``null``: its ECE noise level, ``slope``:
+    """``scoring.score``'s row from one value's metrics (``null``: its ECE noise level, ``slope``:
     its calibration slope and standard error, NaN when none is identified)."""
     pos = float(m["positives"])
     row: dict[str, Any] = {"n": int(round(float(m["n"]))), "positives": int(round(pos))}
@@ -145,13 +142,13 @@ def _row(
     return row
 
 
-def window_scores(tabs: T.Tables, cfg: mon.MonitorConfig, seed: int) -> dict[str, dict[str, Any]]:
-    """Per segment name (``all``, then ``column=value`` sorted as ``monitoring.segment_masks`` sorts them)
+def window_scores(tabs: T.Tables, cfg: MonitorConfig, seed: int) -> dict[str, dict[str, Any]]:
+    """Per segment name (``all``, then ``column=value`` sorted as ``scoring.segment_masks`` sorts them)
     the champion's row, from :func:`window_tables`'s tables; replicates seeded by ``seed``."""
     opts = {"n_bins": cfg.n_bins, "replicates": cfg.n_bootstrap, "seed": seed, "level": cfg.ci_level}
-    overall = tabs.fine.assign(seg_0=mon.ALL, code=0)
+    overall = tabs.fine.assign(seg_0=ALL, code=0)
     null, b, b_se = noise_and_slope(overall, cfg.n_bins)
-    out = {mon.ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg, ratio_se(overall)[0], null[0],
+    out = {ALL: _row(segment_metrics(overall, **opts).iloc[0], cfg, ratio_se(overall)[0], null[0],
                          (b[0], b_se[0]))}
     for col, table in tabs.segments.items():
         m, se = segment_metrics(table, **opts), ratio_se(table)
@@ -166,7 +163,7 @@ def score_frame(
     frame: pd.DataFrame,
     champion: Any,
     score_kind: str | None,
-    cfg: mon.MonitorConfig,
+    cfg: MonitorConfig,
     segments: Sequence[str],
     seed: int,
 ) -> dict[str, dict[str, Any]]:

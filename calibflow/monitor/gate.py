@@ -1,0 +1,193 @@
+"""One window's step (``process_window``): score the champion, judge it against its bands, run the
+gate (promote a challenger, replace a champion found worse), and return the new state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibflow import calibrators as C
+from calibflow.monitor.alerts import _alerts, incidents
+from calibflow.monitor.challenger import challenge
+from calibflow.monitor.config import ALL, PATCH_METHOD, WATCHED, MonitorConfig
+from calibflow.monitor.patch import drifted_rows, patch_challenger, patch_targets
+from calibflow.monitor.scoring import predict_frame, score, segment_masks
+from calibflow.monitor.state import MonitorState
+from calibflow.monitor.thresholds import bands, out_of_band
+from calibflow.monitor.windows import Window, window_index
+
+
+def process_window(
+    state: MonitorState,
+    window: Window,
+    frame: pd.DataFrame,
+    calib: pd.DataFrame,
+    cfg: MonitorConfig,
+    segments: tuple[str, ...] = (),
+    fingerprint: str | None = None,
+    scores: dict[str, dict[str, Any]] | None = None,
+) -> MonitorState:
+    """One window: champion scores + bands + alerts for every segment, then the gate. Returns a new state.
+
+    ``frame``: the window's rows; ``calib``: the rows of the ``calib_windows`` periods before it (the
+    challengers' trailing calibration window); both with the user's score on ``state.score_kind``.
+    Refuses a window already in the state (no double count) or older than the newest one (``truncate``
+    first: a late day is rescored from its window on). ``scores``: the champion's rows per segment name,
+    already computed from the window's tables (``monitor.scale.score_frame``, for large windows).
+    """
+    if window.key in state.processed:
+        raise ValueError(f"window {window.key} already processed for source {state.source!r}")
+    if state.processed and window.key < state.processed[-1]:
+        raise ValueError(f"window {window.key} is older than the last processed {state.processed[-1]}")
+    # One generator per (seed, window): a resumed run draws exactly what an uninterrupted one would.
+    rng = np.random.default_rng([cfg.seed, int(window.start.value // 10**9) & 0x7FFFFFFF])
+    new = replace(
+        state,
+        history=list(state.history),
+        gates=list(state.gates),
+        alerts=list(state.alerts),
+        notes=list(state.notes),
+        versions=list(state.versions),
+        processed=list(state.processed),
+        windows=dict(state.windows),
+    )
+    champ = state.calibrator()
+    if scores is None:
+        y = frame["label"].to_numpy(float)
+        p = predict_frame(champ, frame, state.score_kind) if len(frame) else np.empty(0)
+        scores = {seg: score(y[mask], p[mask], cfg, rng) for seg, mask in segment_masks(frame, segments)}
+    overall_skipped = False
+    masks = list(scores)
+    for seg in masks:
+        row = {"source": state.source, "window": window.key, "segment": seg, "version": state.champion}
+        row.update(scores[seg])
+        if row["skipped"]:
+            new.notes.append(f"{window.key} {seg}: {row['skipped']}")
+            overall_skipped |= seg == ALL
+        else:
+            band = bands(new, seg, cfg, len(masks))
+            row["band_ratio"], row["band_ece"] = band["calibration_ratio"], band["ece"]
+            row["out"] = out_of_band(row, band, cfg, len(masks))
+            found = _alerts(new, row, band, cfg)
+            new.alerts.extend(found)
+            row["alert"] = bool(found)
+        new.history.append(row)
+    # Drifted: out now, or inside an open incident; such a value never enters a reference.
+    still_open = {(i["segment"], i["metric"]) for i in incidents(new, cfg) if i["closed"] is None}
+    for row in new.history[len(state.history) :]:
+        if not row["skipped"]:
+            held = {m for m in WATCHED if (row["segment"], m) in still_open}
+            row["drifted"] = sorted(set(row["out"]) | held)
+    new.processed.append(window.key)
+    new.windows[window.key] = {"fingerprint": fingerprint, "rows": int(len(frame))}
+    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped, segments)
+    new.gates.append(rec)
+    new.windows[window.key]["champion"] = new.champion
+    return new
+
+
+def _gate(
+    new: MonitorState,
+    state: MonitorState,
+    window: Window,
+    frame: pd.DataFrame,
+    calib: pd.DataFrame,
+    cfg: MonitorConfig,
+    rng: np.random.Generator,
+    champ: C.BaseCalibrator,
+    overall_skipped: bool,
+    segments: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
+    if overall_skipped:
+        return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
+    targets = patch_targets(new, cfg, segments) if all(c in frame.columns for c in segments) else {}
+    if targets and drifted_rows(calib, targets).mean() > 0.5:
+        targets = {}  # most of the source drifted: a global change, the global challengers' to fix
+    patch = patch_challenger(champ, calib, targets, cfg, state.score_kind) if targets else None
+    if targets:
+        # Only segment levels drifted: the global challengers learn the undrifted rows (the whole trailing
+        # window: those rows did not change); fitted on all rows, a global map spread the drifted level's
+        # change over every segment (+3% on every unshifted country after a one-country shift).
+        calib, since = calib[~drifted_rows(calib, targets)], None
+    else:
+        calib, since = _since_change(new, calib, cfg)
+    n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
+    if n_calib_windows < cfg.min_calib_windows or calib["label"].sum() < cfg.min_positives:
+        return {
+            "window": window.key,
+            "promoted": False,
+            "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
+        }
+    rec, winner = challenge(
+        champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state),
+        patch,
+    )
+    if patch is not None and patch[0] is not None and rec.get("best") == PATCH_METHOD:
+        rec["reason"] += (
+            f" (a patch of {', '.join(patch[1]['patched'])} only: every other row keeps the champion's"
+            " prediction)"
+        )
+    rec["window"] = window.key
+    rec["champion_version"] = state.champion
+    if since is not None:
+        rec["fitted_since"] = since
+        rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
+    if winner is not None:
+        t = pd.to_datetime(calib["time"])
+        version = len(new.versions) + 1
+        new.versions.append(
+            {
+                "version": version,
+                "method": winner.name,
+                "calibrator": winner.to_json(),
+                "fitted_on": [t.min().isoformat(), t.max().isoformat()],
+                "fitted_rows": int(len(calib)),
+                "judged_on": [window.start.isoformat(), window.end.isoformat()],
+                "judged": {k: rec[k] for k in ("metric", "champion", "delta", "delta_ci", "ci_level")},
+                "promoted_after": window.key,
+                "replaces": state.champion,
+            }
+        )
+        new.champion = version
+        rec["new_version"] = version
+    return rec
+
+
+def _since_change(
+    new: MonitorState, calib: pd.DataFrame, cfg: MonitorConfig
+) -> tuple[pd.DataFrame, str | None]:
+    """While drift incidents are open, the challengers are fitted on the windows since the newest one
+    that has half the trailing window's periods behind it (at least ``min_calib_windows``, with
+    ``min_positives``): the trailing window's older days describe the world before the change, and a map
+    fitted half on them serves half the bias; fewer windows (three days) fitted per-segment maps so noisily
+    that unshifted countries moved by 7-10%. The newest change first: an older incident still open (a
+    small segment's) says less about today's world."""
+    opened = sorted(
+        {i["opened"] for i in incidents(new, cfg) if i["closed"] is None and i["metric"] in WATCHED},
+        reverse=True,
+    )
+    if not opened or not len(calib):
+        return calib, None
+    need = max(cfg.min_calib_windows, cfg.calib_windows // 2)
+    times = pd.to_datetime(calib["time"])
+    for since in opened:
+        recent = calib[times >= pd.Timestamp(since)]
+        n = int(np.unique(window_index(recent["time"], cfg)).size) if len(recent) else 0
+        if n >= need and recent["label"].sum() >= cfg.min_positives and len(recent) < len(calib):
+            return recent, since
+    return calib, None
+
+
+def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:
+    """(gain, se) of the consecutive latest gates that found the champion in office worse on average."""
+    out: list[tuple[float, float]] = []
+    for g in reversed(new.gates):
+        if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
+            break
+        out.append((float(g["delta"]), float(g["delta_se"])))
+    return out[::-1]

@@ -1,0 +1,179 @@
+"""A segment's fix where the change is: while only segment levels have open drift incidents, the
+champion with just those levels refitted on their rows since the incident (a challenger like the others).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from scipy import special
+
+from calibflow import calibrators as C
+from calibflow import sources as S
+from calibflow.monitor.alerts import incidents
+from calibflow.monitor.challenger import fit_challenger
+from calibflow.monitor.config import ALL, PATCH_METHOD, WATCHED, MonitorConfig
+from calibflow.monitor.state import MonitorState
+from calibflow.monitor.windows import window_index
+from calibflow.segments import aligned, as_levels, level_codes
+
+
+def patch_targets(state: MonitorState, cfg: MonitorConfig, segments: tuple[str, ...]) -> dict[str, str]:
+    """``{"country=DE": opened}``: the declared segment levels with an open drift incident, and the window
+    the earliest of them opened. Empty while the whole source (``all``) has one open: a global change is
+    the global challengers' and the full segmented refit's to fix, not a patch's."""
+    if not segments:
+        return {}
+    found = [i for i in incidents(state, cfg) if i["closed"] is None and i["metric"] in WATCHED]
+    if any(i["segment"] == ALL for i in found):
+        return {}
+    out: dict[str, str] = {}
+    for i in found:
+        col, _, level = str(i["segment"]).partition("=")
+        if col in segments and level:
+            out[i["segment"]] = min(out.get(i["segment"], i["opened"]), i["opened"])
+    return out
+
+
+def drifted_rows(frame: pd.DataFrame, targets: dict[str, str]) -> NDArray[np.bool_]:
+    """Rows of the drifted segment levels (``patch_targets``), whatever their time."""
+    out = np.zeros(len(frame), dtype=bool)
+    for seg in targets:
+        col, _, label = seg.partition("=")
+        if col in frame.columns:
+            out |= frame[col].astype(str).to_numpy() == label
+    return out
+
+
+def _as_pooled(champion: C.BaseCalibrator) -> Any | None:
+    """The champion as a partial-pooling map with the same predictions (a copy), or None when its form has
+    no such writing: Platt ``expit(coef * z + intercept)`` is the pooled map with no levels, ``a =
+    intercept``, ``b = log coef``, ``c = 0``."""
+    if champion.name == PATCH_METHOD:
+        return C.from_json(champion.to_json())
+    if champion.name != "platt" or not float(getattr(champion, "coef_", 0.0)) > 0:
+        return None
+    pp = C.make(PATCH_METHOD, input=str(champion.input_kind))
+    pp.global_ = np.array([float(champion.intercept_), math.log(float(champion.coef_)), 0.0])
+    pp.segment_names_, pp.vocab_, pp.blocks_, pp.pair_tests_ = [], [], [], []
+    pp.n_sweeps_, pp.converged_, pp.fitted_ = 0, True, True
+    kind = getattr(champion, "score_kind_", None)
+    return S.record_score_kind(pp, kind) if kind else pp
+
+
+def _level_index(pp: Any, col: str, level: str) -> tuple[int, int] | None:
+    """(block index, level index) of ``col``'s ``level`` in the pooled map, added with zero terms when
+    new; None where a pair block would need re-keying (the column's vocabulary is then fixed)."""
+    if col not in pp.segment_names_:
+        pp.segment_names_.append(col)
+        pp.vocab_.append([])
+    k = pp.segment_names_.index(col)
+    blocks = [i for i, b in enumerate(pp.blocks_) if [int(c) for c in b["columns"]] == [k]]
+    if not blocks:
+        pp.blocks_.append({"columns": [k], "keys": None, "offset": np.zeros(len(pp.vocab_[k])),
+                           "log_slope": np.zeros(len(pp.vocab_[k])), "tau2": 0.0, "sigma2": 0.0})
+        blocks = [len(pp.blocks_) - 1]
+    b = pp.blocks_[blocks[0]]
+    if level not in pp.vocab_[k]:
+        if any(k in [int(c) for c in x["columns"]] and len(x["columns"]) == 2 for x in pp.blocks_):
+            return None
+        at = int(np.searchsorted(np.array(pp.vocab_[k], dtype=object), level)) if pp.vocab_[k] else 0
+        pp.vocab_[k].insert(at, level)
+        b["offset"] = np.insert(np.asarray(b["offset"], dtype=np.float64), at, 0.0)
+        b["log_slope"] = np.insert(np.asarray(b["log_slope"], dtype=np.float64), at, 0.0)
+    return blocks[0], pp.vocab_[k].index(level)
+
+
+def _fit_level(pp: Any, rows: pd.DataFrame, score_kind: str, at: tuple[int, int]) -> dict[str, float]:
+    """Refit one level's offset and log-slope on ``rows`` (maximum likelihood, Fisher scoring; a unit
+    normal prior on the log-slope keeps a few rows' fit finite), every other term of the map held fixed."""
+    blk, i = pp.blocks_[at[0]], at[1]
+    off, ls = np.asarray(blk["offset"], dtype=np.float64), np.asarray(blk["log_slope"], dtype=np.float64)
+    off[i], ls[i] = 0.0, 0.0
+    blk["offset"], blk["log_slope"] = off, ls
+    segs = {c: rows[c].to_numpy(dtype=object) for c in pp.segment_names_}
+    x = S.calibrator_input(rows["score"].to_numpy(float), score_kind, str(pp.input))
+    z = pp._convert(np.asarray(x, dtype=np.float64))
+    rest_off, rest_ls = _level_terms(pp, segs, z.size)  # this level's terms are 0 now: the rest of the map
+    a, b, c = (float(v) for v in pp.global_)
+    base, u = a + rest_off, np.exp(b + rest_ls) * (z - c)
+    y = rows["label"].to_numpy(float)
+    d = g = 0.0
+    for _ in range(100):
+        v = math.exp(g) * u
+        p = special.expit(base + d + v)
+        r, w = y - p, p * (1 - p)
+        grad = np.array([r.sum(), r @ v - g])
+        h = np.array([[w.sum(), w @ v], [w @ v, w @ (v * v) + 1.0]]) + 1e-9 * np.eye(2)
+        step = np.clip(np.linalg.solve(h, grad), -2.0, 2.0)
+        d, g = d + float(step[0]), g + float(step[1])
+        if float(np.abs(step).max()) < 1e-8:
+            break
+    off[i], ls[i] = d, g
+    return {"offset": d, "log_slope": g, "positives": float(y.sum()), "rows": int(y.size)}
+
+
+def _level_terms(pp: Any, segs: dict[str, Any], n: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per row, the sums of the pooled map's level offsets and log-slopes (its ``predict``, in parts)."""
+    cols = aligned(segs, list(pp.segment_names_), n)
+    codes = [level_codes(c, v) for c, v in zip(cols, pp.vocab_, strict=True)]
+    off, ls = np.zeros(n), np.zeros(n)
+    for blk in pp.blocks_:
+        idx = pp._block_codes(blk, codes)
+        seen = idx >= 0
+        off[seen] += np.asarray(blk["offset"], dtype=np.float64)[idx[seen]]
+        ls[seen] += np.asarray(blk["log_slope"], dtype=np.float64)[idx[seen]]
+    return off, ls
+
+
+def patch_challenger(
+    champion: C.BaseCalibrator,
+    calib: pd.DataFrame,
+    targets: dict[str, str],
+    cfg: MonitorConfig,
+    score_kind: str,
+) -> tuple[C.BaseCalibrator | None, dict[str, Any]]:
+    """The champion with only the drifted levels (``patch_targets``) refitted, each on its own rows since
+    its incident opened; every other row keeps the champion's prediction exactly.
+
+    Why: a full segmented refit re-estimates every level from the few windows since the change, and its
+    noise (and a between-level variance inflated by the one shifted level) moved unshifted countries by
+    6-10%. A level is patched once it has ``max(min_calib_windows, calib_windows // 2)`` periods and
+    ``min_positives`` positives since its incident (the rule the global challengers follow). Returns the
+    patch (None when no level is ready or the champion is not Platt or partial pooling) and a record."""
+    pp = _as_pooled(champion)
+    rec: dict[str, Any] = {"targets": dict(targets), "patched": {}, "waiting": {}}
+    if pp is None:  # e.g. an isotonic champion: the patch sits on a Platt map of the undrifted rows
+        rest = calib[~drifted_rows(calib, targets)]
+        if rest["label"].sum() < cfg.min_positives:
+            rec["reason"] = "too few undrifted rows for a Platt map under the patch"
+            return None, rec
+        platt = fit_challenger("platt", str(champion.input_kind), rest["score"].to_numpy(float),
+                               rest["label"].to_numpy(float), score_kind)
+        pp = _as_pooled(platt)
+        rec["base"] = f"platt on the undrifted rows (the champion, {champion.name}, has no per-level form)"
+    if pp is None:
+        rec["reason"] = "no increasing Platt map on the undrifted rows to patch"
+        return None, rec
+    need = max(cfg.min_calib_windows, cfg.calib_windows // 2)
+    times = pd.to_datetime(calib["time"])
+    for seg, since in sorted(targets.items()):
+        col, _, label = seg.partition("=")
+        m = (calib[col].astype(str).to_numpy() == label) & (times >= pd.Timestamp(since)).to_numpy()
+        rows = calib[m]
+        n = int(np.unique(window_index(rows["time"], cfg)).size) if len(rows) else 0
+        if n < need or rows["label"].sum() < cfg.min_positives:
+            rec["waiting"][seg] = f"{n} period(s), {int(rows['label'].sum())} positives since {since[:10]}"
+            continue
+        at = _level_index(pp, col, str(as_levels(rows[col].to_numpy(dtype=object))[0]))
+        if at is None:
+            rec["waiting"][seg] = "a pair block fixes the column's levels"
+            continue
+        rec["patched"][seg] = _fit_level(pp, rows, score_kind, at)
+    if not rec["patched"]:
+        return None, rec
+    return S.record_score_kind(pp, score_kind), rec
