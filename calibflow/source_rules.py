@@ -9,7 +9,8 @@ non-null label is usable and it is 1 when it equals ``positive``: as numbers whe
 
 The forms: :func:`label_sql` (SQL expressions over a column, for DuckDB: the one-pass prepare, validate@raw's
 profile, the row sample), :func:`label_array` (arrays over a pandas column: a features source's prepared rows
-and its validation) and :func:`label_value` (one Python value: ``init``'s checks on the distinct values).
+and its validation), :func:`label_value` (one Python value: ``init``'s checks on the distinct values), and the
+monitor's pair :func:`pending_label_sql` / :func:`pending_label_array` (a NULL label is "not known yet").
 ``tests/library/test_source_rules.py`` runs the three on the same values, NULL and odd types included, and
 checks they agree.
 """
@@ -88,6 +89,22 @@ def label_array(values: pd.Series, positive: Any | None) -> tuple[np.ndarray, np
     v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     ok = (v == 0) | (v == 1)
     return ok, (v == 1).astype(np.int64)
+
+
+def pending_label_sql(column: str, duckdb_type: str, positive: Any | None) -> str:
+    """The monitor's form of :func:`label_sql`: 0/1, NULL while a label is not known yet, -1 for a value
+    that is no label (its file is refused)."""
+    usable, y = label_sql(column, duckdb_type, positive)
+    lab = quote_ident(column)
+    return f"CASE WHEN {lab} IS NULL THEN NULL WHEN {usable} THEN CAST({y} AS DOUBLE) ELSE -1.0 END"
+
+
+def pending_label_array(values: pd.Series, positive: Any | None) -> np.ndarray:
+    """:func:`pending_label_sql` on a pandas column (float: NaN for NULL, -1 for no label)."""
+    ok, y = label_array(values, positive)
+    out = np.where(ok, y.astype(np.float64), -1.0)
+    out[~values.notna().to_numpy()] = np.nan
+    return out
 
 
 def label_value(v: Any, positive: Any | None) -> tuple[bool, int]:

@@ -40,6 +40,7 @@ from calibflow import sources as S
 from calibflow import timesplit
 from calibflow.monitor.config import MonitorConfig
 from calibflow.monitor.windows import window_at, window_index, window_keys
+from calibflow.source_rules import pending_label_array
 
 
 def to_times(values: pd.Series) -> pd.Series:
@@ -347,16 +348,9 @@ def load(
 
 
 def _label(values: pd.Series, positive: Any | None) -> pd.Series:
-    """0/1 labels with NaN kept for NULL; anything else unparseable becomes -1 (refused by the check)."""
-    if positive is not None:
-        hit = values == positive
-        if not hit.any():
-            hit = values.astype(str) == str(positive)
-        return hit.astype(float).where(values.notna(), np.nan)
-    if values.dtype == bool:
-        return values.astype(float)
-    num = pd.to_numeric(values, errors="coerce").astype(float)
-    return num.where(values.isna() | num.notna(), -1.0)
+    """0/1 labels with NaN kept for NULL; anything else that is no label becomes -1 (refused by the check):
+    ``source_rules``' rule, as the streamed path reads it."""
+    return pd.Series(pending_label_array(values, positive), index=values.index)
 
 
 def check_matured(

@@ -32,6 +32,7 @@ import pandas as pd
 from calibflow import sources as S
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, _union
+from calibflow.source_rules import pending_label_sql
 from calibflow.sources import SourceSpec, quote_ident
 
 MISSING = "<missing>"  # a NULL segment value, as deliveries.load writes it
@@ -68,16 +69,8 @@ def time_sql(con: duckdb.DuckDBPyConnection, path: str, col: str, typ: str) -> s
 
 
 def _label_sql(spec: SourceSpec, typ: str) -> str:
-    """The label as 0/1 (NULL: not known yet; -1: a value that is no label), as ``deliveries._label``."""
-    lab = quote_ident(spec.label)
-    if spec.positive is not None:
-        pos = spec.positive
-        numeric = S.is_numeric_type(typ) and isinstance(pos, int | float)
-        hit = f"{lab} = {float(pos)!r}" if numeric else f"CAST({lab} AS VARCHAR) = {_lit(pos)}"
-        return f"CASE WHEN {lab} IS NULL THEN NULL WHEN {hit} THEN 1.0 ELSE 0.0 END"
-    if typ.upper() == "BOOLEAN":
-        return f"CAST({lab} AS DOUBLE)"
-    return f"CASE WHEN {lab} IS NULL THEN NULL ELSE coalesce(TRY_CAST({lab} AS DOUBLE), -1.0) END"
+    """The label as 0/1 (NULL: not known yet; -1: a value that is no label): ``source_rules``' rule."""
+    return pending_label_sql(spec.label or "", typ, spec.positive)
 
 
 def _segment_sql(col: str, typ: str) -> str:

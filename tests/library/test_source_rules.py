@@ -82,3 +82,27 @@ def test_score_and_weight_checks_agree_between_sql_and_arrays():
         assert got == fn(arr).tolist(), sql.__name__
     con.close()
     assert R.weight_ok_array(arr).tolist() == [True, True, True, False, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("positive", POSITIVES, ids=[repr(p) for p in POSITIVES])
+@pytest.mark.parametrize("name", list(COLUMNS))
+def test_the_monitors_pending_form_is_the_same_rule(name, positive):
+    """The monitor reads labels through the rule too (its row and streamed paths had their own copies, and
+    the streamed one read ``positive: true`` as every label 0): NULL stays "not known yet" (NaN), a value
+    that is no label is -1 (its file is refused), and SQL and arrays agree."""
+    from calibflow.source_rules import pending_label_array, pending_label_sql
+
+    series = COLUMNS[name].astype("boolean") if name == "bool" else COLUMNS[name]
+    frame = pd.DataFrame({"lab": series})
+    con = duckdb.connect()
+    con.register("t", frame)
+    dtype = con.execute("SELECT column_type FROM (DESCRIBE SELECT * FROM t) WHERE column_name = 'lab'")
+    sql = pending_label_sql("lab", str(dtype.fetchone()[0]), positive)
+    rows = con.execute(f"SELECT {sql} FROM t").fetchall()
+    got_sql = np.array([np.nan if r[0] is None else r[0] for r in rows])
+    got_arr = pending_label_array(series, positive)
+    np.testing.assert_array_equal(got_arr, got_sql)
+    ok, y = label_array(series, positive)
+    nulls = ~series.notna().to_numpy()
+    assert np.isnan(got_arr[nulls]).all()
+    np.testing.assert_array_equal(got_arr[~nulls], np.where(ok, y, -1)[~nulls].astype(float))
