@@ -185,3 +185,19 @@ def test_segment_ratios(tables, data):
         assert r["ratio"] == pytest.approx(pc[m].sum() / y[m].sum(), rel=1e-9)
         lo, hi = r["ratio_ci"]
         assert lo < r["ratio"] < hi and hi - lo < 0.2
+
+
+def test_ece_and_mce_intervals_hold_their_estimate_and_keep_the_replicates_spread():
+    """ECE's replicates sit above the estimate (noise adds absolute gaps), so their plain percentile
+    interval could exclude the number printed beside it; the card's interval is their spread placed
+    around the estimate."""
+    from calibflow.aggregate.metrics import _centred_interval
+
+    rng = np.random.default_rng(0)
+    draws = 0.03 + 0.005 * rng.standard_normal(32)  # all above the estimate 0.02
+    lo, hi = _centred_interval(draws, 0.02, 0.025)
+    q_lo, mid, q_hi = np.quantile(draws, [0.025, 0.5, 0.975])
+    assert lo <= 0.02 <= hi and q_lo > 0.02  # the plain interval would have excluded it
+    assert hi - lo == pytest.approx(q_hi - q_lo)
+    assert _centred_interval(draws, 0.001, 0.025)[0] == 0.0  # never below 0
+    assert np.isnan(_centred_interval([], 0.02, 0.025)).all()
