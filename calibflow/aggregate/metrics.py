@@ -114,8 +114,8 @@ def _interval(values: Sequence[float] | np.ndarray, a: float) -> list[float]:
     return [float(np.quantile(v, a)), float(np.quantile(v, 1 - a))] if v.size else [float("nan")] * 2
 
 
-#: Metrics whose plug-in estimate is biased upward by sampling noise (a sum of absolute gaps): a replicate adds
-#: noise again, so the replicates sit above the estimate and their percentile interval can exclude it.
+#: Metrics whose plug-in estimate is biased upward by sampling noise (a sum of absolute gaps): a replicate
+#: adds noise again, so the replicates sit above the estimate and their percentile interval can exclude it.
 _NOISE_BIASED = ("ece", "mce")
 
 
