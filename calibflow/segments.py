@@ -21,8 +21,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from calibflow.metrics import row_log_loss
-
 #: The level a null segment value gets (its own level: rows with no country are a segment too).
 NULL_LEVEL = "(null)"
 #: Fewest positives for a segment's ratio to be tested (flagged when its interval excludes 1): under it a
@@ -127,15 +125,6 @@ def unseen_counts(names: list[str], vocabs: list[list[str]], segments: Any, n: i
     """Per segment column, how many rows hold a value the calibrator never saw (they get the global map)."""
     cols = aligned(segments, names, n)
     return {nm: int((level_codes(c, v) < 0).sum()) for nm, c, v in zip(names, cols, vocabs, strict=True)}
-
-
-def _ci(values: NDArray[np.float64], level: float) -> list[float] | None:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return None
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(v, [tail, 1.0 - tail])
-    return [float(lo), float(hi)]
 
 
 def enough_evidence(positives: float) -> bool:
@@ -331,32 +320,6 @@ def chance_flags(rows: list[dict[str, Any]], level: float) -> float:
     (``1 - level`` each). Counted over every value tested, not the rows shown: the shown rows are the
     largest values and the flagged ones, so counting them alone would understate what chance explains."""
     return (1.0 - level) * tested_intervals(rows)
-
-
-def _nll(y: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:
-    return row_log_loss(y, p)
-
-
-def paired_log_loss(
-    y: ArrayLike, p_a: ArrayLike, p_b: ArrayLike, *, n_boot: int = 200, seed: int = 0, level: float = 0.95
-) -> dict[str, Any]:
-    """Test log loss of ``p_b`` minus ``p_a`` with a paired percentile-bootstrap interval over rows.
-
-    ``better``: the interval lies below 0 (``p_b`` has the lower log loss beyond resampling noise).
-    """
-    yy = np.asarray(y, dtype=np.float64)
-    d = _nll(yy, np.asarray(p_b, dtype=np.float64)) - _nll(yy, np.asarray(p_a, dtype=np.float64))
-    rng = np.random.default_rng(seed)
-    n = yy.size
-    boot = np.array([d[rng.integers(0, n, size=n)].mean() for _ in range(n_boot)]) if n_boot else np.array([])
-    ci = _ci(boot, level)
-    return {
-        "log_loss_a": float(_nll(yy, np.asarray(p_a, dtype=np.float64)).mean()),
-        "log_loss_b": float(_nll(yy, np.asarray(p_b, dtype=np.float64)).mean()),
-        "delta": float(d.mean()),
-        "delta_ci": ci,
-        "better": bool(ci is not None and ci[1] < 0),
-    }
 
 
 def __getattr__(name: str):
