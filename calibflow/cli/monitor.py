@@ -103,13 +103,17 @@ def run(
 ) -> None:
     """Score every new matured window now (a Prefect flow run: events, artifact, registry).
 
-    A window (monitor.period on the grid monitor.origin + k * period) is scored once it has matured:
-    its end + monitor.label_delay <= now (default 2D: a day's labels are taken as complete two days after
-    it ends). Windows still waiting (labels not due or not all in, or behind one that is) are printed one
-    line each as "pending", and the run exits 0; a window without all its labels monitor.label_deadline
-    after its end, or with no file monitor.delivery_deadline after its end, is an incident. Exit 1 only
-    when a source failed or a file was refused. The page: reports/pages/monitoring-<source>.html; the
-    state: monitoring/<source>/state.json; the served calibrator: monitoring/<source>/calibrator.json.
+    A window (monitor.period on the grid monitor.origin + k * period) is
+    scored once it has matured: its end + monitor.label_delay <= now
+    (default 2D: a day's labels are taken as complete two days after it
+    ends). Windows still waiting (labels not due or not all in, or behind
+    one that is) are printed one line each as "pending", and the run exits
+    0; a window without all its labels monitor.label_deadline after its
+    end, or with no file monitor.delivery_deadline after its end, is an
+    incident. Exit 1 only when a source failed or a file was refused. The
+    page: reports/pages/monitoring-<source>.html; the state:
+    monitoring/<source>/state.json; the served calibrator:
+    monitoring/<source>/calibrator.json.
     """
     _run_now(source, now, commit, max_windows, start=start)
 
