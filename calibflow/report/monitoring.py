@@ -182,29 +182,15 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
         f"{len(state.alerts)} alert(s). Ratio = sum p / sum y (1 is perfect) with its bootstrap interval; "
         "dashed red: the alert band; dashed green: a promotion; grey tick: window skipped.</p>"
     )
-    seg_alerts = {(a["window"], a["metric"]) for a in state.alerts}
     drawn = _drawn(state, cfg, segs)
     if len(drawn) < len(segs):
         parts.append(
             f"<p class='muted'>Figures for {len(drawn)} of {len(segs)} watched segments: overall, every "
             f"segment with an incident, and the {FIGURE_WORST} worst; the others are in the table above.</p>"
         )
-    for seg in drawn:
-        by_w = {r["window"]: r for r in state.history if r["segment"] == seg and not r.get("skipped")}
-        rows = [by_w.get(w) for w in windows]
-        sa = {
-            (w, m)
-            for (w, m) in seg_alerts
-            if any(a["segment"] == seg and a["window"] == w and a["metric"] == m for a in state.alerts)
-        }
-        parts.append(f"<h2>Segment {_e(seg)}</h2>")
-        for metric, label in (("calibration_ratio", "calibration ratio"), ("ece", "ECE")):
-            parts.append(
-                f'<figure class="svg">{_series_svg(rows, windows, metric, promos, sa, label)}</figure>'
-            )
-        if seg == ALL:
-            parts.append("<h3>Champion and challengers on each held-out window</h3>")
-            parts.append(f'<figure class="svg">{_gate_svg(state, windows, promos)}</figure>')
+    parts.append(_picker(state, windows, promos, drawn))
+    parts.append("<h3>Champion and challengers on each held-out window</h3>")
+    parts.append(f'<figure class="svg">{_gate_svg(state, windows, promos)}</figure>')
     parts.append("<h2>Promotions</h2>" + _versions_table(state))
     parts.append("<h2>Incidents</h2>" + _incidents_table(state, cfg))
     parts.append("<h2>Alerts (every out-of-band window)</h2>" + _alerts_table(state))
@@ -213,9 +199,49 @@ def render_page(state: MonitorState, title: str | None = None, cfg: MonitorConfi
             "<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{_e(n)}</li>" for n in state.notes) + "</ul>"
         )
     body = "".join(parts)
+    css = f"{_CSS} {_EXTRA_CSS} {_picker_css(len(drawn))}"
     return (
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(state.source)} "
-        f"monitoring</title><style>{_CSS} {_EXTRA_CSS}</style></head><body>{body}</body></html>\n"
+        f"monitoring</title><style>{css}</style></head><body>{body}</body></html>\n"
+    )
+
+
+#: The page's metrics over time, one figure each, with the segment picked above them.
+_OVER_TIME = (("calibration_ratio", "Calibration ratio (sum p / sum y)"), ("ece", "ECE"))
+
+
+def _picker(state: MonitorState, windows: list[str], promos: dict[str, int], drawn: list[str]) -> str:
+    """One figure per metric; the segment shown is picked with radio buttons (CSS only: the page has no
+    script), ``all`` first, then the segments with an incident and the worst."""
+    alerts = {(a["segment"], a["window"], a["metric"]) for a in state.alerts}
+    buttons, figures = [], {m: [] for m, _ in _OVER_TIME}
+    for i, seg in enumerate(drawn):
+        checked = " checked" if i == 0 else ""
+        buttons.append(
+            f'<input type="radio" name="seg" id="seg{i}"{checked}><label for="seg{i}">{_e(seg)}</label>'
+        )
+        by_w = {r["window"]: r for r in state.history if r["segment"] == seg and not r.get("skipped")}
+        rows = [by_w.get(w) for w in windows]
+        sa = {(w, m) for (s, w, m) in alerts if s == seg}
+        for metric, label in _OVER_TIME:
+            svg = _series_svg(rows, windows, metric, promos, sa, f"{label}: {seg}")
+            figures[metric].append(f'<div class="s s{i}">{svg}</div>')
+    out = ["<h2>Over time</h2><div class='segpick'><p class='muted'>Segment:</p>", *buttons]
+    for metric, label in _OVER_TIME:
+        out.append(f"<h3>{_e(label)}</h3><figure class='svg'>{''.join(figures[metric])}</figure>")
+    return "".join(out) + "</div>"
+
+
+def _picker_css(n: int) -> str:
+    """Only the picked segment's figures show; the picked button is filled."""
+    shown = ",".join(f"#seg{i}:checked~figure .s{i}" for i in range(n))
+    return (
+        ".segpick input{position:absolute;opacity:0;width:1px;height:1px}"
+        " .segpick label{display:inline-block;border:1px solid #9aa4b2;border-radius:12px;padding:2px 10px;"
+        "margin:2px 4px 2px 0;cursor:pointer;font-size:13px}"
+        " .segpick input:checked+label{background:#1a4d8f;border-color:#1a4d8f;color:#fff}"
+        " .segpick input:focus-visible+label{outline:2px solid #1a4d8f;outline-offset:2px}"
+        " .segpick .s{display:none}" + (f" {shown}{{display:block}}" if n else "")
     )
 
 

@@ -123,6 +123,13 @@ def test_run_on_a_source_alerts_promotes_and_writes_the_page(tmp_path):
     assert len(hist) == 16 * 3 and not hist.duplicated(["window", "segment"]).any()
     page = (tmp_path / "reports/pages/monitoring-ads.html").read_text()
     assert page.count("<svg") >= 7 and "promoted v2" in page
+    # one figure per metric, the segment picked by buttons (all first and picked), one series per segment
+    radio = r'<input type="radio" name="seg" id="seg(\d+)"( checked)?><label for="seg\1">([^<]+)<'
+    radios = re.findall(radio, page)
+    assert [r[2] for r in radios][:1] == ["all"] and radios[0][1] and not any(r[1] for r in radios[1:])
+    assert {"segment=A", "segment=B"} <= {r[2] for r in radios}
+    assert page.count("<figure class='svg'>") == 2 and page.count('class="s s0"') == 2
+    assert all(f"#seg{i}:checked~figure .s{i}" in page for i in range(len(radios)))
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "<script" not in page
     start, end = (pd.Timestamp(x).strftime("%Y-%m-%d") for x in card["fitted_on"])
     # spans read as times to the minute, not Python lists of nanosecond stamps
