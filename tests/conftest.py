@@ -65,8 +65,9 @@ def one_blas_thread():
 #: ``slow``; ``pytest -m "not server"`` skips nothing silently, it deselects and says how many.
 #: (Functions may carry their own marks too, e.g. ``@pytest.mark.slow``.)
 MODULE_MARKS: dict[str, tuple[str, ...]] = {
-    # library modules that run a whole experiment or pipeline
+    # library modules that run a whole experiment or pipeline, or start a server or cluster
     "test_angular_experiment": ("slow",),
+    "test_aggregate_s3": ("slow",),  # a moto S3 server and a Dask cluster
     "test_calem_experiment": ("slow",),
     "test_claims": ("slow",),
     "test_decision_honest": ("slow",),

@@ -105,6 +105,7 @@ def test_methods_needing_rows_say_so(table):
             fit_from_table(table, m)
 
 
+@pytest.mark.slow  # a Dask cluster: make test, not test-fast
 def test_dask_localcluster_equals_duckdb(files, table):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
             Client(cl) as client:

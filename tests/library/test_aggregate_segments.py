@@ -63,6 +63,7 @@ def _assert_same(a, b, keys):
         np.testing.assert_allclose(a[c].to_numpy(), b[c].to_numpy(), rtol=1e-12, atol=1e-300)
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_fine_table_is_the_global_pass(big):
     """The fine table is the single-table pass without segments (keys and counts equal, sums 1e-12)."""
     paths, _, tabs = big
@@ -70,6 +71,7 @@ def test_fine_table_is_the_global_pass(big):
     _assert_same(tabs.fine, ref, ["bucket", "label"])
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_coarse_segments_against_rows_at_1e6(big):
     _, (s, y, country, seg7), tabs = big
     st = tabs.segments["country"]
@@ -92,6 +94,7 @@ def test_coarse_segments_against_rows_at_1e6(big):
         assert m7["calibration_ratio"][i] == pytest.approx(s[k].sum() / y[k].sum(), rel=1e-12)
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 @pytest.mark.parametrize(("method", "tol"), [("platt", 1e-5), ("isotonic", 2e-3)])
 def test_calibrated_segment_ratios_against_rows(big, method, tol):
     _, (s, y, country, _), tabs = big
@@ -103,6 +106,7 @@ def test_calibrated_segment_ratios_against_rows(big, method, tol):
     assert max(err) < tol, max(err)
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_intervals_cover_and_are_seeded(big):
     _, _, tabs = big
     a = segment_metrics(tabs.segments["seg7"], replicates=16, seed=1)
@@ -117,6 +121,7 @@ def test_intervals_cover_and_are_seeded(big):
     assert (a["calibration_ratio_low"] > 1.0).all()  # the scores over-predict in every segment
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_threads_and_row_range_parts_give_one_table(big, tmp_path):
     """One worker, two workers and a single file cut into row ranges: the same keys and counts."""
     paths, _, tabs = big
@@ -185,6 +190,7 @@ def project(tmp_path_factory):
     return root, params
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_dask_engine_from_the_pipeline_equals_duckdb(project, tmp_path):
     """``scale.engine: dask`` on a LocalCluster through the stages' entry points (split_tables, which
     calibrate, evaluate and select call; and calibrate.run): the same tables as DuckDB (keys and counts
@@ -210,6 +216,7 @@ def test_dask_engine_from_the_pipeline_equals_duckdb(project, tmp_path):
     np.testing.assert_allclose(cb.predict(z), ca.predict(z), rtol=1e-9)
 
 
+@pytest.mark.slow  # 1e6 rows (or a Dask cluster): make test, not test-fast
 def test_tables_for_on_an_open_client(big):
     """``tables_for`` on a given client (the scheduler-address path) gives the DuckDB engine's table."""
     paths, _, tabs = big

@@ -153,7 +153,10 @@ def _mp_expectation(f, m: float, tau: float) -> float:
     return float(mpmath.quad(g, [-mpmath.inf, -2, 0, 2, mpmath.inf]))
 
 
-@pytest.mark.parametrize("cos", [0.2, 0.5, 0.9])
+# mpmath references: one angle in make test-fast, all three in make test
+@pytest.mark.parametrize(
+    "cos", [pytest.param(0.2, marks=pytest.mark.slow), 0.5, pytest.param(0.9, marks=pytest.mark.slow)]
+)
 def test_quadrature_accurate_to_1e_10(cos):
     s = np.array([-4.0, -1.5, -0.3, 0.0, 0.7, 2.0, 5.0])
     sin = math.sqrt(1 - cos * cos)

@@ -13,6 +13,8 @@ from calibflow.calibrators.calem import _compact_stack, _q_value, em_weights, tr
 from calibflow.experiments.calem import l2_error, simulate
 
 pytestmark = pytest.mark.usefixtures("one_blas_thread")
+#: The spline base (the costliest fit) runs in make test; make test-fast checks each property with the others.
+SLOW = pytest.mark.slow
 
 
 def _data(seed=0, n=6000, share=0.1, g="g2", h="h1", p_y=0.3):
@@ -115,7 +117,7 @@ def test_clipping_is_counted_when_no_treatment_effect():
     assert cal.trace_[-1]["h"]["mean_pos"] < 0.1
 
 
-@pytest.mark.parametrize("base", ["platt", "spline"])
+@pytest.mark.parametrize("base", ["platt", pytest.param("spline", marks=SLOW)])
 def test_beats_clean_only_fit_on_the_simulation(base):
     """Sec. 5.1 at reduced size: CalEM's L2 error to the oracle is below the clean-only fit's on average."""
     gam, em = [], []
@@ -199,7 +201,7 @@ def test_predict_before_fit_and_plain_fit_signature():
         cal.fit([0.1, 0.2], [0, 1])  # CalEM needs both the clean and the biased set
 
 
-@pytest.mark.parametrize("base", ["spline", "beta", "platt"])
+@pytest.mark.parametrize("base", [pytest.param("spline", marks=SLOW), "beta", "platt"])
 def test_warm_started_em_reaches_the_cold_fixed_point(base):
     """Warm starts change only where each M-step's solver starts, not the convex optimum it returns
     (to the solver's tolerance, gradient ~1e-10). EM is a contraction near its fixed point, so these
@@ -233,7 +235,7 @@ def test_two_weight_m_step_equals_the_stacked_m_step():
         np.testing.assert_allclose(one.predict(grid), lit.predict(grid), atol=1e-7)
 
 
-@pytest.mark.parametrize("base", ["spline", "platt"])
+@pytest.mark.parametrize("base", [pytest.param("spline", marks=SLOW), "platt"])
 def test_squarem_reaches_the_em_fixed_point_in_fewer_m_steps(base):
     """SQUAREM extrapolates h between EM steps; EM's fixed points are its fixed points and the stop rule
     is Algorithm 3's on plain steps. Run both to a tight tol (1e-7): each then stops within about
@@ -260,7 +262,7 @@ def test_unclipped_treatment_effect_is_the_raw_eq_15():
     assert (low, high) == (1, 0)
 
 
-@pytest.mark.parametrize("base", ["platt", "spline"])
+@pytest.mark.parametrize("base", ["platt", pytest.param("spline", marks=SLOW)])
 def test_literal_algorithm_3_runs_without_the_clip_and_differs(base):
     sc, yc, sb, zb, d = _data(3, n=6000)
     with warnings.catch_warnings():

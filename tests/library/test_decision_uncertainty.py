@@ -96,6 +96,7 @@ def test_leaf_row_counts_are_unweighted_and_lower_in_sparse_regions(rng):
         U.leaf_row_uncertainty(bst, X, counts[:3])
 
 
+@pytest.mark.slow  # the experiment on a real dataset: make test, not test-fast
 def test_experiment_runs_on_real_data():
     """Real data must be present (fails loudly, never skips)."""
     os.environ.setdefault("CALIBFLOW_DATA_MIRROR", "/work/shared/datasets")

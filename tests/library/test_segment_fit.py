@@ -83,6 +83,7 @@ def test_three_columns_from_marginal_tables_are_close_to_the_row_fit(tmp_path):
     assert tab.pair_tests_ and not tab.pair_tests_[0]["included"]  # no pair from marginal tables
 
 
+@pytest.mark.slow  # 1e5 segment values: make test, not test-fast
 @pytest.mark.parametrize("n_values", [100_000])
 def test_many_values_fit_from_a_bounded_table(tmp_path, n_values):
     rng = np.random.default_rng(5)

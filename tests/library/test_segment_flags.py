@@ -79,7 +79,10 @@ def _band(tested: int) -> tuple[float, float]:
     return lo, hi
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# one seed in make test-fast, all three in make test
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_null_flags_stay_in_the_chance_band_row_and_table(seed, tmp_path):
     p_cal_fit, y_cal_fit, _ = _null_frame(100 + seed)
     p, y, shop = _null_frame(seed)
@@ -151,6 +154,7 @@ def test_click_log_says_the_model_barely_ranks_and_flags_no_item_on_a_click_or_t
     assert note["statement"].startswith("The model barely ranks")
 
 
+@pytest.mark.slow  # the whole pipeline on a source: make test, not test-fast
 @pytest.mark.parametrize("path", ["rows", "aggregate"])
 def test_card_and_report_say_first_that_the_model_does_not_rank(tmp_path, path):
     """A source whose score is noise around the base rate: select's card carries ``ranking`` and the

@@ -143,6 +143,7 @@ def test_emitted_sql_per_dialect_is_one_definition(tmp_path):
     assert bad.exit_code != 0 and "--dialect 'oracle' is not one of" in bad.output
 
 
+@pytest.mark.slow  # two fits on 2e5 rows through the command: make test, not test-fast
 def test_fit_from_table_equals_fit_on_the_rows(tmp_path):
     """``fit --from-table``: the warehouse's result (here DuckDB's, saved as Parquet) fits the calibrators
     ``calibflow fit`` fits on the rows (the logit grid: ``distinct_max`` 0), and the metrics agree."""

@@ -3,15 +3,24 @@ three lines on stderr, no traceback and no hang (60 s), and name what is wrong (
 
 The cases are listed in docs/reliability.md ("Round 3: hostile cases"). Params cases go through
 ``calibflow run``, which checks params before any server or stage starts.
+
+The cases in ``REAL`` run the real command in a subprocess: each command (run, apply, fit, init, serve,
+monitor, server) at least once, and every case where the process boundary is the point (a bomb, a 5 MB or
+endless file, nesting that could exhaust the stack, a shell in a method name). The others are refusals of
+the same code run as ``python -m`` runs it, in this process (``runpy``, the same argv, working folder and
+environment; stderr captured at the file descriptor, warnings counted as the lines Python would print,
+any exception other than SystemExit fails the test): one import of the command instead of one per case.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +29,8 @@ import pytest
 import yaml
 
 PY = sys.executable
-CLI = [PY, "-m", "calibflow.cli"]
+MODULE = "calibflow.cli"
+CLI = [PY, "-m", MODULE]
 GOOD = {"sources": None}  # filled from the project's own params.yaml
 
 
@@ -162,14 +172,48 @@ COMMAND_CASES = [
 ]
 
 
+#: Cases run as a real subprocess (see the module's docstring); the rest run in this process.
+REAL = {
+    "empty-file", "not-utf8", "5-mb", "deep-brackets", "alias-bomb", "method-shell", "learning-rate-inf",
+    "params-is-dev-zero", "task-runner-banana", "apply-deep-json", "fit-garbage-parquet", "fit-label-is-text",
+    "init-missing-data", "serve-bad-cron", "monitor-rollback-unknown", "server-port-99999", "run-port-0",
+}
+
+
 def _run(
-    project: Path, args: list[str], params: str | bytes | None, tmp_path: Path
+    project: Path, args: list[str], params: str | bytes | None, tmp_path: Path, here=None
 ) -> subprocess.CompletedProcess:
     work = tmp_path / "p"
     shutil.copytree(project, work, symlinks=True, ignore=shutil.ignore_patterns(".prefect"))
     if params is not None:
         (work / "params.yaml").write_bytes(params if isinstance(params, bytes) else params.encode())
+    if here is not None:
+        return _run_here(args, work, *here)
     return subprocess.run([*CLI, *args], cwd=work, env=_env(), capture_output=True, text=True, timeout=60)
+
+
+def _run_here(args: list[str], work: Path, monkeypatch, capfd) -> subprocess.CompletedProcess:
+    """``python -m calibflow.cli ARGS`` in this process: its exit status, stdout and stderr."""
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "argv", [MODULE, *args])
+    env = _env()
+    os.environ.clear()  # the conftest's autouse fixture puts the test's environment back
+    os.environ.update(env)
+    capfd.readouterr()
+    code: int | str | None = 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # what a fresh interpreter prints, but DeprecationWarning
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        try:
+            runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            code = exc.code
+    out, err = capfd.readouterr()
+    err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in seen)
+    if isinstance(code, str):  # sys.exit("text"): Python prints the text and exits 1
+        err, code = err + code + "\n", 1
+    return subprocess.CompletedProcess([*CLI, *args], 0 if code is None else code, out, err)
 
 
 def _check(out: subprocess.CompletedProcess, expect: str) -> None:
@@ -181,18 +225,18 @@ def _check(out: subprocess.CompletedProcess, expect: str) -> None:
 
 
 @pytest.mark.parametrize("case", PARAMS_CASES, ids=[c[0] for c in PARAMS_CASES])
-def test_hostile_params(project, case, tmp_path):
+def test_hostile_params(project, case, tmp_path, monkeypatch, capfd):
     name, text, args, expect = case
     if text is None:
         text = _params(**VALUES[name])
-    _check(_run(project, args, text, tmp_path), expect)
+    _check(_run(project, args, text, tmp_path, None if name in REAL else (monkeypatch, capfd)), expect)
     assert not Path("/tmp/pwned").exists()
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
-def test_hostile_commands(project, case, tmp_path):
+def test_hostile_commands(project, case, tmp_path, monkeypatch, capfd):
     name, args, expect = case
-    _check(_run(project, args, None, tmp_path), expect)
+    _check(_run(project, args, None, tmp_path, None if name in REAL else (monkeypatch, capfd)), expect)
 
 
 def test_the_cases_are_at_least_60_and_listed_in_the_docs():
@@ -202,3 +246,4 @@ def test_the_cases_are_at_least_60_and_listed_in_the_docs():
     missing = [i for i in ids if f"`{i}`" not in doc]
     assert not missing, f"cases not listed in docs/reliability.md: {missing}"
     assert json.dumps(ids)  # the ids are plain strings
+    assert set(ids) >= REAL  # every case kept as a real command is a case
