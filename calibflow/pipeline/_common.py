@@ -67,7 +67,14 @@ class Layout:
 
     @property
     def models(self) -> Path:
+        """The trained base models (the train stage's output)."""
         return self.root / "data" / "models"
+
+    @property
+    def deployed(self) -> Path:
+        """The selected calibrators and their cards, ``models/<name>/`` (what ``apply`` and the monitor
+        serve; the select stage's output)."""
+        return self.root / "models"
 
     @property
     def predictions(self) -> Path:
@@ -145,7 +152,7 @@ class MonitorLayout:
 
     @property
     def selected(self) -> Path:
-        return self.root / "models" / self.source / "calibrator.json"
+        return Layout(self.root).deployed / self.source / "calibrator.json"
 
     @property
     def champion(self) -> Path:

@@ -153,7 +153,7 @@ def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Pat
         histogram_dir=lay.plots / "histograms",
         reproduction_files={k: lay.reproductions / f"{k}.json" for k in params.papers or []},
         splits_file=lay.prepared / "splits.json",
-        cards_dir=lay.root / "models",
+        cards_dir=lay.deployed,
         pages=page_links(lay.reports / "pages"),
     )
     # One file with every suite (phase-prefixed names), for the Prefect flow's validation artifact.

@@ -572,7 +572,7 @@ def _score_column(specs: dict[str, Any], name: str) -> str | None:
 
 
 def models_dir(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / "models"
+    return Layout(Path(root)).deployed
 
 
 def run(params: ParamsLike, root: str | os.PathLike[str] = ".") -> dict[str, Any]:
