@@ -47,14 +47,21 @@ SEGMENT_PREFIX = "s:"
 EPS = 1e-15
 
 
+def _read_csv(spec: SourceSpec) -> str:
+    """``read_csv`` over ``$f``; a time column with a declared ``time_format`` is read as text (DuckDB's
+    sniffer would otherwise type it from a sample, day- or month-first by itself, and fail on a later row),
+    as ``sources.relation_for_path`` reads it."""
+    if spec.time and spec.time_format and spec.time_format.upper() != "ISO8601":
+        return f"read_csv($f, union_by_name = true, types = {{{quote_literal(spec.time)}: 'VARCHAR'}})"
+    return "read_csv($f, union_by_name = true)"
+
+
 def _rows_from(spec: SourceSpec, con: duckdb.DuckDBPyConnection) -> tuple[str, dict[str, Any]]:
     """A FROM item over the source with a ``_row`` column (the row's position), and its parameters."""
     found = src.files(spec.path)
     if src._fmt(found[0]) != "parquet":
         # CSV has no file_row_number: DuckDB's row_number() keeps one ordered column of row ids.
-        return "(SELECT *, row_number() OVER () - 1 AS _row FROM read_csv($f, union_by_name = true))", {
-            "f": found
-        }
+        return f"(SELECT *, row_number() OVER () - 1 AS _row FROM {_read_csv(spec)})", {"f": found}
     offsets, total = [], 0
     for f in found:
         offsets.append((f, total))
@@ -75,8 +82,7 @@ def source_rows(spec: SourceSpec) -> int:
         return sum(pq.ParquetFile(f).metadata.num_rows for f in found)
     con = src.connect()
     try:
-        return int(con.execute("SELECT count(*) FROM read_csv($f, union_by_name = true)", {"f": found})
-                   .fetchone()[0])
+        return int(con.execute(f"SELECT count(*) FROM {_read_csv(spec)}", {"f": found}).fetchone()[0])
     finally:
         con.close()
 
@@ -173,7 +179,7 @@ def _split_sql(spec: SourceSpec, types: Mapping[str, str], seed: int, con, from_
         a, b, c = (f"TIMESTAMP '{e.isoformat(sep=' ')}'" for e in edges)
         sql = (f"CASE WHEN {t} < {a} THEN 'train' WHEN {t} < {b} THEN 'calib' WHEN {t} < {c} THEN 'test' "
                "ELSE '' END")
-        return sql, {"kind": "time", **w.as_dict()}
+        return sql, {"kind": "time", **w.as_dict(), "time_range": _iso_range(lo, hi)}
     fractions = {k: float(v) for k, v in (cfg.get("fractions") or src.SCORE_FRACTIONS).items()}
     total = sum(fractions.values())
     # hash(row, seed) would combine the two hashes almost linearly (a 50/50 split then takes one of two
@@ -184,7 +190,19 @@ def _split_sql(spec: SourceSpec, types: Mapping[str, str], seed: int, con, from_
         acc += f / total
         parts.append(f"WHEN {u} < {acc!r} THEN {quote_literal(k)}")
     sql = "CASE " + " ".join(parts[:-1]) + f" ELSE {quote_literal(list(fractions)[-1])} END"
-    return sql, {"kind": "random", "fractions": fractions, "draw": "hash(hash(row) xor seed)"}
+    rec: dict[str, Any] = {"kind": "random", "fractions": fractions, "draw": "hash(hash(row) xor seed)"}
+    if spec.time is not None:  # the source's time span, as the row path recorded it
+        t = _time_sql(spec, types)
+        rec["time_range"] = _iso_range(*con.execute(f"SELECT min({t}), max({t}) FROM {from_item}", params)
+                                       .fetchone())
+    return sql, rec
+
+
+def _iso_range(lo: Any, hi: Any) -> list[str] | None:
+    """[first, last] time as ISO text (None when no time parses)."""
+    if lo is None or hi is None:
+        return None
+    return [pd.Timestamp(lo).isoformat(), pd.Timestamp(hi).isoformat()]
 
 
 def _score_sql(spec: SourceSpec) -> tuple[str, str]:
@@ -339,7 +357,7 @@ def split_tables(
     # the raw score column's distinct count (one column read) decides the distinct-score table: the
     # margin is a one-to-one map of it up to rounding and the clip, so it has at most as many values
     raw = Part("read_parquet($f, union_by_name = true)" if src._fmt(found[0]) == "parquet"
-               else "read_csv($f, union_by_name = true)", {"f": found})
+               else _read_csv(spec), {"f": found})
     tables, counts = split_tables_for(parts, "_s", "_y", names, len(TABLE_SPLITS), engine, dask_address,
                                       kind=kind, segments=spec.segments, weight=weight, threads=threads,
                                       distinct_of=(raw, spec.score or ""), **options)

@@ -66,7 +66,8 @@ def prepare_record(
         raise StageError(f"source {spec.name!r}: {exc}") from None
     for k, t in tables.items():
         save_tables(t, tables_dir(out, spec.name) / k, {"split": k, "input": input_kind})
-    split = got["split"]
+    split = dict(got["split"])
+    time_range = split.pop("time_range", None)
     where = split["kind"]
     if where == "time":
         where = f"time split: calib {split['calib'][0]} to {split['calib'][1]}, test to {split['test'][1]}"
@@ -78,7 +79,7 @@ def prepare_record(
         "tables": tables_dir(out, spec.name).name,
         "input": input_kind,
         "n_features": 0,
-        "time_range": None,
+        "time_range": time_range,
         "rows_sha256": None,  # the rows are not stored: a digest of each split's table instead
         **{k: got[k] for k in ("n_rows", "n_rows_source", "counts", "positives", "positive_rate")},
         "tables_sha256": {k: _digest(t.fine) for k, t in tables.items()},
