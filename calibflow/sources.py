@@ -441,10 +441,16 @@ def relation_for_path(
         raise ValueError(f"{path}: cannot be read as {_fmt(found[0])}: {first}") from None
 
 
+def text_columns(spec: SourceSpec) -> list[str]:
+    """CSV columns read as text, not typed by DuckDB's sniffer: a time column with a declared
+    ``time_format`` (the sniffer would pick day- or month-first from a sample and fail on a later row)."""
+    return [spec.time] if spec.time and spec.time_format else []
+
+
 def relation(spec: SourceSpec, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
     """The source's rows as a lazy DuckDB relation."""
     try:
-        return relation_for_path(spec.path, con, [spec.time] if spec.time_format else [])
+        return relation_for_path(spec.path, con, text_columns(spec))
     except (ValueError, FileNotFoundError) as exc:
         raise type(exc)(f"source {spec.name!r}: {exc}") from None
 

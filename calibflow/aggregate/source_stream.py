@@ -48,12 +48,9 @@ EPS = 1e-15
 
 
 def _read_csv(spec: SourceSpec) -> str:
-    """``read_csv`` over ``$f``; a time column with a declared ``time_format`` is read as text (DuckDB's
-    sniffer would otherwise type it from a sample, day- or month-first by itself, and fail on a later row),
-    as ``sources.relation_for_path`` reads it."""
-    if spec.time and spec.time_format and spec.time_format.upper() != "ISO8601":
-        return f"read_csv($f, union_by_name = true, types = {{{quote_literal(spec.time)}: 'VARCHAR'}})"
-    return "read_csv($f, union_by_name = true)"
+    """``read_csv`` over ``$f``, the columns of ``sources.text_columns`` typed as text."""
+    types = ", ".join(f"{quote_literal(c)}: 'VARCHAR'" for c in src.text_columns(spec))
+    return f"read_csv($f, union_by_name = true{f', types = {{{types}}}' if types else ''})"
 
 
 def _rows_from(spec: SourceSpec, con: duckdb.DuckDBPyConnection) -> tuple[str, dict[str, Any]]:
