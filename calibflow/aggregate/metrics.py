@@ -107,10 +107,15 @@ def _point(g: pd.DataFrame, n: np.ndarray, n_bins: int, exact: bool) -> dict[str
     return {k: float(v) for k, v in out.items()}
 
 
+def _seen(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The replicates that saw any row (a replicate with no row gives NaN)."""
+    v = np.asarray(values, dtype=np.float64)
+    return v[~np.isnan(v)]
+
+
 def _interval(values: Sequence[float] | np.ndarray, a: float) -> list[float]:
     """The central interval of the replicates that saw any row (NaN when none did)."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
+    v = _seen(values)
     return [float(np.quantile(v, a)), float(np.quantile(v, 1 - a))] if v.size else [float("nan")] * 2
 
 
@@ -124,8 +129,7 @@ def _centred_interval(values: Sequence[float] | np.ndarray, point: float, a: flo
     point + (q_1-a - median)]`` (at least 0). It always holds the estimate, which the plain percentile
     interval of an ECE did not (0.0224 printed with [0.0230, 0.0572] on a test fixture); it describes the
     estimate's sampling spread, not a correction of ECE's upward bias."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
+    v = _seen(values)
     if not v.size or not np.isfinite(point):
         return [float("nan")] * 2
     lo, mid, hi = np.quantile(v, [a, 0.5, 1 - a])
