@@ -30,41 +30,24 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from benchmarks import monitor_scale
+
 
 def write_day(folder: Path, d: int, rows: int, seed: int) -> None:
-    """Day ``d``'s Parquet file of ``rows`` rows (deterministic in ``seed`` and ``d``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from scipy.special import expit
-
-    from calibflow.experiments.monitoring import DAY0
-
-    rng = np.random.default_rng([seed, d])
-    x = rng.normal(size=rows)
-    start = np.datetime64(DAY0.to_datetime64(), "us") + np.timedelta64(d, "D")
-    t = start + (rng.uniform(0, 86_399, rows) * 1e6).astype(np.int64).astype("timedelta64[us]")
-    y = (rng.random(rows) < expit(-2.5 + 1.2 * x)).astype(np.int8)
-    seg = np.where(rng.random(rows) < 0.5, "A", "B")
+    """Day ``d``'s file (``benchmarks.monitor_scale``'s law), deterministic in ``seed`` and ``d``."""
     folder.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"time": t, "score": x, "label": y, "segment": seg})
-    pq.write_table(table, folder / f"day={d:03d}.parquet")
+    monitor_scale.write_day(folder, d, rows, np.random.default_rng([seed, d]))
 
 
 def write_project(root: Path, sources: int, rows: int, history: int) -> list[str]:
     """The project: ``history`` days per source, a Platt champion each, params.yaml; the source names."""
-    from scipy.special import expit
-
-    from calibflow import calibrators as C
-
     names = [f"s{i}" for i in range(sources)]
     decl = {}
     for i, name in enumerate(names):
         for d in range(history):
             write_day(root / "data" / name, d, rows, seed=i)
-        warm = np.random.default_rng([i, 999]).normal(size=5000)
-        yw = (np.random.default_rng([i, 998]).random(5000) < expit(-2.5 + 1.2 * warm)).astype(float)
         (root / "models" / name).mkdir(parents=True, exist_ok=True)
-        (root / "models" / name / "calibrator.json").write_text(C.make("platt").fit(warm, yw).to_json())
+        (root / "models" / name / "calibrator.json").write_text(monitor_scale.platt_champion(i))
         decl[name] = {"path": f"data/{name}", "label": "label", "score": "score", "score_kind": "score",
                       "time": "time", "segments": ["segment"]}
     params = {"seed": 0, "sources": decl, "monitor": {"sources": names, "label_delay": "1D"}}

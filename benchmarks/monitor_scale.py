@@ -35,18 +35,48 @@ def _timed(fn):
     return out, round(time.perf_counter() - t, 2), round(time.process_time() - c, 2)
 
 
+def write_day(folder, d: int, rows: int, rng) -> None:
+    """Day ``d``'s Parquet file of ``rows`` rows of the "stable" law (module doc), written in 1e6-row
+    chunks drawn from ``rng``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from scipy.special import expit
+
+    from calibflow.experiments.monitoring import DAY0
+
+    start0 = np.datetime64(DAY0.to_datetime64(), "us")
+    schema = pa.schema([("time", pa.timestamp("us")), ("score", pa.float64()), ("label", pa.int8()),
+                        ("segment", pa.string())])
+    with pq.ParquetWriter(folder / f"day={d:03d}.parquet", schema) as w:
+        for lo in range(0, rows, 1_000_000):
+            n = min(1_000_000, rows - lo)
+            x = rng.normal(size=n)
+            us = (rng.uniform(0, 86_399, n) * 1e6).astype(np.int64)
+            t = start0 + np.timedelta64(d, "D") + us.astype("timedelta64[us]")
+            y = (rng.random(n) < expit(-2.5 + 1.2 * x)).astype(np.int8)
+            seg = np.where(rng.random(n) < 0.5, "A", "B")
+            w.write_table(pa.table({"time": t, "score": x, "label": y, "segment": seg}))
+
+
+def platt_champion(seed: int) -> str:
+    """A Platt champion fitted on 5,000 warm-up rows of the same law, as JSON."""
+    import numpy as np
+    from scipy.special import expit
+
+    from calibflow import calibrators as C
+
+    warm = np.random.default_rng(seed + 1).normal(size=5000)
+    yw = (np.random.default_rng(seed + 2).random(5000) < expit(-2.5 + 1.2 * warm)).astype(float)
+    return C.make("platt").fit(warm, yw).to_json()
+
+
 def write_project(root, rows: int, days: int, seed: int = 0) -> None:
     """Daily Parquet files of ``rows`` rows, a Platt champion and params.yaml (skipped when written)."""
     from pathlib import Path
 
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     import yaml
-    from scipy.special import expit
-
-    from calibflow import calibrators as C
-    from calibflow.experiments.monitoring import DAY0
 
     root = Path(root)
     marker = root / f".written-{rows}-{days}-{seed}"
@@ -55,24 +85,10 @@ def write_project(root, rows: int, days: int, seed: int = 0) -> None:
     folder = root / "data" / "stream"
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    chunk = 1_000_000
-    start0 = np.datetime64(DAY0.to_datetime64(), "us")
     for d in range(days):
-        with pq.ParquetWriter(folder / f"day={d:03d}.parquet", pa.schema(
-                [("time", pa.timestamp("us")), ("score", pa.float64()), ("label", pa.int8()),
-                 ("segment", pa.string())])) as w:
-            for lo in range(0, rows, chunk):
-                n = min(chunk, rows - lo)
-                x = rng.normal(size=n)
-                us = (rng.uniform(0, 86_399, n) * 1e6).astype(np.int64)
-                t = start0 + np.timedelta64(d, "D") + us.astype("timedelta64[us]")
-                y = (rng.random(n) < expit(-2.5 + 1.2 * x)).astype(np.int8)
-                seg = np.where(rng.random(n) < 0.5, "A", "B")
-                w.write_table(pa.table({"time": t, "score": x, "label": y, "segment": seg}))
-    warm = np.random.default_rng(seed + 1).normal(size=5000)
-    yw = (np.random.default_rng(seed + 2).random(5000) < expit(-2.5 + 1.2 * warm)).astype(float)
+        write_day(folder, d, rows, rng)
     (root / "models" / "ads").mkdir(parents=True, exist_ok=True)
-    (root / "models" / "ads" / "calibrator.json").write_text(C.make("platt").fit(warm, yw).to_json())
+    (root / "models" / "ads" / "calibrator.json").write_text(platt_champion(seed))
     params = {"seed": 0, "sources": {"ads": {"path": "data/stream", "label": "label", "score": "score",
                                              "score_kind": "score", "time": "time", "segments": ["segment"]}},
               "monitor": {"sources": ["ads"], "n_bootstrap": 200}}
