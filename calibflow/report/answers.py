@@ -62,10 +62,15 @@ def _delta_row(label: str, m: dict[str, Any]) -> str:
 def _ratio_row(m: dict[str, Any], kept: bool = False) -> str:
     """Σp / Σy before and after (``kept``: the scores are kept, so only before, with its interval)."""
     after = "" if kept else e(fmt_sig(_num(m.get("calibrated"))))
+    iv = _iv(m.get("ci"))
+    # The last column is headed "change [paired CI]"; this row's bracket is the ratio's own interval (of the
+    # scores served), not a change: it says so, which matters most where the table stacks at 390 px.
+    which = "uncalibrated" if kept else "calibrated"
+    said = f"{which} Σp / Σy: {iv}" if iv else ""
     return (
         '<tr><td class="l">Σp / Σy <small>(1 = perfect)</small></td>'
         f"<td>{e(fmt_sig(_num(m.get('uncalibrated'))))}</td>"
-        f"<td>{after}</td><td><small>{e(_iv(m.get('ci')))}</small></td></tr>"
+        f"<td>{after}</td><td><small>{e(said)}</small></td></tr>"
     )
 
 
