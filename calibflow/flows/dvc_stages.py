@@ -14,9 +14,11 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from calibflow.flows import stage_host
 from calibflow.flows.checkout_lock import note_stage
 
 _DVC_LOCK = threading.Lock()
@@ -161,13 +164,15 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _spawn(argv: list[str], root: Path, stdin: bool = False) -> subprocess.Popen[str]:
+def _spawn(
+    argv: list[str], root: Path, stdin: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """A stage process (no shell): its own process group, line-buffered text output with stderr merged,
     registered in RUNNING so Ctrl-C and the API watchdog stop its whole group."""
     proc = subprocess.Popen(
         argv,
         cwd=root,
-        env=stage_env(),
+        env=env or stage_env(),
         stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -268,7 +273,11 @@ class DvcWorker:
 
         self.root = root
         self.done = DONE
-        self.proc = _spawn([sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"], root, stdin=True)
+        env = stage_env()
+        self.host = StageHost.start(root, env)
+        if self.host is not None:
+            env[stage_host.ENV] = self.host.path
+        self.proc = _spawn([sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"], root, True, env)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -307,6 +316,49 @@ class DvcWorker:
             stop_group(self.proc, grace)
         with _RUNNING_GUARD:
             RUNNING.discard(self.proc)
+        if self.host is not None:
+            self.host.close()
+
+
+class StageHost:
+    """The run's warm stage host (``calibflow.flows.stage_host``) and its private socket folder.
+
+    It ends when its stdin (this process's pipe) closes, taking any stage still running with it: on
+    ``close``, or when this process dies however it dies.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], folder: str):
+        self.proc = proc
+        self.folder = folder
+        self.path = os.path.join(folder, "host")
+
+    @classmethod
+    def start(cls, root: Path, env: dict[str, str]) -> StageHost | None:
+        if env.get(stage_host.OFF_ENV) == "1":
+            return None
+        folder = tempfile.mkdtemp(prefix="calibflow-host-")  # 0700: only this user's launchers connect
+        argv = [sys.executable, "-m", "calibflow.flows.stage_host", os.path.join(folder, "host")]
+        proc = subprocess.Popen(
+            argv,
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return cls(proc, folder)
+
+    def close(self, grace: float = 5.0) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _WORKERS: dict[str, DvcWorker] = {}

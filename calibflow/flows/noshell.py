@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from calibflow.flows import stage_host
+
 
 def command_argv(cmd: str) -> list[str]:
     """The argument list of a stage command; ``python`` is this interpreter (as DVC's PATH would give)."""
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    code = _in_host(words)
+    if code is not None:
+        return code
     exe = shutil.which(words[0]) or words[0]
     try:
         os.execv(exe, words)
@@ -47,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: stage command could not start: {words[0]}: {exc.strerror}", file=sys.stderr)
         return 127
     return 0  # not reached
+
+
+def _in_host(words: list[str]) -> int | None:
+    """The command run by the run's warm stage host (``calibflow.flows.stage_host``), when there is one and
+    it takes the command (a calibflow stage of this interpreter): its exit status; None to run it here."""
+    path = os.environ.get(stage_host.ENV)
+    return stage_host.delegate(path, words) if path else None
 
 
 def launcher() -> str:

@@ -49,6 +49,9 @@ from calibflow.pipeline._common import (
 log = logging.getLogger("calibflow.pipeline.validate")
 #: Largest decrease of a monotone calibrator's output along increasing margins that counts as rounding.
 MONOTONE_TOL = 1e-9
+#: Imported late here (a stage that validates nothing need not pay for it); the run's warm stage host
+#: (``calibflow.flows.stage_host``) imports them once for the three validations of a run.
+HOST_PRELOAD = ("great_expectations", "great_expectations.expectations")
 
 
 class ValidationFailed(StageError):
