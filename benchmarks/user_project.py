@@ -93,6 +93,68 @@ def _cli(folder: Path, env: dict[str, str], *args: str) -> str:
     return proc.stdout + proc.stderr
 
 
+class ProcessCpu:
+    """The CPU time of every process under this one while a command runs, by role, sampled every
+    ``every`` s with psutil (a process's last sample: what it used up to its last ``every`` s).
+
+    ``RUSAGE_CHILDREN`` misses a process its parent never waits for: the temporary Prefect server ends
+    by its parent-death signal when ``calibflow run`` exits, so its CPU was never in the totals.
+    """
+
+    ROLES = (
+        ("uvicorn", "Prefect server"),
+        ("calibflow.flows.dvc_worker", "DVC worker"),
+        ("calibflow.flows.stage_host", "stage host (imports)"),
+        ("calibflow.flows.noshell", "launchers"),
+        ("calibflow.cli", "calibflow run (Prefect flow)"),
+    )
+
+    def __init__(self, every: float = 0.1):
+        import threading
+
+        self.every = every
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> ProcessCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(self.every):
+            for proc in me.children(recursive=True):
+                try:
+                    with proc.oneshot():
+                        t = proc.cpu_times()
+                        self.seen[proc.pid] = (self.role(proc), t.user + t.system)
+                except psutil.Error:
+                    continue
+
+    @classmethod
+    def role(cls, proc) -> str:
+        name = proc.name()
+        if name.startswith("cf:"):  # a stage forked by the stage host (calibflow.flows.stage_host._name)
+            return "stage " + name[3:]
+        cmd = " ".join(proc.cmdline())
+        if "calibflow.pipeline." in cmd and "calibflow.flows.noshell" not in cmd:  # a stage, its own process
+            return "stage " + cmd.split("calibflow.pipeline.")[1].split()[0] + " (own process)"
+        return next((role for key, role in cls.ROLES if key in cmd), "other (git, DVC commands)")
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, cpu in self.seen.values():
+            out[role] = round(out.get(role, 0.0) + cpu, 2)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def _cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -113,7 +175,8 @@ def measure(data: Path, work: Path, layout: str, peer: Path | None) -> dict[str,
     init = ["init", "--data", "scores.parquet", "--label", "clicked", "--score", "p_model"]
     _cli(folder, env, *init, "--time", "date", "--segments", "site", "--name", "ads")
     t_init = time.time() - t0
-    out = _cli(folder, env, "run")
+    with ProcessCpu() as per_process:
+        out = _cli(folder, env, "run")
     seconds = (folder / "models/ads/calibrator.json").stat().st_mtime - t0
     cpu = _cpu() - cpu0
     run_s = time.time() - t0 - t_init
@@ -131,6 +194,8 @@ def measure(data: Path, work: Path, layout: str, peer: Path | None) -> dict[str,
         "init_s": round(t_init, 1),
         "init_to_calibrator_s": round(seconds, 1),
         "cpu_s": round(cpu, 1),
+        "cpu_all_processes_s": round(sum(per_process.by_role().values()), 1),
+        "cpu_by_process": per_process.by_role(),
         "stages": len(stage_s),
         "stage_s": stage_s,
         "outside_stages_s": round(run_s - sum(stage_s.values()), 1),
