@@ -179,12 +179,17 @@ def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
     return srv.spawn_temporary()
 
 
-def _ready(proc: subprocess.Popen | None, url: str) -> None:
+def _ready(proc: subprocess.Popen | None, url: str, stages_in: Path | None = None) -> None:
     """Import what the flow needs while a temporary server starts, then wait until it answers.
 
     The server's start (5 s, 13-15 s on a new database) is a child process; Prefect's import (1.5 s) and
-    DVC's (0.5 s) run beside it instead of after it.
+    DVC's (0.5 s) run beside it instead of after it, and so does the start of the DVC worker and the stage
+    host that will run the stages of ``stages_in`` (the DVC worker's import of DVC).
     """
+    if stages_in is not None:
+        from calibflow.flows import dvc_stages
+
+        dvc_stages.start_worker(stages_in)
     import dvc.repo.reproduce  # noqa: F401  (the plan's)
 
     import calibflow.flows.pipeline  # noqa: F401  (prefect)
@@ -337,7 +342,7 @@ def _run(
                 if shape:
                     typer.echo(f"calibflow run: rewrote {shape}", err=True)
         proc, url = _use_server(port)
-        _ready(proc, url)
+        _ready(proc, url, root if task_runner == "sequential" and not params_file else None)
         watch = _guard_run(url)
         try:
             from calibflow.flows.pipeline import pipeline

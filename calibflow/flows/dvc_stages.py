@@ -379,6 +379,12 @@ def _worker(root: Path) -> DvcWorker:
     return w
 
 
+def start_worker(root: Path) -> None:
+    """Start the DVC worker (and its stage host) for ``root`` now, so their start overlaps other work."""
+    with _DVC_LOCK:
+        _worker(root)
+
+
 def run_stage_command(root: Path, name: str, cmd: str) -> StageRun:
     """Run a stage's command directly (no DVC lock, no shell): the unit of work a Dask worker executes.
 
