@@ -62,18 +62,17 @@ def delegate(path: str, argv: list[str]) -> int | None:
         sock.connect(path)
         request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
         socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
-        first = sock.recv(256).decode()
     except OSError:
         return None
-    if not first.startswith("pid "):
-        return None
-    forward = _forward_signals(sock)
+    # from here a signal is the stage's: the host passes it on once the stage exists (it may be importing)
+    got: list[int] = []
+    forward = _forward_signals(sock, got)
     try:
+        first = _receive(sock)
+        if not first.startswith("pid "):
+            return 128 + got[0] if got else None  # interrupted before anything ran: run nothing
         while True:
-            try:
-                msg = sock.recv(256).decode()
-            except InterruptedError:
-                continue
+            msg = _receive(sock)
             if msg.startswith("exit "):
                 return int(msg.split()[1])
             if not msg:  # the host died under its child: a failed stage, not a silent success
@@ -84,10 +83,21 @@ def delegate(path: str, argv: list[str]) -> int | None:
             signal.signal(sig, old)
 
 
-def _forward_signals(sock: socket.socket) -> dict[int, object]:
+def _receive(sock: socket.socket) -> str:
+    while True:
+        try:
+            return sock.recv(256).decode()
+        except InterruptedError:
+            continue
+        except OSError:
+            return ""
+
+
+def _forward_signals(sock: socket.socket, got: list[int]) -> dict[int, object]:
     """SIGINT, SIGTERM and SIGHUP to this launcher are passed on to the stage (DVC's Ctrl-C, the watchdog)."""
 
     def handler(signum: int, _frame: object) -> None:
+        got.append(signum)
         with contextlib.suppress(OSError):
             sock.send(f"signal {signum}".encode())
 
@@ -154,7 +164,10 @@ def _accept(
         os.close(fd)
     children[pid] = conn
     sel.register(conn, selectors.EVENT_READ, pid)
-    conn.send(f"pid {pid}".encode())
+    try:
+        conn.send(f"pid {pid}".encode())
+    except OSError:  # the launcher is already gone (Ctrl-C while the host imported): so is its stage
+        _kill_group(pid, signal.SIGKILL)
 
 
 def _warm(module: str) -> None:
