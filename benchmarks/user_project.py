@@ -146,7 +146,8 @@ class ProcessCpu:
         cmd = " ".join(proc.cmdline())
         if "calibflow.pipeline." in cmd and "calibflow.flows.noshell" not in cmd:  # a stage, its own process
             return "stage " + cmd.split("calibflow.pipeline.")[1].split()[0] + " (own process)"
-        return next((role for key, role in cls.ROLES if key in cmd), "other (git, DVC commands)")
+        other = "other: " + " ".join(cmd.split()[:3])[-60:]
+        return next((role for key, role in cls.ROLES if key in cmd), other)
 
     def by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
