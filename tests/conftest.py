@@ -109,42 +109,43 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: The heaviest modules' seconds on one xdist worker of a quiet 2-core run (estimates from the per-file times
-#: of measured runs, scaled; only their order matters: update a module's entry when it grows or shrinks).
+#: The heaviest modules' seconds on one worker: CPU seconds (the test process and the commands it waits for)
+#: measured file by file (--durations, under nice, on the shared machine), the rest scaled from an earlier
+#: full run's per-file times. Only their order matters: update a module's entry when it grows or shrinks.
 #: ``make test`` runs files whole on two workers (``--dist loadfile``) in collection order
 #: (``--no-loadscope-reorder``: xdist would otherwise sort files by test count, which sends the long
 #: one- to three-test files, the real pipelines and servers, last, so one worker ran alone at the end).
 #: Longest first, the rest after in their usual order: the workers end within about one short file.
 MODULE_SECONDS: dict[str, int] = {
     "test_monitor_streams": 400,
-    "test_hostile_round3": 70,
-    "test_wheel_project": 80,
-    "test_run_output": 120,
-    "test_export_sql": 90,
+    "test_wheel_project": 180,
+    "test_run_output": 125,
+    "test_monitor_e2e": 110,
     "test_segmented_path": 100,
+    "test_export_sql": 90,
     "test_monitor_scenarios": 70,
     "test_score_kind_flow": 68,
     "test_project": 65,
+    "test_sources_dvc": 65,
     "test_spark_engine": 62,
     "test_flows_prefect": 61,
-    "test_apply_fit_io": 55,
     "test_export": 51,
     "test_monitor_morning": 49,
-    "test_monitor_e2e": 110,
     "test_cli_fit": 44,
-    "test_aggregate_segments": 41,
     "test_pipeline_dvc": 41,
-    "test_sources_dvc": 35,
+    "test_hostile_round3": 40,
+    "test_trigger_follow": 35,
     "test_checkout_lock_death": 32,
+    "test_aggregate_segments": 30,
     "test_fixed_cost": 30,
     "test_monitor_deliveries": 27,
     "test_entry_points_no_shell": 26,
     "test_crash_safety": 25,
     "test_monitor_stream_window": 25,
-    "test_trigger_follow": 35,
     "test_cli_errors": 21,
     "test_pipeline_tasks": 20,
     "test_monitoring": 20,
+    "test_apply_fit_io": 15,
 }
 
 
