@@ -116,26 +116,28 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
 #: (``--no-loadscope-reorder``: xdist would otherwise sort files by test count, which sends the long
 #: one- to three-test files, the real pipelines and servers, last, so one worker ran alone at the end).
 #: Longest first, the rest after in their usual order: the workers end within about one short file.
+#: test_project builds the session's tiny repository (helpers.dvc_repo.tiny_repo) that test_pipeline_dvc
+#: copies: far apart in this order, so one worker never waits on the other's build.
 MODULE_SECONDS: dict[str, int] = {
     "test_monitor_streams": 400,
     "test_wheel_project": 180,
     "test_run_output": 125,
     "test_monitor_e2e": 110,
     "test_segmented_path": 100,
+    "test_project": 100,
     "test_export_sql": 90,
     "test_monitor_scenarios": 70,
     "test_score_kind_flow": 68,
-    "test_project": 65,
     "test_sources_dvc": 65,
     "test_spark_engine": 62,
     "test_flows_prefect": 61,
     "test_export": 51,
     "test_monitor_morning": 49,
-    "test_cli_fit": 44,
-    "test_pipeline_dvc": 41,
     "test_hostile_round3": 40,
     "test_trigger_follow": 35,
     "test_checkout_lock_death": 32,
+    "test_cli_fit": 30,
+    "test_pipeline_dvc": 30,
     "test_aggregate_segments": 30,
     "test_fixed_cost": 30,
     "test_monitor_deliveries": 27,
