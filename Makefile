@@ -34,9 +34,11 @@ run: $(VENV)/.run-installed
 # test modules alone: ~4 s of CPU per worker).
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
+# Whole files per worker, in the collection order (longest first: tests/conftest.py's MODULE_SECONDS);
+# xdist's default reorder (by test count) would start the long one-test pipeline files last.
 test: $(VENV)/.dev-installed
 	# One BLAS thread per xdist worker: two workers on two cores, no oversubscription.
-	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile -q
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q
 
 # The library alone, without the minutes-long experiment and pipeline tests: the edit-test loop.
 test-fast: $(VENV)/.dev-installed

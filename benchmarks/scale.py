@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     import duckdb
 
-    from calibflow.aggregate import aggregate_duckdb, fit_from_table, metrics_from_table
+    from calibflow.aggregate import fit_from_table, metrics_from_table
+    from tests.helpers.table_reference import aggregate_duckdb  # the first builder: the pass's peer
 
     free = shutil.disk_usage("/tmp").free
     need = a.rows * 6  # ~5 bytes/row compressed: float32 + int8 + int8
@@ -203,8 +204,7 @@ def dask_compare(files, a, table_rows: int, con) -> dict:
     """Dask LocalCluster (2 worker processes) vs DuckDB on the first parts covering ``table_rows``."""
     from distributed import Client, LocalCluster
 
-    from calibflow.aggregate import aggregate_duckdb
-    from calibflow.aggregate.dask_engine import aggregate_dask
+    from tests.helpers.table_reference import aggregate_dask, aggregate_duckdb
 
     k = max(1, round(len(files) * table_rows / a.rows))
     sub = files[:k]
@@ -242,9 +242,10 @@ def accuracy(rows: int, methods: list[str] | None = None) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from calibflow.aggregate import aggregate_duckdb, fit_from_table
+    from calibflow.aggregate import fit_from_table
     from calibflow.aggregate.switch import ScaleConfig
     from calibflow.calibrators import make
+    from tests.helpers.table_reference import aggregate_duckdb
 
     folder = tempfile.mkdtemp(prefix="calibflow_acc_", dir="/tmp")
     try:

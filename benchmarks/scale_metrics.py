@@ -114,9 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     import duckdb
 
-    from calibflow.aggregate import aggregate_duckdb, fit_from_table
+    from calibflow.aggregate import fit_from_table
     from calibflow.aggregate.metrics import calibrated_table
     from calibflow.aggregate.table import BucketGrid
+    from tests.helpers.table_reference import aggregate_duckdb  # the first builder: the reference table
 
     with tempfile.TemporaryDirectory(prefix="calibflow_scale_metrics_", dir="/tmp") as folder:
         path, s, labels = _data(a.rows, folder)

@@ -109,7 +109,57 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The heaviest modules' seconds on one worker: CPU seconds (the test process and the commands it waits for)
+#: measured file by file (--durations, under nice, on the shared machine), the rest scaled from an earlier
+#: full run's per-file times. Only their order matters: update a module's entry when it grows or shrinks.
+#: ``make test`` runs files whole on two workers (``--dist loadfile``) in collection order
+#: (``--no-loadscope-reorder``: xdist would otherwise sort files by test count, which sends the long
+#: one- to three-test files, the real pipelines and servers, last, so one worker ran alone at the end).
+#: Longest first, the rest after in their usual order: the workers end within about one short file.
+#: test_project builds the session's tiny repository (helpers.dvc_repo.tiny_repo) that test_pipeline_dvc
+#: copies: far apart in this order, so one worker never waits on the other's build.
+MODULE_SECONDS: dict[str, int] = {
+    "test_monitor_streams": 400,
+    "test_wheel_project": 180,
+    "test_run_output": 125,
+    "test_monitor_e2e": 110,
+    "test_segmented_path": 100,
+    "test_project": 100,
+    "test_export_sql": 90,
+    "test_monitor_scenarios": 70,
+    "test_score_kind_flow": 68,
+    "test_sources_dvc": 65,
+    "test_spark_engine": 62,
+    "test_flows_prefect": 61,
+    "test_export": 51,
+    "test_monitor_morning": 49,
+    "test_hostile_round3": 40,
+    "test_trigger_follow": 35,
+    "test_checkout_lock_death": 32,
+    "test_cli_fit": 30,
+    "test_pipeline_dvc": 30,
+    "test_aggregate_segments": 30,
+    "test_fixed_cost": 30,
+    "test_monitor_deliveries": 27,
+    "test_entry_points_no_shell": 26,
+    "test_crash_safety": 25,
+    "test_monitor_stream_window": 25,
+    "test_cli_errors": 21,
+    "test_pipeline_tasks": 20,
+    "test_monitoring": 20,
+    "test_apply_fit_io": 15,
+}
+
+
+def _module(item) -> str:
+    return item.module.__name__.rpartition(".")[2]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        for mark in MODULE_MARKS.get(item.module.__name__.rpartition(".")[2], ()):
+        for mark in MODULE_MARKS.get(_module(item), ()):
             item.add_marker(getattr(pytest.mark, mark))
+    # Longest module first (a stable sort: tests keep their order inside a module, and the modules without
+    # a measured time keep theirs after the measured ones). Every worker sorts alike, so xdist sees one
+    # collection.
+    items.sort(key=lambda item: -MODULE_SECONDS.get(_module(item), 0))

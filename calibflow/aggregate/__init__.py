@@ -1,9 +1,11 @@
 """Fit and evaluate from sufficient statistics: one streaming pass builds a bucket table.
 
-``table.aggregate_duckdb`` (one machine) and ``dask_engine.aggregate_dask`` (a Dask cluster) build the
-same table: one row per (segments..., score bucket, label) holding summed frequency weights, the
-weighted sums of the logit and the probability, the exact per-row log loss and squared probability,
-and Poisson-bootstrap replicate weights. ``fit.fit_from_table`` fits any score+label calibrator on it;
+One builder: ``tables.aggregate_files`` / ``aggregate_tables`` (threads on one machine, or tasks on a Dask
+cluster) and ``source_stream`` (a user source) build the tables: rows per (score bucket, label), and per
+segment value, holding summed frequency weights, the weighted sums of the logit and the probability, the
+exact per-row log loss and squared probability, and Poisson-bootstrap replicate weights (``table`` holds
+the row expressions and the GROUP BY they share; the first builder is the tests' control,
+tests/helpers/table_reference.py). ``fit.fit_from_table`` fits any score+label calibrator on it;
 ``metrics.metrics_from_table`` computes every metric (and its interval) from it.
 
 Issue 25: ``tables.aggregate_files`` / ``aggregate_tables`` build, in one pass on every core (or a Dask
@@ -25,7 +27,7 @@ def __getattr__(name: str) -> Any:
         from calibflow.aggregate import metrics as module
     elif name == "segment_metrics":
         from calibflow.aggregate import segments as module
-    elif name in ("BucketGrid", "add_replicates", "aggregate_duckdb", "aggregate_query", "aggregate_sql"):
+    elif name in ("BucketGrid", "add_replicates", "aggregate_sql"):
         from calibflow.aggregate import table as module
     elif name in ("Tables", "aggregate_files", "aggregate_tables"):
         from calibflow.aggregate import tables as module
@@ -39,8 +41,6 @@ __all__ = [
     "Tables",
     "add_replicates",
     "aggregate_files",
-    "aggregate_duckdb",
-    "aggregate_query",
     "aggregate_sql",
     "aggregate_tables",
     "fit_from_table",

@@ -11,36 +11,30 @@ Rows per group. Each (segments..., bucket, label) group keeps its summed frequen
 ``calibflow.metrics.log_loss`` with eps 1e-15) and ``sum w q^2`` (Brier exactly), and ``b0..b{R-1}``,
 the Poisson-bootstrap replicate counts (:func:`add_replicates`).
 
-The pass. DuckDB reads the source (Parquet files, projection, any filter, the segment columns turned
-into small integer codes) and streams Arrow batches into a compiled kernel that adds every row into a
-flat accumulator indexed by (segment code, bucket, label) (``kernel.accumulate``: ~10x cheaper per row
-than a hash GROUP BY on this machine, see docs/benchmarks/scale.md). The same sums as one DuckDB
-``GROUP BY`` (:func:`aggregate_sql`) remain the reference the tests compare against, and the engine for
-key spaces too large for a flat array (many segment values) and for one group per distinct score.
+The pieces every engine shares. The tables are built by ``tables.aggregate_files`` / ``aggregate_tables``
+(Parquet parts on threads or Dask tasks) and ``source_stream`` (a user source): DuckDB projects each row and a
+compiled kernel adds it into flat accumulators. This module holds what they share: the row expressions and
+their one DuckDB ``GROUP BY`` (:func:`aggregate_sql`, the engine for one group per distinct score and the SQL
+reference the tests compare against), the replicate draws (:func:`add_replicates`), the distinct-score
+decision, the path expansion and the refusals of invalid rows. The first builder (a fine table per segment
+value, by this GROUP BY or a per-row kernel, and its Dask form) is the tests' control,
+``tests/helpers/table_reference.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import duckdb
 import numpy as np
 import pandas as pd
 
-from calibflow.aggregate import kernel
 from calibflow.aggregate.grid import DEFAULT_GRID, BucketGrid
 from calibflow.metrics import LOG_LOSS_CLIP
 from calibflow.sources import files, quote_ident, require_columns
 
 _KINDS = ("probability", "logit", "score")
-# The flat accumulator's size limit (keys = segment codes x buckets x 2 labels): 4M keys are 160 MB per
-# thread. Above it (many segment values) the pass is DuckDB's GROUP BY.
-KEYS_MAX = 1 << 22
 BATCH_ROWS = 1 << 20
-
-
 
 
 def clip_sql(q: str) -> str:
@@ -83,8 +77,8 @@ def _row_sql(
     """A CTE ``rows``: per row ``seg_i``, ``w``, the logit ``z``, probability ``q``, exact log loss ``ll``,
     ``bucket`` (the logit cell, or the score itself when ``distinct``), ``label`` and ``bad`` (0: valid,
     1: a label outside {0, 1}, 2: a score that is missing, not finite or, for probabilities, outside
-    [0, 1]). The GROUP BY reads it; the kernel's projection (``_kernel_sql``) computes the same expressions
-    split between SQL and ``kernel.accumulate``, and the tests require both engines to give one table."""
+    [0, 1]). The GROUP BY reads it; the kernels' projections (``tables._projection``) compute the same
+    expressions split between SQL and ``kernel``, and the tests require both to give one table."""
     z, q, ll = _z_q_ll(kind)
     seg = "".join(f"{quote_ident(c)} AS seg_{i}, " for i, c in enumerate(segments))
     w = f"CAST({quote_ident(weight)} AS DOUBLE)" if weight else "CAST(1 AS DOUBLE)"
@@ -122,7 +116,7 @@ def aggregate_sql(
 ) -> str:
     """The table as one DuckDB GROUP BY over ``source`` (a FROM item exposing the columns), no replicates.
 
-    Invalid rows form groups of their own (``bad`` > 0, ``rows`` their row count); :func:`aggregate_query`
+    Invalid rows form groups of their own (``bad`` > 0, ``rows`` their row count); :func:`_sql_pass`
     refuses them. ``distinct``: one group per distinct score instead of per logit cell (``bucket`` is then
     the score's rank among the distinct scores), so step maps fitted on the table are the row fit's.
     """
@@ -139,34 +133,6 @@ FROM rows GROUP BY ALL ORDER BY ALL"""
     return f"""
 SELECT * REPLACE ({rank} AS bucket), bucket AS {distinct_column(kind)}
 FROM ({sql}) ORDER BY ALL"""
-
-
-def _kernel_sql(
-    source: str, score: str, label: str, kind: str, segments: Sequence[str], weight: str | None
-) -> str:
-    """Per row, for ``kernel.accumulate``: code, y, s, [q,] a, b[, w] (see its docstring). No CASE and
-    no validation here: a plain projection with two logarithms is ~2x cheaper per row (measured)."""
-    s = f"CAST({quote_ident(score)} AS DOUBLE)"
-    if kind == "probability":
-        pc = f"greatest(least({s}, 1 - 1e-12), 1e-12)"
-        cols = f"{s} AS s, ln({pc}) AS a, ln(1 - {pc}) AS b"
-    else:
-        q = f"(1 / (1 + exp(-{s})))"
-        qc = clip_sql(q)
-        cols = f"{s} AS s, {q} AS q, ln({qc}) AS a, ln(1 - {qc}) AS b"
-    cols = f"CAST({quote_ident(label)} AS DOUBLE) AS y, {cols}"
-    if weight:
-        cols += f", CAST({quote_ident(weight)} AS DOUBLE) AS w"
-    if not segments:
-        return f"SELECT CAST(0 AS BIGINT) AS code, {cols} FROM {source}"
-    seg = ", ".join(f"{quote_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
-    on = " AND ".join(f"r.seg_{i} IS NOT DISTINCT FROM l.seg_{i}" for i in range(len(segments)))
-    return f"SELECT l.code, r.* EXCLUDE ({_seg_list(segments)}) FROM (SELECT {seg}, {cols} FROM {source}) r" \
-        f" JOIN calibflow_levels l ON {on}"
-
-
-def _seg_list(segments: Sequence[str]) -> str:
-    return ", ".join(f"seg_{i}" for i in range(len(segments)))
 
 
 #: Groups per slice of :func:`add_replicates`' draws.
@@ -253,12 +219,6 @@ def expand(paths: str | Sequence[str]) -> list[str]:
     return out
 
 
-def _levels(con: duckdb.DuckDBPyConnection, source: str, params: dict, segments: Sequence[str]):
-    """The segment columns' distinct value tuples, sorted (their row index is the segment code)."""
-    cols = ", ".join(f"{quote_ident(c)} AS seg_{i}" for i, c in enumerate(segments))
-    return con.sql(f"SELECT DISTINCT {cols} FROM {source} ORDER BY ALL", params=params).df()
-
-
 def _sql_pass(
     con: duckdb.DuckDBPyConnection,
     source: str,
@@ -279,53 +239,6 @@ def _sql_pass(
     return table[bad == 0].drop(columns=["bad", "rows"]).reset_index(drop=True)
 
 
-def _kernel_pass(
-    con: duckdb.DuckDBPyConnection,
-    source: str,
-    params: dict,
-    score: str,
-    label: str,
-    kind: str,
-    segments: Sequence[str],
-    weight: str | None,
-    grid: BucketGrid,
-    levels: pd.DataFrame,
-) -> pd.DataFrame:
-    n_codes = max(len(levels), 1)
-    acc, bad = kernel.new_accumulator(n_codes * grid.n_buckets * 2)
-    if segments:
-        con.register("calibflow_levels", levels.assign(code=np.arange(len(levels), dtype=np.int64)))
-    sql = _kernel_sql(source, score, label, kind, segments, weight)
-    try:
-        _stream_into(con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS), kind, grid, acc, bad)
-    finally:
-        if segments:
-            con.unregister("calibflow_levels")
-    _check_bad(bad, score, label, kind)
-    return _table_from(acc, levels, segments, grid.n_buckets)
-
-
-def _stream_into(reader, kind: str, grid: BucketGrid, acc: np.ndarray, bad: np.ndarray) -> None:
-    """Sum each Arrow batch into ``acc`` on a worker thread while DuckDB produces the next one."""
-    logit_kind = kind != "probability"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
-        for batch in reader:
-            col = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.schema.names}
-            args = (
-                col["code"], col["y"], col.get("w", _UNIT), col["s"], col.get("q", col["s"]), col["a"],
-                col["b"], logit_kind, grid.z_max, grid.n_buckets, acc, bad,
-            )
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(kernel.accumulate, *args)
-        if pending is not None:
-            pending.result()
-
-
-_UNIT = np.empty(0)  # no weight column: unit weights
-
-
 def _check_columns(con: duckdb.DuckDBPyConnection, source: str, params: dict, wanted: list[str]) -> None:
     """A missing column is one line naming it and the closest existing one (not DuckDB's binder error)."""
     have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}", params).fetchall()]
@@ -340,60 +253,3 @@ def _check_bad(bad: np.ndarray, score: str, label: str, kind: str) -> None:
         raise ValueError(f"{bad[1]:,} rows have a {score!r} that is not {what}: drop or fix those rows")
 
 
-def _table_from(
-    acc: np.ndarray, levels: pd.DataFrame, segments: Sequence[str], n_buckets: int
-) -> pd.DataFrame:
-    """The non-empty keys of the accumulator as the table (sorted by segment code, bucket, label)."""
-    keys = np.flatnonzero(acc[:, 0] != 0)
-    code, rest = np.divmod(keys, 2 * n_buckets)
-    out = {f"seg_{i}": levels[f"seg_{i}"].to_numpy()[code] for i in range(len(segments))}
-    out["bucket"] = (rest // 2).astype(np.int32)
-    out["label"] = (rest % 2).astype(np.int32)
-    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
-    return pd.DataFrame(out)
-
-
-def aggregate_query(
-    source: str,
-    params: dict,
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
-    con: duckdb.DuckDBPyConnection | None = None,
-    distinct_max: int = 0,
-    engine: str = "auto",
-) -> pd.DataFrame:
-    """The bucket table of DuckDB FROM item ``source`` (with its query ``params``) in one pass.
-
-    ``distinct_max`` > 0: when the source holds at most that many distinct scores (:func:`is_distinct`:
-    exact), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
-    compiled kernel when the key space fits ``KEYS_MAX``, else the GROUP BY), "kernel" or "sql".
-    """
-    if engine not in ("auto", "kernel", "sql"):
-        raise ValueError(f"engine must be auto, kernel or sql, got {engine!r}")
-    _z_q_ll(kind)  # validates kind
-    con = con or duckdb.connect()
-    _check_columns(con, source, params, [score, label, *segments, *([weight] if weight else [])])
-    distinct = is_distinct(con, source, params, score, distinct_max)
-    levels = _levels(con, source, params, segments) if segments and not distinct and engine != "sql" else None
-    keys = (len(levels) if levels is not None else 1) * grid.n_buckets * 2
-    args = (con, source, params, score, label, kind, segments, weight, grid)
-    if distinct or engine == "sql" or (engine == "auto" and keys > KEYS_MAX):
-        table = _sql_pass(*args, distinct=distinct)
-    else:
-        table = _kernel_pass(*args, levels if levels is not None else pd.DataFrame())
-    return add_replicates(table, replicates, seed)
-
-
-def aggregate_duckdb(paths: str | Sequence[str], score: str, label: str, **options: Any) -> pd.DataFrame:
-    """The bucket table of Parquet ``paths`` (a file, folder, glob or list) in one pass (bounded memory).
-
-    ``options``: :func:`aggregate_query`'s (kind, segments, weight, grid, replicates, seed, con,
-    distinct_max, engine).
-    """
-    return aggregate_query("read_parquet($files)", {"files": expand(paths)}, score, label, **options)

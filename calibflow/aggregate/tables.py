@@ -1,7 +1,8 @@
 """Fine where it matters, coarse where it is enough: one pass, two kinds of table.
 
 - ``fine``: the global (bucket, label) table on the fine logit grid (``BucketGrid``, 65,536 cells), no
-  segment. Fits and every global metric read it, exactly as they read ``table.aggregate_query``'s table.
+  segment. Fits and every global metric read it, exactly as they read the first builder's table
+  (tests/helpers/table_reference.py).
 - ``segments[col]``: per segment column, a (value, coarse cell, label) table. A coarse cell is a run of
   consecutive fine buckets (``coarse_lut``): a few hundred cells per value, with the edges
   ``k / ece_bins`` of the uniform ECE bins among them, so a per-segment ECE needs no rows across a bin

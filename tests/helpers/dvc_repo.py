@@ -121,3 +121,28 @@ def make_repo(root: Path) -> str:
     git(root, "commit", "-qm", "tiny pipeline")
     first = dvc(root, "repro")
     return first.stdout + first.stderr
+
+
+def tiny_repo(dst: Path, tmp_path_factory) -> str:
+    """:func:`make_repo`'s repository in ``dst``, built once per test session and copied: the pipeline tests
+    that start from it (test_pipeline_dvc, test_project) were each running the same first ``dvc repro``.
+
+    Under xdist the build lives beside the workers' own temporary folders (their common parent, which is
+    this session's), behind a file lock: the first worker to ask builds it, any other waits and copies.
+    Returns the first ``dvc repro``'s output. The copy is a plain copy (git history, DVC cache and lock,
+    modification times): DVC compares content hashes, so the copy is up to date as the original is."""
+    import fcntl
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker else base
+    built, log_file = shared / "tiny-repo", shared / "tiny-repo.log"
+    with open(shared / "tiny-repo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log_file.exists():
+            if built.exists():  # a build that failed half-way
+                shutil.rmtree(built)
+            built.mkdir()
+            log_file.write_text(make_repo(built))
+    shutil.copytree(built, dst, symlinks=True, dirs_exist_ok=True)
+    return log_file.read_text()

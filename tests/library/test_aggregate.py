@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from distributed import Client, LocalCluster
+from helpers.table_reference import aggregate_dask, aggregate_duckdb
 
 from calibflow import metrics as M
-from calibflow.aggregate import aggregate_duckdb, fit_from_table, metrics_from_table
-from calibflow.aggregate.dask_engine import aggregate_dask
+from calibflow.aggregate import fit_from_table, metrics_from_table
 from calibflow.calibrators import make
 
 N = 200_000
@@ -173,7 +173,7 @@ def _assert_same_table(a, b, keys):
 def test_kernel_equals_duckdb_group_by(files, monkeypatch):
     """The flat-array pass and DuckDB's GROUP BY (the reference) give one table, segments included; a key
     space over ``KEYS_MAX`` falls back to the GROUP BY by itself."""
-    from calibflow.aggregate import table as T
+    from helpers import table_reference as T
 
     kw = {"segments": ["seg"], "replicates": 4, "seed": 1}
     fast = aggregate_duckdb(files, "score", "label", engine="kernel", **kw)

@@ -13,10 +13,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.table_reference import aggregate_duckdb
 
 from calibflow import diagnostics as D
 from calibflow import metrics as M
-from calibflow.aggregate import aggregate_duckdb
 from calibflow.aggregate import diagnostics as AD
 from calibflow.aggregate.metrics import calibrated_table
 from calibflow.aggregate.table import BucketGrid

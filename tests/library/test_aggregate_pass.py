@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.table_reference import aggregate_duckdb
 
-from calibflow.aggregate import aggregate_duckdb
 from calibflow.aggregate import tables as T
 
 SUMS = ("sum_z", "sum_q", "sum_ll", "sum_q2")

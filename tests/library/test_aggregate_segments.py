@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 from helpers.source_data import scores_frame, write
 from helpers.sources_pipeline import source_params
+from helpers.table_reference import aggregate_duckdb
 
 from calibflow import metrics as M
-from calibflow.aggregate import aggregate_duckdb, fit_from_table
+from calibflow.aggregate import fit_from_table
 from calibflow.aggregate import tables as T
 from calibflow.aggregate.run import dask_client, tables_for
 from calibflow.aggregate.segments import segment_metrics

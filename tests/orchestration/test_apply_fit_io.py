@@ -1,5 +1,10 @@
 """`calibflow apply` and `calibflow fit` under bad input and I/O faults: one line each, no traceback, the last
-good output kept. The real CLI in a subprocess."""
+good output kept.
+
+The tests in ``REAL`` run the real CLI in a subprocess: each command at least once, and where the process is
+the point (a crash-sized input, a killed run's temporary file). The others run the same command in this
+process (helpers.cli_here: the same argv, stderr captured at the file descriptor): one import of the command
+instead of one per case."""
 
 from __future__ import annotations
 
@@ -14,11 +19,30 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.cli_here import run_here
 
 from calibflow import calibrators, sources
 
+#: Tests that run the real command in a subprocess (see the module's docstring).
+REAL = {
+    "test_apply_unwritable_folder_is_one_line",
+    "test_a_killed_applys_temp_file_is_removed_by_the_next_run",
+    "test_fit_text_labels_are_one_line_before_any_cast",
+    "test_fit_segment_with_millions_of_values_is_one_line_not_a_crash",
+}
+_HERE: list = []  # the running test's (monkeypatch, capfd) when it runs the command in this process
+
+
+@pytest.fixture(autouse=True)
+def _where(request, monkeypatch, capfd):
+    _HERE[:] = [] if request.node.originalname in REAL else [(monkeypatch, capfd)]
+    yield
+    _HERE.clear()
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
+    if _HERE:
+        return run_here(list(args), *_HERE[0])
     cmd = [sys.executable, "-m", "calibflow.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 

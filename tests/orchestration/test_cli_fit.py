@@ -1,4 +1,7 @@
-"""``calibflow fit``: calibrators from one streaming pass over Parquet files, via the real CLI."""
+"""``calibflow fit``: calibrators from one streaming pass over Parquet files, via the real CLI.
+
+The refusals of bad arguments run the same command in this process (helpers.cli_here: same argv, stderr
+captured at the file descriptor); the fits run the real command in a subprocess."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.cli_here import run_here
 
 from calibflow.calibrators import from_json
 
@@ -72,9 +76,10 @@ def test_fit_recovers_the_map_and_reports_test_intervals(logs, tmp_path):
         (["--label", "y", "--dask-address", "tcp://h:1"], "needs engine dask"),
     ],
 )
-def test_fit_errors_are_one_line_and_write_nothing(logs, tmp_path, args, message):
+def test_fit_errors_are_one_line_and_write_nothing(logs, tmp_path, args, message, monkeypatch, capfd):
     out = tmp_path / "cal"
-    r = _cli("fit", "--calib", str(logs / "calib"), "--score", "p", "--out", str(out), *args)
+    r = run_here(["fit", "--calib", str(logs / "calib"), "--score", "p", "--out", str(out), *args],
+                 monkeypatch, capfd)
     assert r.returncode == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
     assert not out.exists()

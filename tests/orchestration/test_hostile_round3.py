@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers.cli_here import run_here
 
 PY = sys.executable
 MODULE = "calibflow.cli"
@@ -193,27 +192,8 @@ def _run(
 
 
 def _run_here(args: list[str], work: Path, monkeypatch, capfd) -> subprocess.CompletedProcess:
-    """``python -m calibflow.cli ARGS`` in this process: its exit status, stdout and stderr."""
-    monkeypatch.chdir(work)
-    monkeypatch.setattr(sys, "argv", [MODULE, *args])
-    env = _env()
-    os.environ.clear()  # the conftest's autouse fixture puts the test's environment back
-    os.environ.update(env)
-    capfd.readouterr()
-    code: int | str | None = 0
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("default")  # what a fresh interpreter prints, but DeprecationWarning
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", PendingDeprecationWarning)
-        try:
-            runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
-        except SystemExit as exc:
-            code = exc.code
-    out, err = capfd.readouterr()
-    err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in seen)
-    if isinstance(code, str):  # sys.exit("text"): Python prints the text and exits 1
-        err, code = err + code + "\n", 1
-    return subprocess.CompletedProcess([*CLI, *args], 0 if code is None else code, out, err)
+    """``python -m calibflow.cli ARGS`` in this process (helpers.cli_here): exit status, stdout, stderr."""
+    return run_here(args, monkeypatch, capfd, cwd=work, env=_env())
 
 
 def _check(out: subprocess.CompletedProcess, expect: str) -> None:

@@ -115,8 +115,14 @@ def _install_wheel(tmp: Path) -> Path:
     return venv
 
 
-def test_wheel_init_run_apply_in_an_empty_folder(tmp_path):
-    venv = _install_wheel(tmp_path)
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """One wheel built and installed for the module: both tests use the installed wheel, neither changes it
+    (building it is ~30 s of CPU, paid once)."""
+    return _install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_wheel_init_run_apply_in_an_empty_folder(tmp_path, venv):
     env = _env(venv)
     py = str(venv / "bin" / "python")
     where = _run([py, "-c", "import calibflow; print(calibflow.__file__)"], tmp_path, env).strip()
@@ -215,10 +221,9 @@ def _log(days: int, seed: int, n: int = 3000) -> pd.DataFrame:
     return frame
 
 
-def test_readme_commands_on_a_seven_day_log_then_every_source_shape(tmp_path):
+def test_readme_commands_on_a_seven_day_log_then_every_source_shape(tmp_path, venv):
     """Issue 42: the README's own commands on a 7-day log, with only the options `init` proposes; `dvc exp
     show` lists the run with no git step of the user's; then a CSV file, a folder and a glob of CSVs run."""
-    venv = _install_wheel(tmp_path)
     env = _env(venv)
     py, cli = str(venv / "bin" / "python"), str(venv / "bin" / "calibflow")
     proj = tmp_path / "my-project"

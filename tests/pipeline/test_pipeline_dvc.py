@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.dvc_repo import dvc, git, make_repo
+from helpers.dvc_repo import dvc, git, tiny_repo
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ STAGES = [
 ]
 
 
-def test_dvc_pipeline_end_to_end(tmp_path):
+def test_dvc_pipeline_end_to_end(tmp_path, tmp_path_factory):
     """One test, steps in order: they share one repository and the later steps change it.
 
     (One test rather than several sharing a fixture: pytest-xdist 3.8 with pytest 9 does not keep an
@@ -47,7 +47,7 @@ def test_dvc_pipeline_end_to_end(tmp_path):
     """
     root = tmp_path / "repo"
     root.mkdir()
-    log = make_repo(root)
+    log = tiny_repo(root, tmp_path_factory)  # built once per session: test_project starts from it too
     _repro_runs_every_stage_and_writes_outputs(root, log)
     _noop_repro_runs_nothing(root)
     _param_change_makes_only_downstream_stale(root)

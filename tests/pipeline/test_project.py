@@ -16,7 +16,7 @@ import re
 
 import pytest
 import yaml
-from helpers.dvc_repo import REPO, dvc, make_repo
+from helpers.dvc_repo import REPO, dvc, tiny_repo
 from helpers.source_data import scores_frame, write
 from typer.testing import CliRunner
 
@@ -113,10 +113,10 @@ def test_benchmark_opt_in_adds_the_builtin_datasets(tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_only_change_reruns_only_what_reads_evaluate(tmp_path):
+def test_evaluate_only_change_reruns_only_what_reads_evaluate(tmp_path, tmp_path_factory):
     root = tmp_path / "repo"
     root.mkdir()
-    make_repo(root)
+    tiny_repo(root, tmp_path_factory)  # built once per session: test_pipeline_dvc starts from it too
     # numba writes its cache beside the code while a stage runs: no stage may notice
     cache = root / "calibflow/calibrators/__pycache__"
     cache.mkdir(exist_ok=True)

@@ -3,6 +3,8 @@
 `calibflow fit -> calibflow apply` (the README's line, no --score-kind) and `calibflow init -> the stages ->
 calibflow apply` on a probability source give sum p / sum y close to 1 and the log loss of the correct map.
 On main before this change, apply fed the probability calibrator logits (ratio 1.78, log loss 0.609).
+The commands run for real; the refusals among them run the same command in this process
+(helpers.cli_here: same argv, stderr captured at the file descriptor).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from helpers.cli_here import run_here
 from helpers.source_data import scores_frame, write
 from helpers.sources_pipeline import METHODS, run_pipeline, source_params
 from typer.testing import CliRunner
@@ -73,17 +76,17 @@ def test_fit_then_apply_without_score_kind_gives_the_correct_map(fitted, method,
     assert metrics.log_loss(y, p) < raw - 0.01
 
 
-def test_a_conflicting_score_kind_is_refused_in_one_line(fitted, tmp_path):
+def test_a_conflicting_score_kind_is_refused_in_one_line(fitted, tmp_path, monkeypatch, capfd):
     kind, d = fitted
     other = "logit" if kind == "probability" else "probability"
     out = tmp_path / "scored.parquet"
-    r = _cli("apply", "--calibrator", str(d / "cal" / "platt.json"), "--input", str(d / "new.parquet"),
-             "--score", "s", "--output", str(out), "--score-kind", other)
+    r = run_here(["apply", "--calibrator", str(d / "cal" / "platt.json"), "--input", str(d / "new.parquet"),
+                  "--score", "s", "--output", str(out), "--score-kind", other], monkeypatch, capfd)
     assert r.returncode == 1 and f"fitted on {kind} scores, not {other}" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
-def test_an_old_file_without_a_kind_needs_score_kind(fitted, tmp_path):
+def test_an_old_file_without_a_kind_needs_score_kind(fitted, tmp_path, monkeypatch, capfd):
     kind, d = fitted
     payload = json.loads((d / "cal" / "platt.json").read_text())
     del payload["score_kind"]
@@ -92,7 +95,7 @@ def test_an_old_file_without_a_kind_needs_score_kind(fitted, tmp_path):
     out = tmp_path / "scored.parquet"
     args = ["apply", "--calibrator", str(old), "--input", str(d / "new.parquet"), "--score", "s",
             "--output", str(out)]
-    r = _cli(*args)
+    r = run_here(args, monkeypatch, capfd)
     assert r.returncode == 1 and "pass --score-kind" in r.stderr and not out.exists()
     r = _cli(*args, "--score-kind", kind)
     assert r.returncode == 0, r.stderr
@@ -100,8 +103,10 @@ def test_an_old_file_without_a_kind_needs_score_kind(fitted, tmp_path):
     assert t["calibrated"].to_numpy().sum() / t["y"].to_numpy().sum() == pytest.approx(1.0, abs=0.03)
 
 
-def _apply(cal: Path, inp: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _cli("apply", "--calibrator", str(cal), "--input", str(inp), "--output", str(out), *extra)
+def _apply(cal: Path, inp: Path, out: Path, *extra: str, here=None) -> subprocess.CompletedProcess:
+    """``calibflow apply``; ``here``: (monkeypatch, capfd) to run it in this process (a refusal)."""
+    args = ["apply", "--calibrator", str(cal), "--input", str(inp), "--output", str(out), *extra]
+    return _cli(*args) if here is None else run_here(args, *here)
 
 
 def test_fit_then_apply_without_score_gives_the_same_file(fitted, tmp_path):
@@ -118,12 +123,12 @@ def test_fit_then_apply_without_score_gives_the_same_file(fitted, tmp_path):
     assert without.column_names == ["s", "y", "calibrated"] and without.equals(with_score)
 
 
-def test_an_explicit_score_wins_and_none_anywhere_is_one_line(fitted, tmp_path):
+def test_an_explicit_score_wins_and_none_anywhere_is_one_line(fitted, tmp_path, monkeypatch, capfd):
     kind, d = fitted
     t = pq.read_table(d / "new.parquet").rename_columns(["s2", "y"])
     pq.write_table(t, tmp_path / "renamed.parquet")
     cal = d / "cal" / "platt.json"
-    r = _apply(cal, tmp_path / "renamed.parquet", tmp_path / "out.parquet")
+    r = _apply(cal, tmp_path / "renamed.parquet", tmp_path / "out.parquet", here=(monkeypatch, capfd))
     assert r.returncode == 1 and "column 's' not found" in r.stderr and "'s2'" in r.stderr, r.stderr
     r = _apply(cal, tmp_path / "renamed.parquet", tmp_path / "out.parquet", "--score", "s2")
     assert r.returncode == 0, r.stderr
@@ -132,7 +137,7 @@ def test_an_explicit_score_wins_and_none_anywhere_is_one_line(fitted, tmp_path):
     payload = json.loads(cal.read_text())
     del payload["score_column"]  # a file written before calibrators named their column, and no card
     (tmp_path / "old.json").write_text(json.dumps(payload))
-    r = _apply(tmp_path / "old.json", d / "new.parquet", tmp_path / "old.parquet")
+    r = _apply(tmp_path / "old.json", d / "new.parquet", tmp_path / "old.parquet", here=(monkeypatch, capfd))
     assert r.returncode == 1 and "pass --score" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "old.parquet").exists()
 
