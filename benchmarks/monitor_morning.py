@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
                                       text=True).stdout.strip()}
     # Labels of day d are complete at d + 1 + label_delay: the first run scores days 0..history-1.
     res["first_run"] = timed_run(base, DAY0 + pd.Timedelta(days=a.history + 1))
+    print(json.dumps({"first_run": res["first_run"]}), flush=True)
+    if res["first_run"]["rc"] != 0:
+        raise SystemExit(f"the first run failed:\n{res['first_run']['tail']}")
     for i, name in enumerate(names):
         write_day(base / "data" / name, a.history, rows, seed=i)
     codes: list[tuple[str, Path | None]] = [("this", None)]
@@ -184,9 +187,10 @@ def main(argv: list[str] | None = None) -> None:
             folder = work / f"morning-{label.replace('/', '_')}-{rep}"
             shutil.copytree(base, folder, symlinks=True)
             out = {"code": label, **timed_run(folder, DAY0 + pd.Timedelta(days=a.history + 2), peer)}
-            scored = [json.loads((folder / "monitoring" / n / "state.json").read_text())["processed"]
-                      for n in names]
-            out["windows_scored_per_source"] = sorted({len(p) for p in scored})
+            if out["rc"] == 0:
+                scored = [json.loads((folder / "monitoring" / n / "state.json").read_text())["processed"]
+                          for n in names]
+                out["windows_scored_per_source"] = sorted({len(p) for p in scored})
             res["mornings"].append(out)
             print(json.dumps(out), flush=True)
             shutil.rmtree(folder, ignore_errors=True)
