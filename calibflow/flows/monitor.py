@@ -139,15 +139,17 @@ def _is_git(root: Path) -> bool:
     return (root / ".git").exists()
 
 
-#: Sources scored at once in worker processes when a run has several (``CALIBFLOW_MONITOR_WORKERS``; 1 scores
-#: them one after another in the flow's own process, as a run of one source always does).
-WORKERS = 2
+#: Sources scored at once in worker processes when a run has several (``CALIBFLOW_MONITOR_WORKERS``).
+#: Default 1 (one after another in the flow's own process): on the shared 2-core machine two workers gave
+#: the same CPU and a longer wall at load 5 (64.9 s against 52.3 s for 5 sources x 1e5 rows) and twice
+#: the memory (1.76 GB against 0.93 GB, every process); they pay where cores are idle.
+WORKERS = 1
 #: The results being computed ahead of each source's subflow: ``(root, source) -> Future``.
 _AHEAD: dict[tuple[str, str], Future] = {}
 
 
 def _workers(n_sources: int) -> int:
-    want = int(os.environ.get("CALIBFLOW_MONITOR_WORKERS") or min(WORKERS, os.cpu_count() or 1))
+    want = int(os.environ.get("CALIBFLOW_MONITOR_WORKERS") or WORKERS)
     return max(1, min(want, n_sources))
 
 
@@ -160,7 +162,7 @@ def sources_ahead(root: str, names: list[str], *args: Any) -> Iterator[None]:
     used one core of two. Each subflow still owns its source: it takes the result (or the error, re-raised
     in the subflow and reported as before) of ``monitor_source(root, name, *args)`` computed ahead in a
     worker, then publishes and commits. Sources write only their own files; the checkout lock is held by
-    the flow around all of it. One source (or ``CALIBFLOW_MONITOR_WORKERS=1``): nothing ahead, the
+    the flow around all of it. One source, or one worker (the default, ``WORKERS``): nothing ahead, the
     subflow computes it itself."""
     workers = _workers(len(names))
     if workers < 2:
