@@ -135,10 +135,6 @@ def drift_automation(name: str = "calibflow-drift", actions: list | None = None,
     return Automation(name=name, trigger=trigger, actions=actions or [DoNothing()]).create()
 
 
-def _is_git(root: Path) -> bool:
-    return (root / ".git").exists()
-
-
 #: Sources scored at once in worker processes when a run has several (``CALIBFLOW_MONITOR_WORKERS``).
 #: Default 1 (one after another in the flow's own process): on the shared 2-core machine two workers gave
 #: the same CPU and a longer wall at load 5 (64.9 s against 52.3 s for 5 sources x 1e5 rows) and twice
@@ -171,10 +167,9 @@ def sources_ahead(root: str, names: list[str], *args: Any) -> Iterator[None]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn, not fork: the flow's process runs Prefect's threads and event loop
     from calibflow.flows import monitor_worker
 
-    spawn = multiprocessing.get_context("spawn")
+    spawn = multiprocessing.get_context("spawn")  # not fork: the flow's process runs Prefect's threads
     pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=monitor_worker.init)
     keys = [(root, name) for name in names]
     try:
