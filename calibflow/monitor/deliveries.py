@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -128,11 +129,30 @@ def role_columns(spec: S.SourceSpec) -> list[str]:
     return [c for c in (spec.time, spec.score, spec.label, *spec.segments) if c]
 
 
+#: DuckDB's memory for reading one delivered file: its repeat count groups every row by its hash, which
+#: held 625 MB for a file of 1e7 rows (the monitor's peak); past this limit DuckDB spills the groups to a
+#: temporary folder and gives the same counts (272 MB peak for that file, no more CPU).
+PLACE_MEMORY = "200MB"
+
+
 def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
     """Fill ``f.windows`` from the file's time column, or set ``f.problem`` (one line)."""
+    with tempfile.TemporaryDirectory(prefix="calibflow-place-") as tmp:
+        from calibflow.monitor.stream import release_memory
+
+        con = release_memory(S.connect())
+        try:
+            con.execute(f"SET memory_limit = '{PLACE_MEMORY}'")
+            con.execute("SET temp_directory = '" + tmp.replace("'", "''") + "'")
+            _place_with(spec, f, cfg, con)
+        finally:
+            con.close()
+
+
+def _place_with(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig, con: Any) -> None:
     one = replace(spec, path=f.path)
     try:
-        rel = S.relation(one)
+        rel = S.relation(one, con)
         cols = list(rel.columns)
         if spec.time not in cols:
             f.placed = False

@@ -494,7 +494,7 @@ def _stream(
     gate_rows = MS.GATE_ROWS if gate_rows is None else int(gate_rows)
     champ = state.calibrator()
     feeding = MST.files_in(inv.good, w.start, w.end)
-    con = S.connect(1)
+    con = MST.connect()
     try:
         everything = MST.window_parts(spec, feeding, w.start, w.end, usable=False, con=con)
         if everything is None or not MS.aggregable(champ):
