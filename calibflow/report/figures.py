@@ -118,6 +118,8 @@ def _axes(ax, lim: float | tuple[float, float]) -> tuple[float, float]:
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal" if not isinstance(lim, tuple) else "auto")
+    if isinstance(lim, tuple):
+        plots.minor_ticks_as_marks(ax)
     return lo, hi
 
 
