@@ -13,11 +13,12 @@ import numpy as np  # noqa: E402
 plt.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
 
 
-def legends_outside(fig) -> None:
+def legends_outside(fig) -> bool:
     """Move every axes legend into one figure legend under the panels, so no legend covers a line.
 
     Entries are merged by label in the order the axes show them (small multiples repeat the same methods).
-    An axes legend placed outside its axes already (``bbox_to_anchor``) is left alone.
+    An axes legend placed outside its axes already (``bbox_to_anchor``) is left alone. True when a figure
+    legend was added (it lies below the canvas: the saved figure must be cropped to its artists).
     """
     handles, labels = [], []
     for ax in fig.axes:
@@ -32,6 +33,7 @@ def legends_outside(fig) -> None:
     if labels:
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
                    fontsize=7, frameon=False)
+    return bool(labels)
 
 
 #: Tick-mark markers by tick direction (rcParams ``xtick.direction``), as matplotlib's Tick draws them:
@@ -67,12 +69,16 @@ def minor_ticks_as_marks(ax) -> None:
         ))
 
 
-def to_svg(fig) -> str:
+def to_svg(fig, crop: bool = True) -> str:
     """Render and close ``fig``; the SVG is deterministic (fixed hash salt, no date metadata). Legends
-    are moved under the panels first (``legends_outside``)."""
-    legends_outside(fig)
+    are moved under the panels first (``legends_outside``).
+
+    ``crop``: the canvas is cropped to the artists (``bbox_inches="tight"``, which draws the figure twice).
+    A figure laid out already (``tight_layout``) with no legend moved under it passes False: drawn once.
+    """
+    moved = legends_outside(fig)
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(buf, format="svg", bbox_inches="tight" if crop or moved else None, metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
@@ -90,13 +96,16 @@ def reliability_axes(ax, rel, label: str | None = None, color=None) -> None:
 
 
 def small_multiples(n: int, ncols: int = 4, size: float = 2.0):
+    """A figure of ``n`` square panels, ``ncols`` a row, and its ``n`` axes (no axes for the empty cells of
+    the last row: each costs as much to build as a drawn one)."""
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(
-        nrows, min(n, ncols), figsize=(size * min(n, ncols), size * nrows), squeeze=False
-    )
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    return fig, axes.ravel()[:n]
+    ncols = min(n, ncols)
+    fig = plt.figure(figsize=(size * ncols, size * nrows))
+    grid = fig.add_gridspec(nrows, ncols)
+    axes = np.empty(n, dtype=object)
+    for i in range(n):
+        axes[i] = fig.add_subplot(grid[i // ncols, i % ncols])
+    return fig, axes
 
 
 def window_series(
@@ -234,4 +243,4 @@ def segment_reliability_svg(panels: list[dict], ncols: int = 4) -> str:
         ax.set_xlabel("mean prediction")
         ax.set_ylabel("observed rate")
     fig.tight_layout()
-    return to_svg(fig)
+    return to_svg(fig, crop=False)
