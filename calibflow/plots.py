@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
 
@@ -77,6 +78,9 @@ def to_svg(fig, crop: bool = True) -> str:
     A figure laid out already (``tight_layout``) with no legend moved under it passes False: drawn once.
     """
     moved = legends_outside(fig)
+    if not (crop or moved) and isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        # tight_layout leaves a placeholder engine behind, and savefig draws once more for any engine
+        fig.set_layout_engine(None)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight" if crop or moved else None, metadata={"Date": None})
     plt.close(fig)
