@@ -29,8 +29,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from calibflow.aggregate import kernel
-from calibflow.aggregate.grid import DEFAULT_GRID, BucketGrid
+from calibflow.aggregate.grid import DEFAULT_GRID, SUMS, BucketGrid
 from calibflow.metrics import LOG_LOSS_CLIP
 from calibflow.sources import files, quote_ident, require_columns
 
@@ -291,6 +290,8 @@ def _kernel_pass(
     grid: BucketGrid,
     levels: pd.DataFrame,
 ) -> pd.DataFrame:
+    from calibflow.aggregate import kernel  # numba: imported where a pass runs, not with the module
+
     n_codes = max(len(levels), 1)
     acc, bad = kernel.new_accumulator(n_codes * grid.n_buckets * 2)
     if segments:
@@ -307,6 +308,8 @@ def _kernel_pass(
 
 def _stream_into(reader, kind: str, grid: BucketGrid, acc: np.ndarray, bad: np.ndarray) -> None:
     """Sum each Arrow batch into ``acc`` on a worker thread while DuckDB produces the next one."""
+    from calibflow.aggregate import kernel
+
     logit_kind = kind != "probability"
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
@@ -349,7 +352,7 @@ def _table_from(
     out = {f"seg_{i}": levels[f"seg_{i}"].to_numpy()[code] for i in range(len(segments))}
     out["bucket"] = (rest // 2).astype(np.int32)
     out["label"] = (rest % 2).astype(np.int32)
-    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
+    out.update({name: acc[keys, j] for j, name in enumerate(SUMS)})
     return pd.DataFrame(out)
 
 
