@@ -11,7 +11,22 @@ per ``models/<name>/card.json`` (``answers``); paper reproductions get their own
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names for type checkers, and the imports the stages' code deps are read from
+    # (``calibflow.flows.stage_deps`` reads import statements: a stage that imports this package still
+    # depends on every renderer it may load)
+    from calibflow.report.chrome import page
+    from calibflow.report.data import (
+        METRICS,
+        RANKING_BASELINES,
+        MetricSpec,
+        ReportData,
+        best_methods,
+        load_report_data,
+    )
+    from calibflow.report.html import render_html, render_paper_page
+    from calibflow.report.markdown import render_summary
 
 #: Each public name's module, imported on first use: a stage that needs one formatter
 #: (``calibflow.report._format``) must not pay matplotlib's import for the figures (~1 s of CPU).
