@@ -9,15 +9,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
 
 
-def legends_outside(fig) -> None:
+def legends_outside(fig) -> bool:
     """Move every axes legend into one figure legend under the panels, so no legend covers a line.
 
     Entries are merged by label in the order the axes show them (small multiples repeat the same methods).
-    An axes legend placed outside its axes already (``bbox_to_anchor``) is left alone.
+    An axes legend placed outside its axes already (``bbox_to_anchor``) is left alone. True when a figure
+    legend was added (it lies below the canvas: the saved figure must be cropped to its artists).
     """
     handles, labels = [], []
     for ax in fig.axes:
@@ -32,14 +34,55 @@ def legends_outside(fig) -> None:
     if labels:
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
                    fontsize=7, frameon=False)
+    return bool(labels)
 
 
-def to_svg(fig) -> str:
+#: Tick-mark markers by tick direction (rcParams ``xtick.direction``), as matplotlib's Tick draws them:
+#: TICKDOWN (3) / TICKUP (2) on the x axis, TICKLEFT (0) / TICKRIGHT (1) on the y axis.
+_TICK_MARKERS = {"x": {"out": 3, "in": 2, "inout": "|"}, "y": {"out": 0, "in": 1, "inout": "_"}}
+
+
+def minor_ticks_as_marks(ax) -> None:
+    """Draw each axis's minor ticks as one line of tick marks instead of one Tick artist per position.
+
+    A logit axis has about 25 minor ticks. matplotlib builds each as a Tick (two tick lines, two labels, a
+    grid line) and lays every one out again in each draw: two thirds of a 13-panel reliability grid's
+    time. The marks are the same (positions inside the view, size, width, colour and direction from
+    rcParams), one artist per axis. Call it after the limits are set: the marks do not follow later changes.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
+
+    for name, axis, transform in (("x", ax.xaxis, ax.get_xaxis_transform()),
+                                  ("y", ax.yaxis, ax.get_yaxis_transform())):
+        lo, hi = sorted(axis.get_view_interval())
+        locs = [float(v) for v in axis.get_minorticklocs() if lo <= v <= hi]
+        axis.set_minor_locator(NullLocator())
+        if not locs:
+            continue
+        rc = plt.rcParams
+        edge = [0.0] * len(locs)
+        xy = (locs, edge) if name == "x" else (edge, locs)
+        ax.add_artist(Line2D(
+            *xy, transform=transform, linestyle="none", clip_on=False, zorder=2.01,
+            marker=_TICK_MARKERS[name][rc[f"{name}tick.direction"]], markersize=rc[f"{name}tick.minor.size"],
+            markeredgewidth=rc[f"{name}tick.minor.width"], color=rc[f"{name}tick.color"],
+        ))
+
+
+def to_svg(fig, crop: bool = True) -> str:
     """Render and close ``fig``; the SVG is deterministic (fixed hash salt, no date metadata). Legends
-    are moved under the panels first (``legends_outside``)."""
-    legends_outside(fig)
+    are moved under the panels first (``legends_outside``).
+
+    ``crop``: the canvas is cropped to the artists (``bbox_inches="tight"``, which draws the figure twice).
+    A figure laid out already (``tight_layout``) with no legend moved under it passes False: drawn once.
+    """
+    moved = legends_outside(fig)
+    if not (crop or moved) and isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        # tight_layout leaves a placeholder engine behind, and savefig draws once more for any engine
+        fig.set_layout_engine(None)
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(buf, format="svg", bbox_inches="tight" if crop or moved else None, metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
@@ -57,13 +100,16 @@ def reliability_axes(ax, rel, label: str | None = None, color=None) -> None:
 
 
 def small_multiples(n: int, ncols: int = 4, size: float = 2.0):
+    """A figure of ``n`` square panels, ``ncols`` a row, and its ``n`` axes (no axes for the empty cells of
+    the last row: each costs as much to build as a drawn one)."""
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(
-        nrows, min(n, ncols), figsize=(size * min(n, ncols), size * nrows), squeeze=False
-    )
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    return fig, axes.ravel()[:n]
+    ncols = min(n, ncols)
+    fig = plt.figure(figsize=(size * ncols, size * nrows))
+    grid = fig.add_gridspec(nrows, ncols)
+    axes = np.empty(n, dtype=object)
+    for i in range(n):
+        axes[i] = fig.add_subplot(grid[i // ncols, i % ncols])
+    return fig, axes
 
 
 def window_series(
@@ -201,4 +247,4 @@ def segment_reliability_svg(panels: list[dict], ncols: int = 4) -> str:
         ax.set_xlabel("mean prediction")
         ax.set_ylabel("observed rate")
     fig.tight_layout()
-    return to_svg(fig)
+    return to_svg(fig, crop=False)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
+from calibflow.aggregate.replicates import in_group_order
 from calibflow.calibrators import BaseCalibrator, make, needs_rows
 
 
@@ -35,13 +36,22 @@ def representatives(table: pd.DataFrame, scale: str, kind: str) -> tuple[np.ndar
     ``scale`` is where the mean is taken: "logit" or "probability".
     """
     exact = f"score_{kind}"
+    col = "sum_z" if scale == "logit" else "sum_q"
+    # a fine table is one row per (bucket, label) in that order already (no segments): the group-by would
+    # give back the same rows (~0.1 s a method on a 1e5-row source's table)
+    one_per_group = in_group_order(table) and not any(str(c).startswith("seg_") for c in table.columns)
     if exact in table.columns:  # a distinct-score table built in the caller's kind: the rows' own scores
-        by = table.groupby(["bucket", "label"], sort=True)
-        g = by.agg(n=("n", "sum"), s=(exact, "first")).reset_index()
+        if one_per_group:
+            g = table[["bucket", "label", "n", exact]].rename(columns={exact: "s"})
+        else:
+            by = table.groupby(["bucket", "label"], sort=True)
+            g = by.agg(n=("n", "sum"), s=(exact, "first")).reset_index()
         g = g[g["n"] > 0]
         return g["s"].to_numpy(np.float64), g["label"].to_numpy(np.float64), g["n"].to_numpy(np.float64)
-    col = "sum_z" if scale == "logit" else "sum_q"
-    g = table.groupby(["bucket", "label"], sort=True)[["n", col]].sum().reset_index()
+    if one_per_group:
+        g = table[["bucket", "label", "n", col]]
+    else:
+        g = table.groupby(["bucket", "label"], sort=True)[["n", col]].sum().reset_index()
     g = g[g["n"] > 0]
     mean = g[col].to_numpy() / g["n"].to_numpy()
     if scale == "logit":

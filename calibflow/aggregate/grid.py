@@ -26,3 +26,6 @@ class BucketGrid:
 
 
 DEFAULT_GRID = BucketGrid()
+
+#: The sums a bucket table holds per group (``kernel``'s accumulator columns, in order).
+SUMS = ("n", "sum_z", "sum_q", "sum_ll", "sum_q2")

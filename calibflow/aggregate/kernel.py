@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-SUMS = ("n", "sum_z", "sum_q", "sum_ll", "sum_q2")
+from calibflow.aggregate.grid import SUMS  # noqa: E402,F401 (the accumulator's columns)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

@@ -16,8 +16,8 @@ walk the buckets in order.
 from __future__ import annotations
 
 import math
+from functools import cache
 
-import numba
 import numpy as np
 import pandas as pd
 
@@ -25,7 +25,6 @@ import pandas as pd
 REPLICATE_METRICS = ("log_loss", "brier", "calibration_ratio", "ece", "mce", "auc", "ks")
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _one_replicate(w, base, y, bucket, sum_q, sum_ll, sum_q2, ece_idx, n_bins, out):  # noqa: PLR0913, PLR0915
     """``out[:] = log_loss, brier, ratio, ece, mce, auc, ks`` of the groups weighted by ``w``."""
     tot = pos = sll = sq2 = sq_tot = sq_pos = 0.0
@@ -80,6 +79,15 @@ def _one_replicate(w, base, y, bucket, sum_q, sum_ll, sum_q2, ece_idx, n_bins, o
     out[6] = ks / tot
 
 
+@cache
+def _compiled():
+    """:func:`_one_replicate` compiled by numba, on first use: a module that imports this one for its
+    helpers does not pay numba's import (a third of a second)."""
+    import numba
+
+    return numba.njit(nogil=True, cache=True, error_model="numpy")(_one_replicate)
+
+
 def in_group_order(table: pd.DataFrame) -> bool:
     """Whether ``table`` is one row per (bucket, label), in that order (as ``metrics._collapse`` returns)."""
     b, y = table["bucket"].to_numpy(), table["label"].to_numpy()
@@ -105,7 +113,8 @@ def replicate_metrics(g: pd.DataFrame, reps: list[str], n_bins: int) -> dict[str
     bucket, y = np.ascontiguousarray(bucket, np.int64), np.ascontiguousarray(y, np.int64)
     idx = ece_bins_of(g, n_bins)
     vals = np.empty((len(reps), len(REPLICATE_METRICS)))
+    one_replicate = _compiled()
     for r, c in enumerate(reps):
         w = np.ascontiguousarray(g[c].to_numpy(np.float64))
-        _one_replicate(w, base, y, bucket, sq, sll, sq2, idx, n_bins, vals[r])
+        one_replicate(w, base, y, bucket, sq, sll, sq2, idx, n_bins, vals[r])
     return {m: vals[:, j] for j, m in enumerate(REPLICATE_METRICS)}

@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 
 from calibflow import intervals
 from calibflow import sources as src
-from calibflow.aggregate import kernel
 from calibflow.aggregate.segments import records_from_metrics
 from calibflow.aggregate.source_stream import split_parts
 from calibflow.aggregate.table import BATCH_ROWS, DEFAULT_GRID, BucketGrid
@@ -240,6 +239,8 @@ def _levels(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
 
 def _probability_table(acc: np.ndarray, y: np.ndarray, p: np.ndarray, grid: BucketGrid) -> None:
     """Add the batch's probabilities ``p`` to the fine table ``acc`` (the pass kernel's row arithmetic)."""
+    from calibflow.aggregate import kernel  # numba: imported where a pass runs, not with the module
+
     a, b = np.empty_like(p), np.empty_like(p)
     kernel.row_logs(p, False, p, a, b)
     bad = np.zeros(2, np.int64)
@@ -263,6 +264,8 @@ def compare(  # noqa: PLR0913
     (method -> fitted calibrator) against ``global_cal`` (None: the uncalibrated ``_p``, the kept
     scores), on the segment columns ``segments``. ``uncalibrated_table``: also the fine table of
     ``_p`` on these rows (``Comparison.table_uncalibrated``)."""
+    from calibflow.aggregate import kernel
+
     methods = list(segmented)
     d_glob = {m: Moments() for m in methods}
     d_unc = {m: Moments() for m in methods}

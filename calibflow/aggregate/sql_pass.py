@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibflow.aggregate import kernel
+from calibflow.aggregate.grid import SUMS
 from calibflow.aggregate.table import DEFAULT_GRID, BucketGrid, _bucket_sql, _check_bad, _z_q_ll
 from calibflow.aggregate.tables import CELLS, Tables, coarse_lut
 from calibflow.sources import quote_ident
@@ -144,7 +144,7 @@ def tables_from_result(result: pd.DataFrame) -> tuple[Tables, dict[str, Any]]:
     spec. Invalid rows are refused with their count, as the pass refuses them; groups of zero weight are
     dropped, as the pass keeps only keys holding weight. Segment values come back as text."""
     df = result.rename(columns=str.lower)
-    need = {"spec", "segment", "value", "bucket", "label", "rows", *kernel.SUMS}
+    need = {"spec", "segment", "value", "bucket", "label", "rows", *SUMS}
     missing = sorted(need - set(df.columns))
     if missing:
         raise ValueError(f"not a `calibflow fit --emit-sql` result: no column(s) {missing}")
@@ -157,7 +157,7 @@ def tables_from_result(result: pd.DataFrame) -> tuple[Tables, dict[str, Any]]:
     bad = np.array([df["rows"][fine_rows & (label == -k)].sum() for k in (1, 2)], np.int64)
     _check_bad(bad, spec["score"], spec["label"], spec["kind"])
     grid = BucketGrid(int(spec["n_buckets"]), float(spec["z_max"]))
-    sums = {s: df[s].to_numpy(np.float64) for s in kernel.SUMS}
+    sums = {s: df[s].to_numpy(np.float64) for s in SUMS}
     frame = pd.DataFrame({"bucket": df["bucket"].to_numpy(np.int64).astype(np.int32),
                           "label": label.astype(np.int32), **sums})
     keep = sums["n"] != 0

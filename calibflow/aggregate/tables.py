@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calibflow.aggregate import kernel
+from calibflow.aggregate.grid import SUMS
 from calibflow.aggregate.table import (
     BATCH_ROWS,
     DEFAULT_GRID,
@@ -272,6 +272,8 @@ class _Spec:
             if self.dense[i] is not None:
                 self._coders[i] = ("dense", self.dense[i])
             elif h is not None and np.unique(h).size == h.size == len(self.levels[i]):
+                from calibflow.aggregate import kernel
+
                 self._coders[i] = ("hash", kernel.hash_slots(h))
             else:
                 self._coders[i] = ("values", None)
@@ -316,6 +318,8 @@ def _changed(spec: _Spec, i: int) -> ValueError:
 
 def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
     """The batch's segment values as codes (their index among the levels), one row per column."""
+    from calibflow.aggregate import kernel  # numba: imported where a pass runs, not with the module
+
     # int32 codes (at most SEG_VALUES_MAX values) and an int32 ``lut``: half the bytes the kernel streams
     # per row and per fine bucket next to its scattered adds (measured ~10% of the kernel)
     out = np.empty((len(spec.segments), batch.num_rows), np.int32)
@@ -339,6 +343,8 @@ def _codes(batch: pa.RecordBatch, spec: _Spec) -> np.ndarray:
 
 def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection | None = None):
     """Stream ``parts`` one after another through one DuckDB connection into one set of accumulators."""
+    from calibflow.aggregate import kernel  # numba: imported where a pass runs, not with the module
+
     con = con or register_stores(duckdb.connect(), [p.params for p in parts])
     fine, seg, bad = spec.new_accumulators()
     base, logit_kind = spec.base, spec.kind != "probability"
@@ -373,7 +379,7 @@ def _part_task(parts: Sequence[Part], spec: _Spec):
 def _fine_frame(acc: np.ndarray) -> pd.DataFrame:
     keys = np.flatnonzero(acc[:, 0] != 0)
     out = {"bucket": (keys // 2).astype(np.int32), "label": (keys % 2).astype(np.int32)}
-    out.update({name: acc[keys, j] for j, name in enumerate(kernel.SUMS)})
+    out.update({name: acc[keys, j] for j, name in enumerate(SUMS)})
     return pd.DataFrame(out, copy=False)
 
 
@@ -383,7 +389,7 @@ def _segment_frame(rows: np.ndarray, keys: np.ndarray, values: pa.Array, n_cells
     code, rest = np.divmod(keys, 2 * n_cells)
     out = {"seg_0": values.take(pa.array(code)).to_pandas(), "code": code,
            "bucket": (rest // 2).astype(np.int32), "label": (rest % 2).astype(np.int32)}
-    out.update({name: rows[:, j] for j, name in enumerate(kernel.SUMS)})
+    out.update({name: rows[:, j] for j, name in enumerate(SUMS)})
     return pd.DataFrame(out, copy=False)  # no consolidating copy of the sums (1e5 values: 130 MB)
 
 
@@ -486,6 +492,8 @@ def aggregate_tables(  # noqa: PLR0913
         # copy): the tables' sums are views of it, so the pass's peak is the accumulator or the tables, not
         # both (1e5 values: 168 MB and 190 MB). Here, where ``seg`` has no other reference.
         keys = np.flatnonzero(seg[:, 0] != 0)
+        from calibflow.aggregate import kernel
+
         kernel.compact_rows(seg, keys)
         try:
             seg.resize((keys.size, seg.shape[1]), refcheck=True)

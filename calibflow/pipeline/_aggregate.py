@@ -130,14 +130,25 @@ def split_table(lay: Layout, name: str, split: str, cfg: ScaleConfig, replicates
     """:func:`split_tables`' fine global table (what fits and the global metrics read); a copy of the
     process's earlier pass when the same file and options were asked for before."""
     path = rows_file(lay, name)
-    if path.parent == lay.prepared:  # stored tables: a read of a few MB, nothing to remember
-        return _stored(lay, name, split, cfg, replicates, input_kind).fine
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, split, cfg, replicates, weighted, input_kind)
+    if path.parent == lay.prepared:
+        # stored tables: a read of a few MB and the replicates' draws, paid once per process (calibrate
+        # --all and validate@calibrated ask for the same split once per method), not once per method
+        folder = path / split
+        files = sorted(folder.glob("*")) if folder.is_dir() else []
+        ident = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+        key = (str(folder.resolve()), ident, cfg, replicates, input_kind, "stored")
+        if not ident:  # no tables: _stored says what is missing
+            return _stored(lay, name, split, cfg, replicates, input_kind).fine
+    else:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, split, cfg, replicates, weighted, input_kind)
     if key not in _MEMO:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
+        if key[-1] == "stored":
+            _MEMO[key] = _stored(lay, name, split, cfg, replicates, input_kind).fine
+        else:
+            _MEMO[key] = split_tables(lay, name, split, cfg, replicates, weighted, input_kind).fine
     return _MEMO[key].copy()
 
 

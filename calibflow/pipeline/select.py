@@ -143,8 +143,9 @@ def _input_record(params: Params, name: str, is_source: bool) -> dict[str, Any]:
     }
 
 
-def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str, float], Any]:
-    """Test log loss per candidate and a ``compare`` for a method, from bucket tables."""
+def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str, float], Any, Any]:
+    """Test log loss per candidate, a ``compare`` for a method (the card's ``metrics``) and its per-segment
+    ratios (``segments_for``: asked for the chosen method only), from bucket tables."""
     scale = _aggregate.scale_config(params)
     cfg = params.evaluate
     input_kind = str(params.calibrate.input)
@@ -169,14 +170,16 @@ def _aggregate_metrics(lay: Layout, params: Params, name: str) -> tuple[dict[str
     memo: dict[str, Any] = {}  # the uncalibrated table's metrics: the same for every method
     seg_memo: dict[str, pd.DataFrame] = {}
 
-    def compare_for(m: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        segs = _aggregate.segment_tables_ratios(
+    def compare_for(m: str) -> dict[str, Any]:
+        return _aggregate.compare_tables(test, table(m), n_bins, level, memo)
+
+    def segments_for(m: str) -> list[dict[str, Any]]:
+        return _aggregate.segment_tables_ratios(
             tabs, cals[m], input_kind, level, MAX_SEGMENTS, scale.replicates, scale.seed, seg_memo
         )
-        return _aggregate.compare_tables(test, table(m), n_bins, level, memo), segs
 
     compare_for.test_auc = _aggregate.test_auc(test, n_bins)  # type: ignore[attr-defined]
-    return ll, compare_for
+    return ll, compare_for, segments_for
 
 
 def select_one(
@@ -226,15 +229,16 @@ def _select_aggregate(
     the same replicates (a fixed count, ``scale.replicates``, seeded by ``scale.seed``): per-row
     differences are not available from buckets, and the verdict still does not depend on
     ``evaluate.n_bootstrap``."""
-    ll, compare_for = _aggregate_metrics(lay, params, name)
+    ll, compare_for, segments_for = _aggregate_metrics(lay, params, name)
     ll_unc = ll.pop(selection.IDENTITY)  # the identity's table is the uncalibrated one
     level = float(params.evaluate.ci_level)
     compared = {m: compare_for(m) for m in _auto_candidates(methods(params))}
-    paired = {m: _paired_from_replicates(c[0]["log_loss"], level) for m, c in compared.items()}
+    paired = {m: _paired_from_replicates(c["log_loss"], level) for m, c in compared.items()}
     decision = _decide(lay, params, name, paired, ll_unc, rule)
     method = decision.method
     text = _calibrator_text(lay, params, name, method)
-    met, segs = compared[method] if method in compared else compare_for(method)
+    met = compared[method] if method in compared else compare_for(method)
+    segs = segments_for(method)  # the card's per-segment rows: the chosen method's only
     challenge = (
         _segmented_pass(lay, params, name, method, decision.margin) if rule == RULE_AUTO else None
     )

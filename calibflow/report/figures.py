@@ -118,6 +118,8 @@ def _axes(ax, lim: float | tuple[float, float]) -> tuple[float, float]:
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal" if not isinstance(lim, tuple) else "auto")
+    if isinstance(lim, tuple):
+        plots.minor_ticks_as_marks(ax)
     return lo, hi
 
 
@@ -188,7 +190,7 @@ def _reliability_grid(
         title = m if not ece or m not in ece else f"{m} (ECE {fmt_sig(ece[m])})"
         reliability_panel(ax, curves[m], lim, title)
     fig.tight_layout()
-    return plots.to_svg(fig)
+    return plots.to_svg(fig, crop=False)
 
 
 def reliability_overlay(before: list[dict[str, Any]], chosen: list[dict[str, Any]] | None, name: str) -> str:
@@ -223,6 +225,11 @@ def histogram_grid(hists: dict[str, list[dict[str, Any]]]) -> str:
         ax.set_title(m, fontsize=8)
         ax.set_xlabel("predicted probability")
         ax.set_yticks([])
-    axes[0].legend(fontsize=6, frameon=False)
-    fig.tight_layout()
-    return plots.to_svg(fig)
+    # the classes' legend under the panels, in a strip kept free for it: the figure is laid out once and
+    # drawn once (a legend moved below the canvas would need a second, cropping draw)
+    strip = 0.3 / fig.get_figheight()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=7,
+               frameon=False)
+    fig.tight_layout(rect=(0.0, strip, 1.0, 1.0))
+    return plots.to_svg(fig, crop=False)

@@ -148,3 +148,28 @@ def test_distinct_switch_is_exact_and_deterministic(tmp_path) -> None:
     assert len(estimates) == 1
     # the estimate alone is off: on one side of k or the other, never exactly k here
     assert estimates != {k}
+
+
+@pytest.mark.parametrize(("scale", "kind"), [("logit", "logit"), ("probability", "probability"),
+                                             ("logit", "probability"), ("probability", "logit")])
+def test_representatives_of_a_table_in_group_order_equal_the_group_by(scale, kind) -> None:
+    """``fit.representatives`` skips the group-by where the table is one row per (bucket, label) in order
+    already: the same arrays, bit for bit, as grouping the same rows out of order; a table with segments
+    (several rows per group) is still summed."""
+    from calibflow.aggregate.fit import representatives
+    from calibflow.metrics import expit
+
+    seg = representatives(_table(4_000, 8, 3), scale, kind)
+    summed = _table(4_000, 8, 3).groupby(["bucket", "label"])["n"].sum()
+    np.testing.assert_array_equal(seg[2], summed[summed > 0].to_numpy())
+    t = _table(4_000, 8)
+    t.loc[t.index[::7], "n"] = 0.0  # groups without weight are dropped either way
+    t = t.assign(score_logit=t["sum_z"] / t["n"].where(t["n"] > 0, 1.0))
+    t = t.assign(score_probability=expit(t["score_logit"]))
+    for table in (t, t.drop(columns=["score_logit", "score_probability"])):
+        got = representatives(table, scale, kind)
+        shuffled = table.sample(frac=1.0, random_state=0)  # out of order: the group-by runs
+        want = representatives(shuffled, scale, kind)
+        assert len(got[0]) == (table["n"] > 0).sum() < len(table)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

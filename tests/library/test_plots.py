@@ -65,3 +65,30 @@ def test_window_lines_draws_each_series_with_its_label_and_nothing_without_value
         assert text in svg, text
     assert plots.window_lines(labels, lines, "log_loss") == plots.window_lines(labels, lines, "log_loss")
     assert plots.window_lines(labels, {"champion": [None] * 12}, "log_loss") == ""
+
+
+def test_minor_ticks_as_marks_keeps_the_logit_axes_minor_ticks_as_one_artist_per_axis():
+    import numpy as np
+    from matplotlib.lines import Line2D
+
+    fig, ax = plots.plt.subplots()
+    ax.set_xscale("logit")
+    ax.set_yscale("logit")
+    ax.set_xlim(0.0002, 0.25)
+    ax.set_ylim(0.001, 0.5)
+    want = {}
+    for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        lo, hi = sorted(axis.get_view_interval())
+        want[name] = [v for v in axis.get_minorticklocs() if lo <= v <= hi]
+    assert len(want["x"]) > 15  # the case it is for: many minor ticks
+    plots.minor_ticks_as_marks(ax)
+    assert list(ax.xaxis.get_minorticklocs()) == [] == list(ax.yaxis.get_minorticklocs())
+    marks = [a for a in ax.lines if isinstance(a, Line2D)]
+    assert len(marks) == 2
+    x_marks, y_marks = marks
+    assert np.allclose(x_marks.get_xdata(), want["x"]) and not np.any(x_marks.get_ydata())
+    assert np.allclose(y_marks.get_ydata(), want["y"]) and not np.any(y_marks.get_xdata())
+    assert x_marks.get_marker() == 3 and y_marks.get_marker() == 0  # TICKDOWN, TICKLEFT: outward
+    assert x_marks.get_markersize() == plots.plt.rcParams["xtick.minor.size"]
+    svg = plots.to_svg(fig)
+    assert svg.count("<use") >= len(want["x"]) + len(want["y"])  # every mark drawn

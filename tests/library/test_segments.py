@@ -335,3 +335,74 @@ def test_aggregate_records_count_the_pooled_values_as_tested():
     assert len(rows) == 20 + 1 + 1 and rows[-1]["value"].startswith(S.OTHER_LEVEL)
     assert rows[-1]["tested"] == k - 21 and S.tested_intervals(rows) == k
     assert S.chance_flags(rows, 0.95) == pytest.approx(0.05 * k)
+
+
+def _records_reference(mu, mc, column, top=None):
+    """``records_from_metrics`` as it was written before the columns were taken out once (a pandas
+    lookup per value and field): the card's rows must not change."""
+    from calibflow.aggregate.segments import _pooled
+
+    def ratio_ci(m, i):
+        if "calibration_ratio_low" in m.columns and np.isfinite(m["calibration_ratio_low"].iloc[i]):
+            return [float(m["calibration_ratio_low"].iloc[i]), float(m["calibration_ratio_high"].iloc[i])]
+        return None
+
+    order = np.argsort(-mu["n"].to_numpy(), kind="stable")
+    out, rest = [], []
+    for rank, i in enumerate(order):
+        ci, ci_u = ratio_ci(mc, i), ratio_ci(mu, i)
+        pos = float(mu["positives"].iloc[i])
+        flagged = S.is_flagged(ci, pos)
+        if top and rank >= top and not flagged:
+            rest.append(i)
+            continue
+        out.append({
+            "column": column,
+            "value": S.NULL_LEVEL if pd.isna(mu["value"].iloc[i]) else str(mu["value"].iloc[i]),
+            "n": int(round(mu["n"].iloc[i])),
+            "positives": int(round(pos)),
+            "ratio_uncalibrated": float(mu["calibration_ratio"].iloc[i]) if pos else None,
+            "ratio": float(mc["calibration_ratio"].iloc[i]) if pos else None,
+            "ratio_ci": ci,
+            "ratio_uncalibrated_ci": ci_u,
+            "flagged": flagged,
+            "too_few": not S.enough_evidence(pos),
+        })
+    if rest:
+        out.append(_pooled(mu, mc, rest, column))
+    return out
+
+
+@pytest.mark.parametrize("top", [None, 20])
+def test_aggregate_records_equal_the_per_value_lookups(top):
+    """230 values of a string column from a real table pass (``segment_metrics`` with intervals), a
+    null value among them, many values with 0-3 positives, ties in size: the records are the previous
+    formula's, field for field."""
+    from calibflow.aggregate.segments import records_from_metrics, segment_metrics
+
+    rng = np.random.default_rng(5)
+    k, rows = 230, 60_000
+    names = np.array([f"site_{i:03d}" for i in range(k)] + [None], dtype=object)
+    share = 1.0 / np.arange(1, k + 2) ** 1.1
+    value = rng.choice(k + 1, size=rows, p=share / share.sum())
+    q = expit(rng.normal(-4.6, 1.0, rows))
+    y = (rng.random(rows) < q * 1.3).astype(np.int64)
+    bucket = np.minimum((logit(q) + 16) / 32 * 64, 63).astype(np.int64)
+    frame = pd.DataFrame({"code": value, "bucket": bucket, "label": y, "q": q})
+    t = frame.groupby(["code", "bucket", "label"], as_index=False).agg(
+        n=("q", "size"), sum_q=("q", "sum"), sum_q2=("q", lambda v: float((v * v).sum())),
+        sum_ll=("q", lambda v: 0.0))
+    t["n"] = t["n"].astype(np.float64)
+    t["sum_ll"] = np.where(t["label"] == 1, -np.log(t["sum_q"] / t["n"]), -np.log1p(-t["sum_q"] / t["n"]))
+    t["sum_ll"] *= t["n"]
+    t["seg_0"] = names[t["code"].to_numpy()]
+    mu = segment_metrics(t, replicates=16, seed=1)
+    cal = t.assign(sum_q=t["sum_q"] * 0.8, sum_q2=t["sum_q2"] * 0.64)
+    mc = segment_metrics(cal, replicates=16, seed=1)
+    assert len(mu) == k + 1 and mu["value"].isna().sum() == 1
+    assert ((mu["positives"] <= 3) & (mu["positives"] >= 0)).sum() > 50 and (mu["positives"] == 0).any()
+    got = records_from_metrics(mu, mc, "site", top)
+    want = _records_reference(mu, mc, "site", top)
+    assert got == want
+    assert any(r["value"] == S.NULL_LEVEL for r in got) or top
+    assert any(r["flagged"] for r in got) and any(r["too_few"] for r in got)
