@@ -41,6 +41,8 @@ from calibflow.pipeline._common import (
 )
 
 log = logging.getLogger("calibflow.pipeline.calibrate")
+#: numba, imported late by the compiled passes: the run's stage host imports it once for every stage.
+HOST_PRELOAD = ("numba",)
 
 
 def _score_column(input_kind: str) -> str:

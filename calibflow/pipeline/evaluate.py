@@ -45,6 +45,8 @@ from calibflow.pipeline._common import (
 )
 
 log = logging.getLogger("calibflow.pipeline.evaluate")
+#: numba, imported late by the compiled passes: the run's stage host imports it once for every stage.
+HOST_PRELOAD = ("numba",)
 def segmented_files(lay: Layout, params: Params, name: str) -> dict[str, Any]:
     """The segmented calibrators' test predictions of ``name`` that calibrate_segments wrote (a source
     without segments, or a method it could not fit there, has none): method -> Parquet path."""

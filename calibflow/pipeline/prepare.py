@@ -44,6 +44,8 @@ from calibflow.sources import SourceSpec
 from calibflow.splits import digest, split_indices
 
 log = logging.getLogger("calibflow.pipeline.prepare")
+#: numba, imported late by the compiled passes: the run's stage host imports it once for every stage.
+HOST_PRELOAD = ("numba",)
 
 
 def _fractions(params: Params) -> dict[str, float]:

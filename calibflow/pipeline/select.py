@@ -61,6 +61,8 @@ from calibflow.report._format import fmt_sig
 from calibflow.report.data import RANKING_BASELINES
 
 log = logging.getLogger("calibflow.pipeline.select")
+#: numba, imported late by the compiled passes: the run's stage host imports it once for every stage.
+HOST_PRELOAD = ("numba",)
 RULE_AUTO = "auto"
 #: Most values per segment column shown on a card (the largest segments).
 MAX_SEGMENTS = 20
