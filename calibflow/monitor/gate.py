@@ -277,14 +277,15 @@ def _since_change(
 
 def _recent(state: MonitorState, segment: str, version: int, n: int) -> list[dict[str, Any]]:
     """The last ``n`` scored windows of ``segment``, back to the first scored by another champion (a
-    pooled test never mixes two maps' windows)."""
+    pooled test never mixes two maps' windows) or with the ratio already out (the pooled test finds a
+    change one window misses; pooled with an out window it held a recovered segment out a day longer)."""
     out: list[dict[str, Any]] = []
     for r in reversed(state.history):
         if len(out) >= n:
             break
         if r["segment"] != segment or r.get("skipped"):
             continue
-        if r["version"] != version:
+        if r["version"] != version or "calibration_ratio" in r.get("out", []):
             break
         out.append(r)
     return out[::-1]
