@@ -11,13 +11,21 @@ import numpy as np
 import pandas as pd
 
 from calibflow import calibrators as C
+from calibflow.intervals import paired_mean_interval
 from calibflow.monitor.alerts import _alerts, incidents
 from calibflow.monitor.challenger import challenge
 from calibflow.monitor.config import ALL, PATCH_METHOD, WATCHED, MonitorConfig
-from calibflow.monitor.patch import drifted_rows, patch_challenger, patch_targets
-from calibflow.monitor.scoring import predict_frame, score, segment_masks
+from calibflow.monitor.patch import (
+    champion_patch,
+    drifted_rows,
+    patch_challenger,
+    patch_significant,
+    patch_targets,
+    refresh_due,
+)
+from calibflow.monitor.scoring import per_row_loss, predict_frame, score, segment_masks
 from calibflow.monitor.state import MonitorState
-from calibflow.monitor.thresholds import bands, out_of_band
+from calibflow.monitor.thresholds import bands, out_of_band, practically_off_pooled
 from calibflow.monitor.windows import Window, window_index
 
 
@@ -72,6 +80,10 @@ def process_window(
             band = bands(new, seg, cfg, len(masks))
             row["band_ratio"], row["band_ece"] = band["calibration_ratio"], band["ece"]
             row["out"] = out_of_band(row, band, cfg, len(masks))
+            if "calibration_ratio" not in row["out"] and practically_off_pooled(
+                [*_recent(new, seg, state.champion, cfg.recovery - 1), row], cfg, len(masks)
+            ):
+                row["out"].insert(0, "calibration_ratio")
             found = _alerts(new, row, band, cfg)
             new.alerts.extend(found)
             row["alert"] = bool(found)
@@ -105,10 +117,22 @@ def _gate(
     """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
     if overall_skipped:
         return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
-    targets = patch_targets(new, cfg, segments) if all(c in frame.columns for c in segments) else {}
+    has_cols = all(c in frame.columns for c in segments)
+    targets = patch_targets(new, cfg, segments) if has_cols else {}
+    due = refresh_due(new, calib, cfg) if has_cols and segments else {}
+    refresh = {seg: since for seg, since in due.items() if targets.get(seg, since) == since}
+    targets = {**refresh, **targets}
     if targets and drifted_rows(calib, targets).mean() > 0.5:
-        targets = {}  # most of the source drifted: a global change, the global challengers' to fix
+        targets, refresh = {}, {}  # most of the source drifted: a global change, the global challengers'
     patch = patch_challenger(champ, calib, targets, cfg, state.score_kind) if targets else None
+    if patch is not None and patch[0] is not None and state.pinned is None:
+        sure = patch_significant(patch[1], cfg, refresh)
+        if sure:
+            if set(sure) != set(patch[1]["patched"]):
+                patch = patch_challenger(champ, calib, {k: targets[k] for k in sure}, cfg, state.score_kind)
+            rec = _patch_record(new, state, window, frame, calib, cfg, rng, champ, patch, refresh)
+            if rec["promoted"]:
+                return rec
     if targets:
         # Only segment levels drifted: the global challengers learn the undrifted rows (the whole trailing
         # window: those rows did not change); fitted on all rows, a global map spread the drifted level's
@@ -138,23 +162,91 @@ def _gate(
         rec["fitted_since"] = since
         rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
     if winner is not None:
-        t = pd.to_datetime(calib["time"])
-        version = len(new.versions) + 1
-        new.versions.append(
-            {
-                "version": version,
-                "method": winner.name,
-                "calibrator": winner.to_json(),
-                "fitted_on": [t.min().isoformat(), t.max().isoformat()],
-                "fitted_rows": int(len(calib)),
-                "judged_on": [window.start.isoformat(), window.end.isoformat()],
-                "judged": {k: rec[k] for k in ("metric", "champion", "delta", "delta_ci", "ci_level")},
-                "promoted_after": window.key,
-                "replaces": state.champion,
-            }
-        )
-        new.champion = version
-        rec["new_version"] = version
+        patched = patch[1]["patched"] if patch is not None and winner is patch[0] else None
+        _promote(new, state, window, calib, rec, winner, patched)
+    return rec
+
+
+def _promote(
+    new: MonitorState,
+    state: MonitorState,
+    window: Window,
+    calib: pd.DataFrame,
+    rec: dict[str, Any],
+    winner: C.BaseCalibrator,
+    patched: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """``winner`` becomes the champion (a new version); a patch records its levels (since, positives,
+    periods), with the levels the champion had patched before, for ``refresh_due``."""
+    t = pd.to_datetime(calib["time"])
+    version = len(new.versions) + 1
+    entry = {
+        "version": version,
+        "method": winner.name,
+        "calibrator": winner.to_json(),
+        "fitted_on": [t.min().isoformat(), t.max().isoformat()],
+        "fitted_rows": int(len(calib)),
+        "judged_on": [window.start.isoformat(), window.end.isoformat()],
+        "judged": {k: rec[k] for k in ("metric", "champion", "delta", "delta_ci", "ci_level")},
+        "promoted_after": window.key,
+        "replaces": state.champion,
+    }
+    if patched:
+        keep = champion_patch(state)
+        keep.update({s: {k: fit[k] for k in ("since", "positives", "periods")} for s, fit in patched.items()})
+        entry["patch"] = keep
+    new.versions.append(entry)
+    new.champion = version
+    rec["new_version"] = version
+
+
+def _patch_record(
+    new: MonitorState,
+    state: MonitorState,
+    window: Window,
+    frame: pd.DataFrame,
+    calib: pd.DataFrame,
+    cfg: MonitorConfig,
+    rng: np.random.Generator,
+    champ: C.BaseCalibrator,
+    patch: tuple[C.BaseCalibrator | None, dict[str, Any]],
+    refresh: dict[str, str],
+) -> dict[str, Any]:
+    """The gate's record when a patch is promoted on its levels' own evidence (``patch_significant``):
+    a likelihood-ratio test on the level's rows since its incident, or a due refresh. The held-out window
+    is still scored (recorded: delta and its interval), and a patch it finds worse (interval below 0) is
+    not promoted: the gate then runs as usual."""
+    cal, prec = patch
+    assert cal is not None
+    metric = cfg.selection_metric
+    y = frame["label"].to_numpy(float)
+    champ_loss = per_row_loss(y, predict_frame(champ, frame, state.score_kind), metric)
+    new_loss = per_row_loss(y, predict_frame(cal, frame, state.score_kind), metric)
+    delta, lo, hi = paired_mean_interval(champ_loss - new_loss, cfg.n_bootstrap, cfg.ci_level, rng)
+    parts = []
+    for seg, fit in sorted(prec["patched"].items()):
+        if seg in refresh:
+            was = champion_patch(state)[seg]
+            parts.append(f"{seg} refreshed on {fit['positives']:.0f} positives since "
+                         f"{str(fit['since'])[:10]} ({fit['periods']} periods; was "
+                         f"{float(was['positives']):.0f}, {was['periods']})")
+        else:
+            parts.append(f"{seg} on {fit['positives']:.0f} positives since {str(fit['since'])[:10]}: "
+                         f"likelihood ratio {fit['lr']:.1f}, p = {fit['p']:.2g} (2 df)")
+    rec: dict[str, Any] = {
+        "window": window.key, "metric": metric, "champion": float(champ_loss.mean()),
+        "challengers": {PATCH_METHOD: {"value": float(new_loss.mean()), "monotone": True, "segmented": True,
+                                       "patch": prec}},
+        "best": PATCH_METHOD, "delta": delta, "delta_ci": [lo, hi], "ci_level": cfg.ci_level,
+        "champion_version": state.champion, "patch_rule": "refresh" if refresh else "likelihood_ratio",
+    }
+    if hi < 0:
+        rec.update(promoted=False, reason=f"patch of {', '.join(parts)}: worse on the held-out window")
+        return rec
+    rec.update(promoted=True, reason=(
+        f"patch of {'; '.join(parts)} (every other row keeps the champion's prediction; held-out "
+        f"{metric} better by {delta:.5f}, {cfg.ci_level:.2f} interval [{lo:.5f}, {hi:.5f}])"))
+    _promote(new, state, window, calib, rec, cal, prec["patched"])
     return rec
 
 
@@ -181,6 +273,22 @@ def _since_change(
         if n >= need and recent["label"].sum() >= cfg.min_positives and len(recent) < len(calib):
             return recent, since
     return calib, None
+
+
+def _recent(state: MonitorState, segment: str, version: int, n: int) -> list[dict[str, Any]]:
+    """The last ``n`` scored windows of ``segment``, back to the first scored by another champion (a
+    pooled test never mixes two maps' windows) or with the ratio already out (the pooled test finds a
+    change one window misses; pooled with an out window it held a recovered segment out a day longer)."""
+    out: list[dict[str, Any]] = []
+    for r in reversed(state.history):
+        if len(out) >= n:
+            break
+        if r["segment"] != segment or r.get("skipped"):
+            continue
+        if r["version"] != version or "calibration_ratio" in r.get("out", []):
+            break
+        out.append(r)
+    return out[::-1]
 
 
 def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:

@@ -13,6 +13,7 @@ from calibflow import calibrators as C
 from calibflow import monitor as mon
 from calibflow import sources as S
 from calibflow.experiments import monitor_scenarios as X
+from calibflow.monitor.patch import patch_significant, refresh_due
 
 CFG = mon.MonitorConfig(n_bootstrap=50, calib_windows=6, min_calib_windows=3)  # 3 windows make a patch
 
@@ -91,3 +92,56 @@ def test_no_patch_while_the_whole_source_is_off():
     assert mon.patch_targets(state, cfg, ("device",)) == {}  # not a declared segment column here
     state.history = rows
     assert mon.patch_targets(state, cfg, ("country",)) == {}  # `all` is off: a global fix's job
+
+
+def test_pooled_windows_page_a_one_segment_shift_that_one_window_misses_and_not_a_calibrated_one():
+    """A segment of ~8% of rows (130 positives a day) 35% low: one window is 3.6 se under 0.9, under the
+    34-segment z of 3.95; two such windows pooled are over it. On calibrated windows of the same size the
+    pooled runs (2 and 3 windows) fire no more often than the one-window test (0 in 3,000 here)."""
+    from calibflow.monitor.thresholds import practically_off_pooled
+
+    cfg = mon.MonitorConfig()
+    low = [{"calibration_ratio": r, "ratio_se": s, "positives": n}
+           for r, s, n in ((0.636, 0.052, 135), (0.662, 0.055, 129))]
+    assert not any(mon.practically_off(r, cfg, 34) for r in low)  # the control: one window at a time
+    assert practically_off_pooled(low, cfg, 34)
+    before = {"calibration_ratio": 1.0, "ratio_se": 0.1, "positives": 85}  # a change that began 2 days ago
+    assert practically_off_pooled([before, *low], cfg, 34)
+    rng = np.random.default_rng(0)
+    fired = single = 0
+    for _ in range(1000):
+        rows = []
+        for _ in range(3):
+            p = rng.uniform(0.01, 0.12, 1600)
+            y = (rng.random(p.size) < p).astype(float)
+            rows.append({"calibration_ratio": float(p.sum() / y.sum()), "ratio_se": mon.ratio_se(y, p),
+                         "positives": float(y.sum())})
+        fired += practically_off_pooled(rows, cfg, 34)
+        single += sum(mon.practically_off(r, cfg, 34) for r in rows)
+    assert fired == 0 and single == 0
+
+
+def test_a_patch_records_its_likelihood_ratio_and_is_refreshed_when_its_rows_double(frames, champion):
+    """The patch's own evidence: its level's LR test against the champion on the rows since the incident
+    (large for a 0.5 logit shift, small for a level that did not move); the champion's patch is refitted
+    once those rows hold twice its positives, not before."""
+    _, after = frames
+    since = str(after["time"].min().floor("D").isoformat())
+    patch, rec = mon.patch_challenger(champion, after, {"country=DE": since}, CFG, "probability")
+    de = rec["patched"]["country=DE"]
+    assert de["p"] < 1e-6 and de["periods"] == 4 and de["since"] == since
+    assert patch_significant(rec, CFG, {}) == ["country=DE"]
+    _, calm = mon.patch_challenger(champion, after, {"country=FR": since}, CFG, "probability")
+    assert calm["patched"]["country=FR"]["p"] > 0.003  # FR did not move: no promotion on its own evidence
+    assert patch_significant(calm, CFG, {}) == []
+    assert patch_significant(calm, CFG, {"country=FR": since}) == ["country=FR"]  # a due refresh
+    state = mon.MonitorState(source="s")
+    state.versions = [{"version": 1}, {"version": 2, "patch": {"country=DE": {
+        "since": since, "positives": de["positives"], "periods": de["periods"]}}}]
+    state.champion = 2
+    assert refresh_due(state, after, CFG) == {}  # the same rows: nothing new
+    half = {"country=DE": {"since": since, "positives": de["positives"] / 2, "periods": 2}}
+    state.versions[1]["patch"] = half
+    assert refresh_due(state, after, CFG) == {"country=DE": since}
+    state.versions[1]["patch"] = {"country=DE": {**half["country=DE"], "periods": CFG.calib_windows}}
+    assert refresh_due(state, after, CFG) == {}  # it saw a whole trailing window: done

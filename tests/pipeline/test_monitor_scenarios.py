@@ -45,9 +45,10 @@ def test_a_global_shift_is_served_right_again_overall_and_in_every_large_country
 
 
 def test_a_one_country_shift_is_fixed_in_that_country_and_moves_no_other(one_country):
-    """Once DE's incident has 7 windows behind it, the segmented challenger is the champion with DE's
-    terms refitted on them (``monitoring.patch_challenger``): every other country keeps the champion's
-    prediction, and the global challengers learn the countries that did not drift."""
+    """Once DE's incident has ``min_calib_windows`` (3) windows behind it, the segmented challenger is the
+    champion with DE's terms refitted on them (``monitoring.patch_challenger``), promoted on its LR test
+    and refreshed as DE's rows double: every other country keeps the champion's prediction, and the
+    global challengers learn the countries that did not drift."""
     res = one_country
     de = [k for k in res["first_alert"] if k.startswith("country=DE ")]
     assert de and min(res["first_alert"][k] for k in de) <= SHIFT + 1, res["first_alert"]
