@@ -40,6 +40,7 @@ import pandas as pd
 import yaml
 
 from benchmarks import monitor_scale
+from benchmarks.user_project import peer_env, peer_tree
 
 
 def write_day(folder: Path, d: int, rows: int, seed: int) -> None:
@@ -111,13 +112,6 @@ class PeakRss:
         return {"peak_mb_all": self.total // 1024, "peak_mb_largest": self.largest // 1024}
 
 
-def _env(peer: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "CALIBFLOW_ROOT")}
-    if peer is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(peer), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
 def timed_run(root: Path, now: pd.Timestamp, peer: Path | None = None) -> dict:
     """``calibflow monitor run --now <now> --no-commit`` in ``root``: rc, wall, children's CPU seconds,
     peak memory of all its processes, load."""
@@ -126,7 +120,7 @@ def timed_run(root: Path, now: pd.Timestamp, peer: Path | None = None) -> dict:
     t = time.perf_counter()
     cmd = [sys.executable, "-m", "calibflow.cli", "monitor", "run", "--now", now.isoformat(), "--no-commit"]
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env(peer))
+                            env=peer_env(peer))
     peak = PeakRss(proc.pid)
     text, _ = proc.communicate()
     wall = time.perf_counter() - t
@@ -138,15 +132,6 @@ def timed_run(root: Path, now: pd.Timestamp, peer: Path | None = None) -> dict:
     if proc.returncode != 0:
         out["tail"] = text[-1500:]
     return out
-
-
-def peer_tree(ref: str, work: Path) -> Path:
-    """``calibflow/`` of git ``ref`` (``git archive``), to put first on PYTHONPATH."""
-    dst = work / f"peer-{ref.replace('/', '_')}"
-    dst.mkdir()
-    archive = subprocess.run(["git", "archive", ref, "calibflow"], cwd=ROOT, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
-    return dst
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -71,7 +71,8 @@ def frame(n: int, seed: int = 1, days: int = 30, sites: int = 200, nulls: float 
     return pd.DataFrame({"date": day.date, "site": site, "p_model": p_model.astype(np.float64), "clicked": y})
 
 
-def _env(peer: Path | None) -> dict[str, str]:
+def peer_env(peer: Path | None) -> dict[str, str]:
+    """This environment with the peer's ``calibflow/`` first on PYTHONPATH (no server or root of ours)."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("CALIBFLOW_ROOT", "PREFECT_API_URL", "PREFECT_HOME")
     }
@@ -170,7 +171,7 @@ def measure(data: Path, work: Path, layout: str, peer: Path | None) -> dict[str,
     folder.mkdir()
     (folder / "scores.parquet").symlink_to(data)
     subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
-    env = _env(peer)
+    env = peer_env(peer)
     load0 = os.getloadavg()[0]
     cpu0, t0 = _cpu(), time.time()
     init = ["init", "--data", "scores.parquet", "--label", "clicked", "--score", "p_model"]
@@ -219,7 +220,7 @@ def _wall(argv: list[str], env: dict[str, str], reps: int = 3) -> float:
 
 def import_costs(peer: Path | None) -> dict[str, float]:
     """Best-of-3 wall of a fresh interpreter importing each stage module (minus a bare start), and GX."""
-    env = _env(peer)
+    env = peer_env(peer)
     bare = _wall([sys.executable, "-c", "pass"], env)
     out = {"interpreter": round(bare, 3)}
     for mod in STAGE_MODULES:
@@ -234,7 +235,7 @@ def import_costs(peer: Path | None) -> dict[str, float]:
     return out
 
 
-def _peer_tree(ref: str, work: Path) -> Path:
+def peer_tree(ref: str, work: Path) -> Path:
     dst = work / f"peer-{ref.replace('/', '_')}"
     dst.mkdir()
     archive = subprocess.run(["git", "archive", ref, "calibflow"], cwd=ROOT, capture_output=True, check=True)
@@ -253,8 +254,8 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="calibflow-user-project-") as tmp:
         work = Path(tmp)
-        peer = None if args.no_peer else _peer_tree(args.peer_ref, work)
-        this = None if args.ref is None else _peer_tree(args.ref, work)
+        peer = None if args.no_peer else peer_tree(args.peer_ref, work)
+        this = None if args.ref is None else peer_tree(args.ref, work)
         codes = (("this", this), *(() if peer is None else ((args.peer_ref, peer),)))
         if args.breakdown:
             for who, tree in codes:

@@ -307,17 +307,23 @@ class DvcWorker:
 
     def close(self, grace: float = 5.0) -> None:
         """End the worker: EOF on its stdin, then the group's SIGINT/SIGKILL if it does not exit."""
-        with contextlib.suppress(OSError, ValueError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            stop_group(self.proc, grace)
+        _end_by_eof(self.proc, grace, lambda: stop_group(self.proc, grace))
         with _RUNNING_GUARD:
             RUNNING.discard(self.proc)
         if self.host is not None:
             self.host.close()
+
+
+def _end_by_eof(proc: subprocess.Popen, grace: float, otherwise: Callable[[], object]) -> None:
+    """Close the stdin of ``proc`` (the DVC worker and the stage host end on EOF); then ``otherwise``
+    if it has not ended after ``grace`` s."""
+    with contextlib.suppress(OSError, ValueError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        otherwise()
 
 
 class StageHost:
@@ -350,14 +356,7 @@ class StageHost:
         return cls(proc, folder)
 
     def close(self, grace: float = 5.0) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _end_by_eof(self.proc, grace, lambda: (self.proc.kill(), self.proc.wait()))
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
