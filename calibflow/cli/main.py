@@ -324,13 +324,13 @@ def _run(
     else:
         require_project(root)  # outside a project: how to make one, before what the folder lacks
     check_writable(root, ".prefect")
+    if task_runner not in ("sequential", "dask"):
+        raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
     if not (params_file or targets or pull or push or commit) and _answered_from_status(root, targets, wait):
         return
     check_source_paths(load_and_validate(params_file or root / "params.yaml"))
     if targets:
         check_targets(root, targets)
-    if task_runner not in ("sequential", "dask"):
-        raise UserError(f"--task-runner must be 'sequential' or 'dask', got {task_runner!r}")
     with checkout_lock(root, wait=wait):
         runlog.open_run_log(root)
         from calibflow.flows import project

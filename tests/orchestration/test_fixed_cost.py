@@ -154,6 +154,9 @@ def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monke
     res = CliRunner().invoke(cli.app, ["run", "-q"])
     assert res.exit_code == 0, res.output
     assert "all 4 stage(s) up to date, nothing ran" in res.output
+    # a wrong option is refused before the answer from status, as on a run with work to do
+    res = CliRunner().invoke(cli.app, ["run", "-q", "--task-runner", "banana"])
+    assert res.exit_code != 0 and "--task-runner must be" in res.output
     monkeypatch.setattr("calibflow.pipeline.params_schema.load_and_validate", lambda path: {})
 
     # a stale stage is no answer from status: the run goes on to the server (refused here)
