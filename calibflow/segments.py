@@ -11,7 +11,9 @@ The per-segment check (:func:`segment_check`) is what the model card and report 
 every segment column, rows, positives and ``sum p / sum y`` before and after calibration with bootstrap
 intervals, a flag where the interval after calibration excludes 1, and row counts adding up to the test
 rows (values past the ``top`` largest of a column are pooled into one "other" row, never left out).
-:func:`paired_log_loss` is the paired test that decides between a global and a segmented calibrator.
+The paired test that decides between a global and a segmented calibrator is
+computed in one pass by ``calibflow.aggregate.segment_compare.compare`` (the moments form of
+``selection.paired_log_loss``, ``selection.paired_from_moments``).
 """
 
 from __future__ import annotations
