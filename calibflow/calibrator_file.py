@@ -27,18 +27,14 @@ class CalibratorFileError(ValueError):
 
 
 def read(path: Path, max_bytes: int = MAX_BYTES) -> str:
-    """The text of ``path``, its size checked before reading (and the read itself bounded)."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise CalibratorFileError(
-            f"{path}: {size:,} bytes, more than the {max_bytes:,} a calibrator file may have; "
-            "this is not a calibrator written by calibflow"
-        )
-    with path.open("rb") as fh:
-        data = fh.read(max_bytes + 1)  # the file may have grown since stat
-    if len(data) > max_bytes:
-        raise CalibratorFileError(f"{path}: more than {max_bytes:,} bytes; not a calibrator file")
-    return data.decode("utf-8", errors="replace")
+    """The text of ``path``: ``io.read_bounded``'s checks (size on disk before a byte is read, the read
+    itself bounded, UTF-8, bracket nesting) as a :class:`CalibratorFileError`."""
+    from calibflow.io import read_bounded
+
+    try:
+        return read_bounded(path, max_bytes, "a calibrator file")
+    except ValueError as exc:
+        raise CalibratorFileError(str(exc)) from None
 
 
 def parse(text: str, where: str = "calibrator file") -> Any:

@@ -111,7 +111,7 @@ def read_bounded(
     if size > max_bytes:
         raise ValueError(
             f"{p}: {what} is {size / 2**20:.1f} MB, more than the {max_bytes / 2**20:g} MB allowed; "
-            "is it the right file? (a stray paste or comment makes it this large)"
+            "is it the right file?"
         )
     with p.open("rb") as fh:
         data = fh.read(max_bytes + 1)  # the file may grow after the stat
@@ -123,7 +123,7 @@ def read_bounded(
         raise ValueError(f"{p}: {what} is not UTF-8 text (byte {exc.start})") from None
     depth = nesting_depth(text)
     if depth > max_depth:
-        raise ValueError(f"{p}: {what} nests [ or {{ {depth} deep, more than the {max_depth} allowed")
+        raise ValueError(f"{p}: {what} is nested {depth} deep in [ or {{, more than the {max_depth} allowed")
     return text
 
 

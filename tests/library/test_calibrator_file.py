@@ -167,7 +167,7 @@ def test_a_500mb_file_is_refused_without_reading_it(tmp_path, scored_input):
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        _refused(res, out, "bytes")
+        _refused(res, out, "MB")
         assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MB"
 
 

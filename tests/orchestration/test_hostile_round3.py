@@ -69,7 +69,7 @@ PARAMS_CASES = [
     ("a-list", "- 1\n- 2\n", ["run"], "mapping"),
     ("not-utf8", b"\xff\xfe\x00garbage", ["run"], "UTF-8"),
     ("5-mb", "seed: 1\n#" + "x" * (5 * 2**20), ["run"], "MB"),
-    ("deep-brackets", "seed: " + "[" * 500 + "]" * 500, ["run"], "nests"),
+    ("deep-brackets", "seed: " + "[" * 500 + "]" * 500, ["run"], "nested"),
     ("alias-bomb", 'bomb:\n a: &a ["x","x","x","x","x","x","x","x","x"]\n'
      ' b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n'
      ' c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n'

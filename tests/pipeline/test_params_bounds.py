@@ -129,7 +129,7 @@ def test_a_50_mb_params_file_is_refused_before_it_is_parsed(tmp_path):
 def test_a_deeply_nested_params_file_is_refused(tmp_path):
     p = tmp_path / "params.yaml"
     p.write_text("datasets: {names: [adult]}\nsources: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(ParamsError, match="nests"):
+    with pytest.raises(ParamsError, match="nested"):
         load_and_validate(p)
 
 
@@ -159,7 +159,7 @@ def test_the_monitor_state_is_bounded_before_it_is_parsed(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match="monitor state"):
         monitor.initial_state(paths, None, "probability")
     state.write_text("[" * 200 + "]" * 200)
-    with pytest.raises(ValueError, match="nests"):
+    with pytest.raises(ValueError, match="nested"):
         monitor.initial_state(paths, None, "probability")
 
 
