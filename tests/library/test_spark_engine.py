@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -141,6 +142,19 @@ def test_emitted_sql_per_dialect_is_one_definition(tmp_path):
     bad = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", "oracle", "--score", "p",
                                    "--label", "y"])
     assert bad.exit_code != 0 and "--dialect 'oracle' is not one of" in bad.output
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_documented_sql_is_what_the_command_prints_today(dialect):
+    """docs/benchmarks/scale_sql/<dialect>.sql is the worked example of docs/benchmarks/scale.md: the
+    command it names must still print it, byte for byte (a change to the pass regenerates the files)."""
+    doc = Path(__file__).parents[2] / "docs" / "benchmarks" / "scale_sql" / f"{dialect}.sql"
+    res = CliRunner().invoke(app, ["fit", "--emit-sql", "--dialect", dialect, "--calib", "analytics.events",
+                                   "--score", "p", "--label", "y", "--segment", "country", "--cells", "4"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == doc.read_text().strip(), (
+        f"{doc} is stale: regenerate it with `calibflow fit --emit-sql --dialect {dialect} --calib "
+        "analytics.events --score p --label y --segment country --cells 4`")
 
 
 @pytest.mark.slow  # two fits on 2e5 rows through the command: make test, not test-fast
