@@ -413,10 +413,19 @@ def files(path: str) -> list[str]:
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-process DuckDB connection; ``threads`` defaults to this machine's usable cores."""
+    """An in-process DuckDB connection (every one calibflow opens); ``threads`` defaults to this machine's
+    usable cores.
+
+    Its time zone is UTC whatever the machine's: DuckDB otherwise takes the system's (``TZ``), and a zoned
+    time column cast to a timestamp (the time split, the monitor's windows) would land in other days on a
+    laptop in Berlin than in CI, from the same data and params. ``SET GLOBAL`` so the cursors a pass's
+    threads take (``con.cursor()``) have it too.
+    """
     if not threads:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return duckdb.connect(config={"threads": int(threads or 1)})
+    con = duckdb.connect(config={"threads": int(threads or 1)})
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    return con
 
 
 def relation_for_path(

@@ -121,13 +121,12 @@ def _check_source(paths: str, columns: list[str], score: str, label: str, weight
     """One line naming a missing column (and the closest existing one) of the Parquet ``paths``, then the
     types of score and label and the weights as the library checks them (``sources.check_table_inputs``):
     a string label is named before DuckDB would fail to cast it."""
-    import duckdb
 
     from calibflow.aggregate.table import _check_columns, expand
-    from calibflow.sources import check_table_inputs, register_stores
+    from calibflow.sources import check_table_inputs, connect, register_stores
 
     params = {"f": expand(paths)}
-    con = register_stores(duckdb.connect(), params)
+    con = register_stores(connect(), params)
     try:
         _check_columns(con, "read_parquet($f)", params, columns)
         check_table_inputs(con, "read_parquet($f)", params, score, label, weight)

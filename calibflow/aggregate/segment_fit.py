@@ -159,8 +159,7 @@ def pair_table(source_sql: str, params: dict[str, Any], logit_col: str, label: s
                weight: str | None = None) -> pd.DataFrame:
     """One column pair's (a, b, cell, label) table of ``n`` and ``sum_z`` by DuckDB's streaming GROUP BY
     over ``source_sql`` (a FROM item; memory: the table's groups, not the rows)."""
-    import duckdb
-
+    from calibflow.sources import connect
     from calibflow.sources import quote_ident as q
 
     w = f"CAST({q(weight)} AS DOUBLE)" if weight else "1.0"
@@ -170,7 +169,11 @@ def pair_table(source_sql: str, params: dict[str, Any], logit_col: str, label: s
     sql = (f"SELECT {q(a)} AS a, {q(b)} AS b, {cell} AS cell, CAST({q(label)} AS INTEGER) AS label, "
            f"sum({w}) AS n, sum({w} * {z}) AS sum_z FROM {source_sql} WHERE isfinite({z}) "
            "GROUP BY ALL")
-    return duckdb.connect().sql(sql, params=params).df()
+    con = connect()
+    try:
+        return con.sql(sql, params=params).df()
+    finally:
+        con.close()
 
 
 def add_pairs(cal: PartialPoolingCalibrator, tables: dict[tuple[str, str], pd.DataFrame]) -> None:

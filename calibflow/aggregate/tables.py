@@ -50,7 +50,7 @@ from calibflow.aggregate.table import (
     expand,
     is_distinct,
 )
-from calibflow.sources import parquet_rows, quote_ident, register_stores
+from calibflow.sources import connect, parquet_rows, quote_ident, register_stores
 
 #: Coarse keys (values x cells x 2 labels, all segment columns, all workers) kept in memory at once:
 #: 2^22 keys of 5 sums are 168 MB, the pass's memory cap beyond the fine table and the batches. More
@@ -345,7 +345,7 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
     """Stream ``parts`` one after another through one DuckDB connection into one set of accumulators."""
     from calibflow.aggregate import kernel  # numba: imported where a pass runs, not with the module
 
-    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
+    con = con or register_stores(connect(), [p.params for p in parts])
     fine, seg, bad = spec.new_accumulators()
     base, logit_kind = spec.base, spec.kind != "probability"
     scratch = np.empty((3, BATCH_ROWS))  # q, a, b of a batch (kernel.row_logs)
@@ -371,7 +371,7 @@ def run_parts(parts: Sequence[Part], spec: _Spec, con: duckdb.DuckDBPyConnection
 
 def _part_task(parts: Sequence[Part], spec: _Spec):
     """A Dask task: its parts on the worker, DuckDB on one thread (Dask does the parallelism)."""
-    con = register_stores(duckdb.connect(), [p.params for p in parts])  # an s3:// part, on the worker
+    con = register_stores(connect(), [p.params for p in parts])  # an s3:// part, on the worker
     con.execute("SET threads TO 1")
     return run_parts(parts, spec, con)
 
@@ -469,7 +469,7 @@ def aggregate_tables(  # noqa: PLR0913
     result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
     """
     _z_q_ll(kind)
-    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
+    con = con or register_stores(connect(), [p.params for p in parts])
     segments = tuple(segments)
     whole = _union(parts)
     _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
@@ -605,7 +605,7 @@ def aggregate_split_tables(  # noqa: PLR0913
     per row again); default: the parts' score on the rows with tables.
     """
     _z_q_ll(kind)
-    con = con or register_stores(duckdb.connect(), [p.params for p in parts])
+    con = con or register_stores(connect(), [p.params for p in parts])
     segments, splits = tuple(segments), tuple(splits)
     whole = _union(parts)
     _check_columns(con, whole.sql, whole.params,

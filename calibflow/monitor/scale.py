@@ -168,7 +168,7 @@ def score_frame(
     seed: int,
 ) -> dict[str, dict[str, Any]]:
     """:func:`window_scores` of a window already in memory (the stage's frame), DuckDB scanning it."""
-    con = duckdb.connect()
+    con = S.connect()
     con.register("window_rows", frame[["score", "label", *segments]])
     tabs = window_tables([T.Part("(SELECT * FROM window_rows)")], champion, score_kind, segments,
                          cfg.n_bins, threads=1, con=con)

@@ -4,6 +4,11 @@ at the same instants."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -51,3 +56,36 @@ def test_zoned_text_keeps_its_zone_for_the_run_and_is_utc_for_the_monitor():
     text = pd.Series(["2026-03-01T09:00:00+02:00", "2026-03-01T10:00:00+02:00"])
     assert str(timesplit.to_datetime(text).dt.tz) == "UTC+02:00"
     assert D.to_times(text).tolist() == [pd.Timestamp("2026-03-01 07:00"), pd.Timestamp("2026-03-01 08:00")]
+
+
+_SPLIT_IN_A_ZONE = """
+import json, sys
+from calibflow import sources as S
+from calibflow.aggregate import source_stream
+spec = S.parse_source("ads", {"path": sys.argv[1], "score": "p", "label": "y", "time": "ts",
+                              "split": {"test_start": "2026-09-08", "calib_last": "3d"}})
+print(json.dumps(source_stream.write_split(spec, 0, sys.argv[2]), default=str))
+"""
+
+
+def test_the_time_split_of_a_zoned_column_is_the_same_on_a_machine_in_another_zone(tmp_path):
+    """The same file and params split the same rows whatever the machine's time zone: DuckDB took the
+    system's (``TZ``), and on a machine in Berlin the split of a UTC-zoned column moved by two hours
+    (calib/test/train 72/74/94 rows instead of 72/72/96), so a laptop and CI disagreed."""
+    n = 24 * 10
+    rng = np.random.default_rng(0)
+    t = pd.date_range("2026-09-01", periods=n, freq="h", tz="UTC")
+    pd.DataFrame({"ts": t, "p": rng.uniform(0.01, 0.5, n), "y": rng.integers(0, 2, n)}).to_parquet(
+        tmp_path / "d.parquet")
+    got = {}
+    for tz in ("UTC", "Europe/Berlin"):
+        out = subprocess.run([sys.executable, "-c", _SPLIT_IN_A_ZONE, str(tmp_path / "d.parquet"),
+                              str(tmp_path / f"{tz.replace('/', '_')}.parquet")],
+                             env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True)
+        got[tz] = json.loads(out.stdout)
+    want = got["UTC"]
+    assert want["counts"] == {"calib": 72, "test": 72, "train": 96}  # the UTC days, as the params say
+    assert want["split"]["time_range"] == ["2026-09-01T00:00:00", "2026-09-10T23:00:00"]
+    for tz, rec in got.items():
+        assert (rec["counts"], rec["rows_digest"], rec["split"]) == (
+            want["counts"], want["rows_digest"], want["split"]), tz
