@@ -94,10 +94,27 @@ def _label_sql(spec: SourceSpec, types: Mapping[str, str]) -> tuple[str, str]:
     return label_sql(spec.label, types[spec.label], spec.positive)
 
 
+def _column_zone(spec: SourceSpec) -> str:
+    """The zone a zoned Parquet time column was written in (its first file's schema), as DuckDB names it;
+    UTC where there is none (CSV: DuckDB's zoned types come from offsets, not zones)."""
+    found = src.files(spec.path)
+    tz = None
+    if src._fmt(found[0]) == "parquet":
+        field = pq.read_schema(found[0]).field(spec.time or "")
+        tz = getattr(field.type, "tz", None)
+    tz = str(tz or "UTC")
+    return f"UTC{tz}" if tz[:1] in "+-" else tz  # a fixed offset, "+02:00": ICU's "UTC+02:00"
+
+
 def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:
-    """The time column as a TIMESTAMP (NULL where it does not parse)."""
+    """The time column as a TIMESTAMP (NULL where it does not parse): wall-clock time in the column's own
+    zone, as ``timesplit.to_datetime`` reads it for the rows (docs/sources.md: windows are whole days
+    there). DuckDB keeps a zoned column's instant only, so the zone comes from the Parquet schema."""
     col = quote_ident(spec.time or "")
-    if any(k in types[spec.time or ""].upper() for k in ("TIMESTAMP", "DATE")):
+    typ = types[spec.time or ""].upper()
+    if "WITH TIME ZONE" in typ or typ == "TIMESTAMPTZ":
+        return f"timezone({quote_literal(_column_zone(spec))}, {col})"
+    if any(k in typ for k in ("TIMESTAMP", "DATE")):
         return f"CAST({col} AS TIMESTAMP)"
     if spec.time_format and spec.time_format.upper() != "ISO8601":
         return f"try_strptime(CAST({col} AS VARCHAR), {quote_literal(spec.time_format)})"

@@ -68,24 +68,27 @@ print(json.dumps(source_stream.write_split(spec, 0, sys.argv[2]), default=str))
 """
 
 
-def test_the_time_split_of_a_zoned_column_is_the_same_on_a_machine_in_another_zone(tmp_path):
-    """The same file and params split the same rows whatever the machine's time zone: DuckDB took the
-    system's (``TZ``), and on a machine in Berlin the split of a UTC-zoned column moved by two hours
-    (calib/test/train 72/74/94 rows instead of 72/72/96), so a laptop and CI disagreed."""
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_the_time_split_of_a_zoned_column_is_the_rows_split_on_a_machine_in_any_zone(zone, tmp_path):
+    """The same file and params split the same rows whatever the machine's time zone, and the streamed
+    split (SQL) is the row reader's (``timesplit``: whole days in the column's own zone, docs/sources.md).
+    DuckDB took the system's zone (``TZ``): on a machine in Berlin a UTC column's split moved by two hours
+    (calib/test/train 72/74/94 rows instead of 72/72/96), and a Paris column split in the machine's days."""
     n = 24 * 10
     rng = np.random.default_rng(0)
-    t = pd.date_range("2026-09-01", periods=n, freq="h", tz="UTC")
+    t = pd.Series(pd.date_range("2026-09-01", periods=n, freq="h", tz="UTC").tz_convert(zone))
     pd.DataFrame({"ts": t, "p": rng.uniform(0.01, 0.5, n), "y": rng.integers(0, 2, n)}).to_parquet(
         tmp_path / "d.parquet")
-    got = {}
+    w = timesplit.time_windows(t.min(), t.max(), {"test_start": "2026-09-08", "calib_last": "3d"})
+    by_rows = pd.Series(timesplit.assign_splits(pd.read_parquet(tmp_path / "d.parquet")["ts"], w))
+    want = {k: int(v) for k, v in by_rows[by_rows != ""].value_counts().items()}
     for tz in ("UTC", "Europe/Berlin"):
         out = subprocess.run([sys.executable, "-c", _SPLIT_IN_A_ZONE, str(tmp_path / "d.parquet"),
                               str(tmp_path / f"{tz.replace('/', '_')}.parquet")],
                              env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True)
-        got[tz] = json.loads(out.stdout)
-    want = got["UTC"]
-    assert want["counts"] == {"calib": 72, "test": 72, "train": 96}  # the UTC days, as the params say
-    assert want["split"]["time_range"] == ["2026-09-01T00:00:00", "2026-09-10T23:00:00"]
-    for tz, rec in got.items():
-        assert (rec["counts"], rec["rows_digest"], rec["split"]) == (
-            want["counts"], want["rows_digest"], want["split"]), tz
+        rec = json.loads(out.stdout)
+        assert rec["counts"] == want, (zone, tz, rec["counts"], want)
+        got = pd.read_parquet(tmp_path / f"{tz.replace('/', '_')}.parquet", columns=["row", "split"])
+        assert (got.set_index("row")["split"].sort_index() == by_rows[by_rows != ""]).all(), (zone, tz)
+    if zone == "UTC":
+        assert want == {"calib": 72, "test": 72, "train": 96}  # the UTC days, as the params say
