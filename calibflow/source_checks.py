@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from calibflow import sources as src
+from calibflow.source_rules import time_sql
 from calibflow.sources import SourceSpec, quote_ident, quote_literal
 
 #: Text date formats tried, day-first and month-first side by side (same meaning in DuckDB and pandas).
@@ -272,8 +273,7 @@ def time_plan(spec: SourceSpec, rel, dtype: str, given: str | None, con) -> tupl
         fmt = detect_time_format(spec, rel, given)
         if fmt != ISO or given:  # ISO text needs no format: DuckDB and pandas read it one way
             out["time_format"] = fmt
-        parsed = f"CAST({q} AS TIMESTAMPTZ)" if fmt == ISO else f"strptime({q}, {quote_literal(fmt)})"
-        return rel, parsed, out
+        return rel, time_sql(spec.time, "VARCHAR", fmt), out  # the run's reading (every value parses)
     if _is(dtype, _TEMPORAL):
         if given:
             raise _fail(spec, f"--time-format is for text dates; column {spec.time!r} is {dtype} already")

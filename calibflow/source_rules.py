@@ -147,3 +147,39 @@ def score_in_01_array(s: np.ndarray) -> np.ndarray:
 def weight_ok_array(w: np.ndarray) -> np.ndarray:
     """:func:`weight_ok_sql` on a float array."""
     return np.isfinite(w) & (w >= 0)
+
+
+# ---- the time column (the run's split and validation, the monitor's windows) ---------------------------
+#
+# The row form is ``calibflow.timesplit.to_datetime``; ``tests/library/test_time_units.py`` runs both on
+# the same files. The run reads wall-clock time in the column's own zone (``zone``: from the Parquet
+# schema, docs/sources.md), the monitor its UTC instant (``zone="UTC"``: its windows are UTC days).
+
+
+def duckdb_zone(tz: Any) -> str:
+    """A zone as DuckDB (ICU) names it: a fixed offset ``+02:00`` is ``UTC+02:00``; none is UTC."""
+    tz = str(tz or "UTC")
+    return f"UTC{tz}" if tz[:1] in "+-" else tz
+
+
+def time_sql(column: str, duckdb_type: str, time_format: str | None = None, zone: str = "UTC",
+             epoch_per_us: float | None = None) -> str | None:
+    """SQL of ``column`` (``duckdb_type``) as a TIMESTAMP, NULL where a value does not parse; None where
+    SQL does not read it as the row form does (numbers without ``epoch_per_us``, the microseconds in one
+    unit of the column's epoch: ``timesplit.epoch_unit``).
+
+    A zoned timestamp is its wall-clock time in ``zone``; a timestamp or date as it is; text in
+    ``time_format`` (strptime codes) or, without one or with ``ISO8601``, ISO 8601 text.
+    """
+    c, t = quote_ident(column), str(duckdb_type).upper()
+    if "WITH TIME ZONE" in t or t == "TIMESTAMPTZ":
+        return f"timezone({quote_literal(duckdb_zone(zone))}, {c})"
+    if t.startswith(("TIMESTAMP", "DATE")):
+        return f"CAST({c} AS TIMESTAMP)"
+    if is_numeric_type(duckdb_type):
+        if epoch_per_us is None:
+            return None
+        return f"make_timestamp(CAST(round(CAST({c} AS DOUBLE) * {float(epoch_per_us)!r}) AS BIGINT))"
+    if time_format and time_format.upper() != "ISO8601":
+        return f"try_strptime(CAST({c} AS VARCHAR), {quote_literal(time_format)})"
+    return f"TRY_CAST({c} AS TIMESTAMP)"

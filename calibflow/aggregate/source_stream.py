@@ -36,7 +36,7 @@ from calibflow import source_rules as rules
 from calibflow import sources as src
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, Tables, _row_ranges
-from calibflow.source_rules import label_sql
+from calibflow.source_rules import duckdb_zone, label_sql, time_sql
 from calibflow.sources import SourceSpec, parquet_rows, quote_ident, quote_literal
 
 #: Offending row numbers quoted per failed check.
@@ -95,30 +95,21 @@ def _label_sql(spec: SourceSpec, types: Mapping[str, str]) -> tuple[str, str]:
 
 
 def _column_zone(spec: SourceSpec) -> str:
-    """The zone a zoned Parquet time column was written in (its first file's schema), as DuckDB names it;
-    UTC where there is none (CSV: DuckDB's zoned types come from offsets, not zones)."""
+    """The zone a zoned Parquet time column was written in (its first file's schema); UTC where there is
+    none (CSV: DuckDB's zoned types come from offsets, not zones)."""
     found = src.files(spec.path)
-    tz = None
-    if src._fmt(found[0]) == "parquet":
-        field = pq.read_schema(found[0]).field(spec.time or "")
-        tz = getattr(field.type, "tz", None)
-    tz = str(tz or "UTC")
-    return f"UTC{tz}" if tz[:1] in "+-" else tz  # a fixed offset, "+02:00": ICU's "UTC+02:00"
+    if src._fmt(found[0]) != "parquet":
+        return "UTC"
+    return duckdb_zone(getattr(pq.read_schema(found[0]).field(spec.time or "").type, "tz", None))
 
 
 def _time_sql(spec: SourceSpec, types: Mapping[str, str]) -> str:
-    """The time column as a TIMESTAMP (NULL where it does not parse): wall-clock time in the column's own
-    zone, as ``timesplit.to_datetime`` reads it for the rows (docs/sources.md: windows are whole days
-    there). DuckDB keeps a zoned column's instant only, so the zone comes from the Parquet schema."""
-    col = quote_ident(spec.time or "")
-    typ = types[spec.time or ""].upper()
-    if "WITH TIME ZONE" in typ or typ == "TIMESTAMPTZ":
-        return f"timezone({quote_literal(_column_zone(spec))}, {col})"
-    if any(k in typ for k in ("TIMESTAMP", "DATE")):
-        return f"CAST({col} AS TIMESTAMP)"
-    if spec.time_format and spec.time_format.upper() != "ISO8601":
-        return f"try_strptime(CAST({col} AS VARCHAR), {quote_literal(spec.time_format)})"
-    return f"TRY_CAST({col} AS TIMESTAMP)"
+    """The time column as a TIMESTAMP (NULL where it does not parse): ``source_rules.time_sql`` in the
+    column's own zone, as ``timesplit.to_datetime`` reads it for the rows (DuckDB keeps a zoned column's
+    instant only, so the zone comes from the Parquet schema). Numbers are refused by ``init``."""
+    typ = types[spec.time or ""]
+    zone = _column_zone(spec) if "TIME ZONE" in typ.upper() or typ.upper() == "TIMESTAMPTZ" else "UTC"
+    return time_sql(spec.time or "", typ, spec.time_format, zone) or "CAST(NULL AS TIMESTAMP)"
 
 
 def _numeric_type_check(spec: SourceSpec, types: Mapping[str, str]) -> None:

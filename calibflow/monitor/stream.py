@@ -32,7 +32,7 @@ import pandas as pd
 from calibflow import sources as S
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, _union
-from calibflow.source_rules import pending_label_sql
+from calibflow.source_rules import pending_label_sql, time_sql
 from calibflow.sources import SourceSpec, quote_ident
 
 MISSING = "<missing>"  # a NULL segment value, as deliveries.load writes it
@@ -52,20 +52,19 @@ def _types(con: duckdb.DuckDBPyConnection, path: str) -> dict[str, str]:
     return {str(c): str(t) for c, t in rows}
 
 
-def time_sql(con: duckdb.DuckDBPyConnection, path: str, col: str, typ: str) -> str | None:
-    """The time column of one file as a UTC-naive TIMESTAMP, as ``deliveries.to_times`` reads it; None
-    for text (pandas parses text per value; DuckDB's reading of it is not the same)."""
-    c, t = quote_ident(col), typ.upper()
-    if "WITH TIME ZONE" in t or t == "TIMESTAMPTZ":
-        return f"timezone('UTC', {c})"
-    if t.startswith(("TIMESTAMP", "DATE")):
-        return f"CAST({c} AS TIMESTAMP)"
-    if not S.is_numeric_type(typ):
+def file_time_sql(con: duckdb.DuckDBPyConnection, path: str, col: str, typ: str) -> str | None:
+    """The time column of one file as a UTC-naive TIMESTAMP, as ``deliveries.to_times`` reads it
+    (``source_rules.time_sql`` in UTC, numbers in the unit ``timesplit.epoch_unit`` finds in this file);
+    None for text (pandas parses text per value; DuckDB's reading of it is not the same)."""
+    per_us = None
+    if S.is_numeric_type(typ):
+        c = quote_ident(col)
+        top = con.execute(f"SELECT max(abs(CAST({c} AS DOUBLE))) FROM read_parquet($p)", {"p": path})
+        unit = timesplit.epoch_unit([top.fetchone()[0] or 0.0])
+        per_us = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}[unit]
+    elif not typ.upper().startswith(("TIMESTAMP", "DATE")):
         return None
-    top = con.execute(f"SELECT max(abs(CAST({c} AS DOUBLE))) FROM read_parquet($p)", {"p": path})
-    top = top.fetchone()[0]
-    per_us = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}[timesplit.epoch_unit([top or 0.0])]
-    return f"make_timestamp(CAST(round(CAST({c} AS DOUBLE) * {per_us!r}) AS BIGINT))"
+    return time_sql(col, typ, zone="UTC", epoch_per_us=per_us)
 
 
 def _label_sql(spec: SourceSpec, typ: str) -> str:
@@ -86,7 +85,7 @@ def file_rows_sql(spec: SourceSpec, con: duckdb.DuckDBPyConnection, path: str) -
     if S._fmt(path) != "parquet":
         return None
     types = _types(con, path)
-    t = time_sql(con, path, spec.time or "", types[spec.time or ""])
+    t = file_time_sql(con, path, spec.time or "", types[spec.time or ""])
     if t is None:
         return None
     segs = [f"{_segment_sql(c, types[c])} AS {quote_ident(c)}" for c in spec.segments]
