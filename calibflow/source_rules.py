@@ -1,4 +1,5 @@
-"""How a source's label column is read, written once (issue 35), in the two forms calibflow needs.
+"""How a source's columns are read and checked, written once (issue 35): the label rule below, the score
+and weight checks, and the time column (its section at the end), each in the forms calibflow needs.
 
 The rule. Without ``positive:``, a label is usable when it is a boolean or a number (or numeric text) 0 or 1,
 and it is 1 when it is true or 1; anything else (null, 2, "yes") is unusable. With ``positive:``, every
