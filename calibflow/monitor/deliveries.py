@@ -143,7 +143,7 @@ def _place(spec: S.SourceSpec, f: DayFile, cfg: MonitorConfig) -> None:
         con = release_memory(S.connect())
         try:
             con.execute(f"SET memory_limit = '{PLACE_MEMORY}'")
-            con.execute("SET temp_directory = '" + tmp.replace("'", "''") + "'")
+            con.execute(f"SET temp_directory = {S.quote_literal(tmp)}")
             _place_with(spec, f, cfg, con)
         finally:
             con.close()

@@ -33,13 +33,9 @@ from calibflow import sources as S
 from calibflow import timesplit
 from calibflow.aggregate.tables import Part, _union
 from calibflow.source_rules import pending_label_sql, time_sql
-from calibflow.sources import SourceSpec, quote_ident
+from calibflow.sources import SourceSpec, quote_ident, quote_literal
 
 MISSING = "<missing>"  # a NULL segment value, as deliveries.load writes it
-
-
-def _lit(value: object) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _ts(t: pd.Timestamp) -> str:
@@ -75,8 +71,8 @@ def _label_sql(spec: SourceSpec, typ: str) -> str:
 def _segment_sql(col: str, typ: str) -> str:
     c = quote_ident(col)
     if typ.upper() == "BOOLEAN":  # pandas writes True/False, DuckDB true/false
-        return f"coalesce(CASE WHEN {c} THEN 'True' ELSE 'False' END, {_lit(MISSING)})"
-    return f"coalesce(CAST({c} AS VARCHAR), {_lit(MISSING)})"
+        return f"coalesce(CASE WHEN {c} THEN 'True' ELSE 'False' END, {quote_literal(MISSING)})"
+    return f"coalesce(CAST({c} AS VARCHAR), {quote_literal(MISSING)})"
 
 
 def file_rows_sql(spec: SourceSpec, con: duckdb.DuckDBPyConnection, path: str) -> str | None:
@@ -181,7 +177,7 @@ def sample_frame(
     release_memory(con)  # again: a connection opened since (the pass's) may have switched it off
     rate = 1.0 if total <= rows else rows / total
     cut = f"hash(xor(hash(_rn), CAST($salt AS UBIGINT))) < {rate * 2.0**64!r}" if rate < 1 else "true"
-    sampled = [Part(f"(SELECT *, {_lit(rel)} AS file FROM {p.sql} WHERE {cut})",
+    sampled = [Part(f"(SELECT *, {quote_literal(rel)} AS file FROM {p.sql} WHERE {cut})",
                     {**p.params, **({"salt": _salt(seed, rel)} if rate < 1 else {})})
                for p, rel in zip(parts, rels, strict=True)]
     cols = ["time", "score", "label", *spec.segments, "file"]
