@@ -128,7 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     import duckdb
 
     from calibflow.aggregate import fit_from_table, metrics_from_table
+    from calibflow.aggregate.options import PassOptions, TableRows
     from tests.helpers.table_reference import aggregate_duckdb  # the first builder: the pass's peer
+
+    seg_rows = TableRows("score", "label", segments=("seg",))
 
     free = shutil.disk_usage("/tmp").free
     need = a.rows * 6  # ~5 bytes/row compressed: float32 + int8 + int8
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         con.execute("SELECT sum(score), sum(label), max(seg) FROM read_parquet($f)", {"f": files}).fetchall()
         res["plain_read_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        table = aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=a.replicates, con=con)
+        table = aggregate_duckdb(files, seg_rows, PassOptions(replicates=a.replicates), con=con)
         res["pass_s"] = time.perf_counter() - t
         res["table_rows"] = len(table)
         t = time.perf_counter()
@@ -171,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         res["platt"] = fits["platt"].to_json()
         if a.sql_pass:
             t = time.perf_counter()
-            ref = aggregate_duckdb(files, "score", "label", segments=["seg"], con=con, engine="sql")
+            ref = aggregate_duckdb(files, seg_rows, con=con, engine="sql")
             res["sql_group_by_s"] = time.perf_counter() - t
             res["sql_over_pass"] = res["sql_group_by_s"] / res["pass_s"]
             res["sql_counts_equal"] = bool((ref["n"].to_numpy() == table["n"].to_numpy()).all())
@@ -204,16 +207,20 @@ def dask_compare(files, a, table_rows: int, con) -> dict:
     """Dask LocalCluster (2 worker processes) vs DuckDB on the first parts covering ``table_rows``."""
     from distributed import Client, LocalCluster
 
+    from calibflow.aggregate.options import PassOptions, TableRows
     from tests.helpers.table_reference import aggregate_dask, aggregate_duckdb
+
+    seg_rows = TableRows("score", "label", segments=("seg",))
 
     k = max(1, round(len(files) * table_rows / a.rows))
     sub = files[:k]
     t = time.perf_counter()
-    ref = aggregate_duckdb(sub, "score", "label", segments=["seg"], replicates=a.replicates, con=con)
+    how = PassOptions(replicates=a.replicates)
+    ref = aggregate_duckdb(sub, seg_rows, how, con=con)
     t_duck = time.perf_counter() - t
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cl, Client(cl) as c:
         t = time.perf_counter()
-        dk = aggregate_dask(sub, "score", "label", segments=["seg"], replicates=a.replicates, client=c)
+        dk = aggregate_dask(sub, seg_rows, how, client=c)
         t_dask = time.perf_counter() - t
     ints = ["n"] + [x for x in ref.columns if x.startswith("b") and x[1:].isdigit()]
     import numpy as np
@@ -243,9 +250,12 @@ def accuracy(rows: int, methods: list[str] | None = None) -> dict:
     import pyarrow.parquet as pq
 
     from calibflow.aggregate import fit_from_table
+    from calibflow.aggregate.options import PassOptions, TableRows
     from calibflow.aggregate.switch import ScaleConfig
     from calibflow.calibrators import make
     from tests.helpers.table_reference import aggregate_duckdb
+
+    seg_rows = TableRows("score", "label", segments=("seg",))
 
     folder = tempfile.mkdtemp(prefix="calibflow_acc_", dir="/tmp")
     try:
@@ -258,7 +268,7 @@ def accuracy(rows: int, methods: list[str] | None = None) -> dict:
         tables = {}
         for mode, dmax in (("grid", 0), ("distinct", ScaleConfig().distinct_max)):
             t0 = time.perf_counter()
-            tables[mode] = aggregate_duckdb(files, "score", "label", segments=["seg"], distinct_max=dmax)
+            tables[mode] = aggregate_duckdb(files, seg_rows, PassOptions(distinct_max=dmax))
             out[f"{mode}_table"] = {
                 "rows": len(tables[mode]),
                 "per_score": "score_probability" in tables[mode].columns,

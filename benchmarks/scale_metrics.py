@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from calibflow.aggregate import fit_from_table
     from calibflow.aggregate.metrics import calibrated_table
+    from calibflow.aggregate.options import PassOptions, TableRows
     from calibflow.aggregate.table import BucketGrid
     from tests.helpers.table_reference import aggregate_duckdb  # the first builder: the reference table
 
@@ -125,12 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         con.execute("SET threads TO 2")
         out = {"rows": a.rows, "n_bins": a.n_bins, "alpha": a.alpha}
         for label, y in labels.items():
+            rows = TableRows("score", label)
             tables = {
-                "distinct": aggregate_duckdb(path, "score", label, con=con, distinct_max=10 * a.rows),
-                "grid": aggregate_duckdb(path, "score", label, con=con),
-                f"grid_{a.coarse}": aggregate_duckdb(
-                    path, "score", label, con=con, grid=BucketGrid(a.coarse)
-                ),
+                "distinct": aggregate_duckdb(path, rows, PassOptions(distinct_max=10 * a.rows), con=con),
+                "grid": aggregate_duckdb(path, rows, con=con),
+                f"grid_{a.coarse}": aggregate_duckdb(path, rows, PassOptions(BucketGrid(a.coarse)), con=con),
             }
             for name, table in tables.items():
                 out[f"{label}/{name}"] = compare(table, y, s, a.n_bins, a.alpha)

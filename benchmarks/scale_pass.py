@@ -49,15 +49,16 @@ def measure(files: list[str], reps: int, segments: list[str]) -> dict:
     con.execute("SET threads TO 2")
     cols = ", ".join(["sum(score)", "sum(label)", *[f"max({s})" for s in segments]])
     read = f"SELECT {cols} FROM read_parquet($f)"
-    T.aggregate_files(files[:1], "score", "label", segments=segments, threads=1)  # compile, warm
+    rows = T.TableRows("score", "label", segments=segments)
+    T.aggregate_files(files[:1], rows, T.PassOptions(threads=1))  # compile, warm
     whole = T.file_parts(files, 1)[0]
     spec_tabs = T.levels_and_hashes(con, whole, segments)
     spec = T._Spec("score", "label", "probability", tuple(segments), None, T.DEFAULT_GRID,
                    spec_tabs[0], None, None, spec_tabs[1], label_raw=T.label_is_raw(con, whole, "label"))
     steps = {
         "plain_read": lambda: con.execute(read, {"f": files}).fetchall(),
-        "pass_2_workers": lambda: T.aggregate_files(files, "score", "label", segments=segments, threads=2),
-        "pass_1_worker": lambda: T.aggregate_files(files, "score", "label", segments=segments, threads=1),
+        "pass_2_workers": lambda: T.aggregate_files(files, rows, T.PassOptions(threads=2)),
+        "pass_1_worker": lambda: T.aggregate_files(files, rows, T.PassOptions(threads=1)),
         "pass_sql_only": lambda: _drain(con, T._projection(whole, spec), whole.params),
     }
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in steps}
@@ -110,8 +111,8 @@ def profile(files: list[str], reps: int, segments: list[str]) -> dict:
     con = duckdb.connect()
     con.execute("SET threads TO 2")
     whole = T.file_parts(files, 1)[0]
-    spec = T._make_spec(con, [whole], whole, "score", "label", "probability", tuple(segments), None,
-                        T.DEFAULT_GRID, T.CELLS, 15, 1, None)[0]
+    spec = T._make_spec(con, [whole], whole, T.TableRows("score", "label", segments=segments),
+                        T.PassOptions(threads=1), None)[0]
     sql = T._projection(whole, spec)
     batches = [b for b in con.sql(sql, params=whole.params).to_arrow_reader(T.BATCH_ROWS)]
     rows = sum(b.num_rows for b in batches)
@@ -152,7 +153,8 @@ def once(files: list[str], segments: list[str]) -> dict:
     from calibflow.aggregate import tables as T
 
     t, c = time.perf_counter(), time.process_time()
-    tabs = T.aggregate_files(files, "score", "label", segments=segments, threads=2, replicates=8)
+    tabs = T.aggregate_files(files, T.TableRows("score", "label", segments=segments),
+                             T.PassOptions(threads=2, replicates=8))
     return {"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
             "table_rows": {k: len(v) for k, v in tabs.segments.items()},
             "cells": {k: int(v.size) for k, v in tabs.starts.items()}, "table_mb": T.table_bytes(tabs) / 1e6,

@@ -152,7 +152,7 @@ def accuracy(rows: int, values: int, threads: int) -> dict:
     from calibflow.aggregate import fit_from_table
     from calibflow.aggregate.metrics import calibrated_table
     from calibflow.aggregate.segments import segment_metrics
-    from calibflow.aggregate.tables import aggregate_files
+    from calibflow.aggregate.tables import PassOptions, TableRows, aggregate_files
 
     folder = tempfile.mkdtemp(prefix="calibflow_seg_acc_", dir="/tmp")
     try:
@@ -160,7 +160,8 @@ def accuracy(rows: int, values: int, threads: int) -> dict:
         t = pa.concat_tables([pq.read_table(f) for f in files])
         s, y = t["score"].to_numpy(), t["label"].to_numpy().astype(np.float64)
         c = t["country"].to_numpy(zero_copy_only=False)
-        tabs = aggregate_files(files, "score", "label", segments=["country"], threads=threads)
+        tabs = aggregate_files(files, TableRows("score", "label", segments=("country",)),
+                               PassOptions(threads=threads))
         st = tabs.segments["country"]
         masks = {v: c == v for v in np.unique(c)}
         out: dict = {"rows": rows, "values": len(masks), "cells": int(tabs.starts["country"].size),
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from calibflow.aggregate import fit_from_table, metrics_from_table
     from calibflow.aggregate.segments import segment_metrics
-    from calibflow.aggregate.tables import aggregate_files
+    from calibflow.aggregate.tables import PassOptions, TableRows, aggregate_files
 
     segments = ["country", "seg7"] + (["campaign"] if a.campaigns else [])
     folder = tempfile.mkdtemp(prefix="calibflow_seg_", dir="/tmp")
@@ -231,10 +232,10 @@ def main(argv: list[str] | None = None) -> None:
         con.execute(read, {"f": files[:1]}).fetchall()
         _, res["plain_read_s"] = _timed(lambda: con.execute(read, {"f": files}).fetchall())
         res["plain_read_cpu_s"] = _CPU[0]
-        aggregate_files(files[:1], "score", "label", segments=segments, threads=1)  # compile, warm
+        rows = TableRows("score", "label", segments=segments)
+        aggregate_files(files[:1], rows, PassOptions(threads=1))  # compile, warm
         tabs, res["pass_2_workers_s"] = _timed(
-            lambda: aggregate_files(files, "score", "label", segments=segments, threads=a.threads,
-                                    replicates=a.replicates)
+            lambda: aggregate_files(files, rows, PassOptions(threads=a.threads, replicates=a.replicates))
         )
         res["pass_2_workers_cpu_s"] = _CPU[0]
         res["pass_peak_mb"] = _rss_mb()
@@ -248,8 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         res["peak_mb"] = _rss_mb()
         if a.single:
             _, res["pass_1_worker_s"] = _timed(
-                lambda: aggregate_files(files, "score", "label", segments=segments, threads=1,
-                                        replicates=a.replicates)
+                lambda: aggregate_files(files, rows, PassOptions(threads=1, replicates=a.replicates))
             )
             res["pass_1_worker_cpu_s"] = _CPU[0]
             res["two_workers_speedup"] = res["pass_1_worker_s"] / res["pass_2_workers_s"]

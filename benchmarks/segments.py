@@ -146,13 +146,13 @@ def _ours_tables(fit: dict, test: dict) -> tuple[float, float, np.ndarray]:
     import tempfile
 
     from calibflow.aggregate.segment_fit import add_pairs, pair_table, partial_pooling_from_tables
-    from calibflow.aggregate.tables import aggregate_files
+    from calibflow.aggregate.tables import TableRows, aggregate_files
 
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/fit.parquet"
         pd.DataFrame({"z": fit["z"], "y": fit["y"], **fit["segs"]}).to_parquet(path, row_group_size=1 << 20)
         t0 = time.perf_counter()
-        tabs = aggregate_files(path, "z", "y", kind="logit", segments=list(fit["segs"]))
+        tabs = aggregate_files(path, TableRows("z", "y", "logit", list(fit["segs"])))
         t_pass = time.perf_counter() - t0
         cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
         t_fit = time.perf_counter() - t0 - t_pass

@@ -24,7 +24,7 @@ from scipy.special import logit
 from benchmarks.segments import _worst, generated
 from calibflow import metrics as M
 from calibflow.aggregate.segment_fit import add_pairs, pair_table, partial_pooling_from_tables
-from calibflow.aggregate.tables import aggregate_files
+from calibflow.aggregate.tables import TableRows, aggregate_files
 from calibflow.calibrators import make
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                 p_row = p if p_row is None else p_row
                 _line(f"{'+'.join(cols)}, rows, pairs {pairs}", time.perf_counter() - t0, test, p)
             t0 = time.perf_counter()
-            tabs = aggregate_files(path, "z", "y", kind="logit", segments=cols)
+            tabs = aggregate_files(path, TableRows("z", "y", "logit", cols))
             cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
             secs = time.perf_counter() - t0
             p = cal.predict(test["z"], segments=tsegs)

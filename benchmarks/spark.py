@@ -34,6 +34,7 @@ from calibflow.aggregate import tables as T
 from calibflow.aggregate.spark_engine import SparkClient, spark_session, spark_table_tables
 
 SEGS = ["country"]
+ROWS = T.TableRows("score", "label", segments=SEGS)
 
 
 def generate(folder: Path, rows: int, parts: int) -> list[str]:
@@ -134,8 +135,7 @@ def _standalone_runs(paths: list[str], duck: T.Tables, base: float) -> None:
             spark.sparkContext.setLogLevel("ERROR")
             for rep in (1, 2):
                 client = SparkClient(spark)
-                got, wall, cpu = timed(lambda c=client: T.aggregate_files(paths, "score", "label",
-                                                                          segments=SEGS, client=c))
+                got, wall, cpu = timed(lambda c=client: T.aggregate_files(paths, ROWS, client=c))
                 print(f"| spark parts, standalone 2 workers x 1 core, run {rep} | {wall:.2f} | "
                       f"{cpu:.2f} | {wall / base:.2f} | {_diff(got, duck)} |", flush=True)
     finally:
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         paths = generate(Path(d), rows, args.parts)
         print(f"{rows:,} rows in {args.parts} parts, {sum(os.path.getsize(p) for p in paths) / 1e6:.0f} MB",
               flush=True)
-        duck, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label", segments=SEGS, threads=2))
+        duck, wall, cpu = timed(lambda: T.aggregate_files(paths, ROWS, T.PassOptions(threads=2)))
         base = wall
         print(f"| duckdb (2 threads) | {wall:.2f} | {cpu:.2f} | 1.00 | reference |", flush=True)
         if args.no_local:
@@ -170,13 +170,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"spark session start: {time.perf_counter() - w0:.1f} s wall", flush=True)
         try:
             for rep in (1, 2):  # the first pays the Python workers' imports and the kernel's load
-                got, wall, cpu = timed(lambda: T.aggregate_files(paths, "score", "label", segments=SEGS,
-                                                                 client=SparkClient(spark)))
+                got, wall, cpu = timed(lambda: T.aggregate_files(paths, ROWS, client=SparkClient(spark)))
                 print(f"| spark parts local[2], run {rep} | {wall:.2f} | {cpu:.2f} | {wall / base:.2f} | "
                       f"{_diff(got, duck)} |", flush=True)
             if not args.no_sql:
                 df = spark.read.parquet(*paths)
-                got, wall, cpu = timed(lambda: spark_table_tables(spark, df, "score", "label", segments=SEGS))
+                got, wall, cpu = timed(lambda: spark_table_tables(spark, df, ROWS))
                 print(f"| spark sql local[2] | {wall:.2f} | {cpu:.2f} | {wall / base:.2f} | "
                       f"{_diff(got, duck, text=True)} |", flush=True)
         finally:

@@ -6,7 +6,9 @@ segment value, holding summed frequency weights, the weighted sums of the logit 
 exact per-row log loss and squared probability, and Poisson-bootstrap replicate weights (``table`` holds
 the row expressions and the GROUP BY they share; the first builder is the tests' control,
 tests/helpers/table_reference.py). ``fit.fit_from_table`` fits any score+label calibrator on it;
-``metrics.metrics_from_table`` computes every metric (and its interval) from it.
+``metrics.metrics_from_table`` computes every metric (and its interval) from it. Every builder takes its
+arguments as two values (``options``): ``TableRows`` (what the rows are) and ``PassOptions`` (how the pass
+runs).
 
 Issue 25: ``tables.aggregate_files`` / ``aggregate_tables`` build, in one pass on every core (or a Dask
 cluster), the fine global table and one coarse (value x cell) table per segment column;
@@ -31,6 +33,8 @@ def __getattr__(name: str) -> Any:
         from calibflow.aggregate import table as module
     elif name in ("Tables", "aggregate_files", "aggregate_tables"):
         from calibflow.aggregate import tables as module
+    elif name in ("PassOptions", "TableRows"):
+        from calibflow.aggregate import options as module
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(module, name)
@@ -38,6 +42,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BucketGrid",
+    "PassOptions",
+    "TableRows",
     "Tables",
     "add_replicates",
     "aggregate_files",

@@ -12,6 +12,7 @@ grid) and per segment value (coarse tables).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from calibflow.aggregate.options import DEFAULT_PASS, PassOptions, TableRows, table_args
 from calibflow.aggregate.tables import Part, Tables, aggregate_files, aggregate_split_tables
 
 ENGINES = ("duckdb", "dask", "spark")
@@ -75,46 +77,46 @@ def tables_for(
     client: Any = None,
     **options: Any,
 ) -> Tables:
-    """The pass's tables of Parquet ``paths`` on ``engine``; ``options``: ``tables.aggregate_files``'s
-    (kind, segments, weight, grid, replicates, seed, cells, ece_bins, threads, distinct_max, where...).
+    """The pass's tables of Parquet ``paths`` on ``engine``; ``options``: the fields of
+    ``options.TableRows`` (kind, segments, weight) and ``options.PassOptions`` (grid, replicates, seed,
+    cells, ece_bins, threads, distinct_max), and ``tables.aggregate_files``' ``where``/``where_params``.
     ``dask_address``: the engine's address (a Dask scheduler; with engine spark, the Spark master). With
     engine spark, ``paths`` may name a Spark catalog table (``spark_engine.spark_table_tables``)."""
     check_engine(engine, None if engine == "spark" else dask_address)
+    rows, how, rest = table_args(score, label, options)
     if engine == "duckdb":
-        return aggregate_files(paths, score, label, **options)
-    options.pop("threads", None)
+        return aggregate_files(paths, rows, how, **rest)
+    how = dataclasses.replace(how, threads=None)  # the cluster's workers, not this machine's threads
     if engine == "spark":
         from calibflow.aggregate import spark_engine
 
         if isinstance(paths, str) and spark_engine.is_table_name(paths):
-            keep = {k: options[k] for k in ("kind", "segments", "weight", "grid", "cells", "ece_bins",
-                                            "replicates", "seed") if k in options}
             with spark_engine.spark_session(dask_address) as spark:
-                return spark_engine.spark_table_tables(spark, paths, score, label, **keep)
+                return spark_engine.spark_table_tables(spark, paths, rows, how)
     if client is not None:
-        return aggregate_files(paths, score, label, client=client, **options)
+        return aggregate_files(paths, rows, how, client=client, **rest)
     with engine_client(engine, dask_address) as c:
-        return aggregate_files(paths, score, label, client=c, **options)
+        return aggregate_files(paths, rows, how, client=c, **rest)
 
 
-def split_tables_for(
+def split_tables_for(  # noqa: PLR0913
     parts: Sequence[Part],
-    score: str,
-    label: str,
+    rows: TableRows,
     splits: Sequence[str],
     n_tab: int,
+    how: PassOptions = DEFAULT_PASS,
     engine: str = "duckdb",
     dask_address: str | None = None,
-    **options: Any,
+    distinct_of: tuple[Part, str] | None = None,
 ) -> tuple[dict[str, Tables], dict[str, dict[str, int]]]:
     """:func:`tables_for` of every split in one pass (``tables.aggregate_split_tables``): the pipeline's
     prepare on a streamed source, on the same engines."""
     check_engine(engine, None if engine == "spark" else dask_address)
     if engine == "duckdb":
-        return aggregate_split_tables(parts, score, label, splits, n_tab, **options)
-    options.pop("threads", None)
+        return aggregate_split_tables(parts, rows, splits, n_tab, how, distinct_of=distinct_of)
+    how = dataclasses.replace(how, threads=None)
     with engine_client(engine, dask_address) as c:
-        return aggregate_split_tables(parts, score, label, splits, n_tab, client=c, **options)
+        return aggregate_split_tables(parts, rows, splits, n_tab, how, client=c, distinct_of=distinct_of)
 
 
 def _check_source(paths: str, columns: list[str], score: str, label: str, weight: str | None) -> None:

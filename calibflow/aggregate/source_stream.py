@@ -348,9 +348,10 @@ def split_tables(
     threads: int | None = None, **options: Any,
 ) -> tuple[dict[str, Tables], dict[str, Any]]:
     """Prepare's one pass over a streamed source: the calib and test splits' tables (``options``:
-    ``tables.aggregate_split_tables``'s grid, cells, distinct_max) and the split's record (per split the
+    ``options.PassOptions``' grid, cells, distinct_max) and the split's record (per split the
     rows and positives; the row numbers never leave DuckDB). ``calibflow fit``'s code path
     (``calibflow.aggregate.run.split_tables_for``) on ``engine``."""
+    from calibflow.aggregate.options import PassOptions, TableRows
     from calibflow.aggregate.run import split_tables_for
     from calibflow.aggregate.tables import _workers
 
@@ -363,9 +364,10 @@ def split_tables(
     # margin is a one-to-one map of it up to rounding and the clip, so it has at most as many values
     raw = Part("read_parquet($f, union_by_name = true)" if src._fmt(found[0]) == "parquet"
                else _read_csv(spec), {"f": found})
-    tables, counts = split_tables_for(parts, "_s", "_y", names, len(TABLE_SPLITS), engine, dask_address,
-                                      kind=kind, segments=spec.segments, weight=weight, threads=threads,
-                                      distinct_of=(raw, spec.score or ""), **options)
+    rows = TableRows("_s", "_y", kind, tuple(spec.segments), weight)
+    tables, counts = split_tables_for(parts, rows, names, len(TABLE_SPLITS),
+                                      PassOptions(threads=threads, **options), engine, dask_address,
+                                      distinct_of=(raw, spec.score or ""))
     kept = {k: c for k, c in counts.items() if c["rows"] or k in TABLE_SPLITS}
     rows = {k: c["rows"] for k, c in kept.items()}
     pos = {k: c["positives"] for k, c in kept.items()}

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from calibflow.aggregate.options import DEFAULT_PASS, PassOptions, TableRows
+
 DEFAULT_MASTER = "local[2]"
 _JAVA_FIX = ("Spark needs Java 17 or newer: install a headless JRE (Debian: apt-get install "
              "openjdk-17-jre-headless) or set JAVA_HOME")
@@ -134,38 +136,27 @@ def _n_values(spark: Any, segments: Sequence[str]) -> list[int]:
     return [int(v) for v in row]
 
 
-def spark_table_tables(  # noqa: PLR0913
-    spark: Any,
-    source: Any,
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: Any = None,
-    cells: int | None = None,
-    ece_bins: int = 15,
-    replicates: int = 0,
-    seed: int = 0,
-) -> Any:
+def spark_table_tables(spark: Any, source: Any, rows: TableRows, how: PassOptions = DEFAULT_PASS) -> Any:
     """The tables of a Spark table (a name, or a DataFrame) by Spark SQL running ``sql_pass.pass_sql``
     (Spark's dialect); segment values as text. Coarse cells per value as the pass sizes them
-    (``tables.cells_for`` with one accumulator)."""
+    (``tables.cells_for`` with one accumulator). ``how``'s threads and distinct_max are the DuckDB
+    engine's: Spark runs its own tasks on the logit grid; ``rows.transform`` is the row pass's: refused."""
     from calibflow.aggregate.sql_pass import SOURCE, pass_sql, tables_from_result
-    from calibflow.aggregate.table import DEFAULT_GRID, add_replicates
-    from calibflow.aggregate.tables import CELLS, cells_for
+    from calibflow.aggregate.table import add_replicates
+    from calibflow.aggregate.tables import cells_for
     from calibflow.sources import require_columns
 
+    if rows.transform is not None:
+        raise ValueError("a Spark table's pass runs in Spark SQL: it cannot apply a Python transform")
     df = spark.table(source) if isinstance(source, str) else source
-    need = [score, label, *segments, *([weight] if weight else [])]
-    require_columns(df.columns, need, where=" in the table")
+    require_columns(df.columns, rows.columns, where=" in the table")
     df.createOrReplaceTempView(SOURCE)
-    per_col = cells_for(_n_values(spark, segments), cells or CELLS, 1)
-    sql = pass_sql(score, label, kind, segments, weight, grid or DEFAULT_GRID, per_col, ece_bins, "spark",
-                   pretty=False)
+    per_col = cells_for(_n_values(spark, rows.segments), how.cells, 1)
+    sql = pass_sql(rows.score, rows.label, rows.kind, rows.segments, rows.weight, how.grid, per_col,
+                   how.ece_bins, "spark", pretty=False)
     result = spark.sql(sql).toPandas()
     tabs, _ = tables_from_result(result)
-    tabs.fine = add_replicates(tabs.fine, replicates, seed)
+    tabs.fine = add_replicates(tabs.fine, how.replicates, how.seed)
     return tabs
 
 

@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from calibflow.aggregate.grid import DEFAULT_GRID, BucketGrid
+from calibflow.aggregate.options import KINDS as _KINDS
 from calibflow.metrics import LOG_LOSS_CLIP
 from calibflow.sources import files, quote_ident, require_columns
 
-_KINDS = ("probability", "logit", "score")
 BATCH_ROWS = 1 << 20
 
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from calibflow.aggregate.grid import SUMS
+from calibflow.aggregate.options import CELLS, DEFAULT_PASS, PassOptions, TableRows
 from calibflow.aggregate.table import (
     BATCH_ROWS,
     DEFAULT_GRID,
@@ -45,7 +46,6 @@ from calibflow.aggregate.table import (
     _check_bad,
     _check_columns,
     _sql_pass,
-    _z_q_ll,
     add_replicates,
     expand,
     is_distinct,
@@ -57,7 +57,6 @@ from calibflow.sources import connect, parquet_rows, quote_ident, register_store
 #: values than fit at ``cells`` get fewer cells each; when even ``MIN_CELLS`` do not fit two workers'
 #: accumulators, one worker runs (1e5 values: ~20 cells per value, one worker).
 SEG_KEYS_MAX = 1 << 22
-CELLS = 256
 MIN_CELLS = 16
 #: Values of one segment column beyond which the pass refuses (at MIN_CELLS cells they alone fill
 #: SEG_KEYS_MAX: 2^17 x 16 x 2 keys): an id-like column is not a segment.
@@ -406,19 +405,20 @@ def _workers(threads: int | None) -> int:
     return max(1, int(threads) if threads else min(os.cpu_count() or 1, 8))
 
 
-def _make_spec(  # noqa: PLR0913
-    con, parts, whole: Part, score, label, kind, segments, weight, grid, cells, ece_bins, threads, client,
-    transform=None, splits: tuple[str, ...] = (), n_tab: int = 0,
+def _make_spec(
+    con, parts, whole: Part, rows: TableRows, how: PassOptions, client, splits: tuple[str, ...] = (),
+    n_tab: int = 0,
 ) -> tuple[_Spec, int, list]:
     """The pass's spec (levels, coarse cells within ``SEG_KEYS_MAX``, lookup tables), its worker count and
     each column's ``coarse_lut``. A split pass keeps ``n_tab`` tables per worker: the budget counts them."""
+    segments, grid, cells = rows.segments, how.grid, how.cells
     levels, hashes = levels_and_hashes(con, whole, segments)
     for c, v in zip(segments, levels, strict=True):
         if len(v) > SEG_VALUES_MAX:
             raise ValueError(f"segment column {c!r} has {len(v):,} values (at most {SEG_VALUES_MAX:,}):"
                              " group it into fewer values, or leave it out of the segments")
     copies = max(n_tab, 1)
-    workers = min(_workers(threads), len(parts)) if client is None else 1
+    workers = min(_workers(how.threads), len(parts)) if client is None else 1
     n_cells = cells_for([len(v) for v in levels], cells, workers * copies)
     per_worker = sum(len(v) * c * 2 * copies for v, c in zip(levels, n_cells, strict=True))
     # so many values that even MIN_CELLS per value overflows the budget: one accumulator, not two
@@ -431,59 +431,47 @@ def _make_spec(  # noqa: PLR0913
         raise ValueError(f"segment columns {', '.join(map(repr, segments))} have {sum(map(len, levels)):,}"
                          f" values together, over the pass's memory cap ({cap:,}): group them into fewer"
                          " values, or leave some out of the segments")
-    luts = [coarse_lut(grid, c, ece_bins) for c in n_cells]
+    luts = [coarse_lut(grid, c, how.ece_bins) for c in n_cells]
     lut = np.stack([lt for lt, _ in luts]) if luts else np.zeros((0, grid.n_buckets), np.int64)
-    spec = _Spec(score, label, kind, segments, weight, grid, levels, lut.astype(np.int32),
-                 np.array([st.size for _, st in luts], np.int64), hashes, transform, tuple(splits), n_tab,
-                 label_is_raw(con, whole, label))
+    spec = _Spec(rows.score, rows.label, rows.kind, segments, rows.weight, grid, levels,
+                 lut.astype(np.int32), np.array([st.size for _, st in luts], np.int64), hashes,
+                 rows.transform, tuple(splits), n_tab, label_is_raw(con, whole, rows.label))
     return spec, workers, luts
 
 
-def aggregate_tables(  # noqa: PLR0913
+def aggregate_tables(
     parts: Sequence[Part],
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
-    cells: int = CELLS,
-    ece_bins: int = 15,
-    threads: int | None = None,
-    distinct_max: int = 0,
+    rows: TableRows,
+    how: PassOptions = DEFAULT_PASS,
     client: Any = None,
     con: duckdb.DuckDBPyConnection | None = None,
-    transform: Any = None,
 ) -> Tables:
-    """The fine global table and the coarse per-segment tables of ``parts`` in one pass.
+    """The fine global table and the coarse per-segment tables of ``parts`` in one pass: the sums of
+    ``rows`` (columns, score scale, segments, weight, transform), the pass run as ``how`` says.
 
-    ``threads`` workers (default: the cores) each take a share of the parts; ``client``: a
-    ``distributed.Client`` runs each part as a Dask task instead. ``distinct_max`` > 0 (DuckDB engine
+    ``how.threads`` workers (default: the cores) each take a share of the parts; ``client``: a
+    ``distributed.Client`` runs each part as a Dask task instead. ``how.distinct_max`` > 0 (DuckDB engine
     only): when the source holds at most that many distinct scores, the fine table has one group per
     distinct score (DuckDB's GROUP BY, ``table.aggregate_sql``) and the kernel pass runs only for the
     segment tables.
     Replicates (``b0..``) are drawn on the fine table; per-segment intervals draw theirs from the segment
-    tables (``calibflow.aggregate.segments``). ``transform``: a function of a batch's score array whose
-    result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
+    tables (``calibflow.aggregate.segments``). ``rows.transform``: a function of a batch's score array
+    whose result (on ``kind``'s scale) is what the tables sum, e.g. a calibrator's probabilities row by row.
     """
-    _z_q_ll(kind)
+    score, label, kind, segments, grid = rows.score, rows.label, rows.kind, rows.segments, how.grid
     con = con or register_stores(connect(), [p.params for p in parts])
-    segments = tuple(segments)
     whole = _union(parts)
-    _check_columns(con, whole.sql, whole.params, [score, label, *segments, *([weight] if weight else [])])
+    _check_columns(con, whole.sql, whole.params, rows.columns)
     # The distinct-score table is DuckDB's GROUP BY over all rows: one machine only (on Dask the client
     # would read every row), so the Dask engine keeps the logit grid, as the first aggregate engine did.
-    distinct = client is None and transform is None and is_distinct(con, whole.sql, whole.params, score,
-                                                                     distinct_max)
-    spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
-                                     ece_bins, threads, client, transform)
+    distinct = client is None and rows.transform is None and is_distinct(con, whole.sql, whole.params, score,
+                                                                          how.distinct_max)
+    spec, workers, luts = _make_spec(con, parts, whole, rows, how, client)
     if segments or not distinct:
         fine, seg, bad = _run(parts, spec, workers, client, con)
         _check_bad(bad, score, label, kind)
     if distinct:
-        fine_t = _sql_pass(con, whole.sql, whole.params, score, label, kind, (), weight, grid, True)
+        fine_t = _sql_pass(con, whole.sql, whole.params, score, label, kind, (), rows.weight, grid, True)
     else:
         fine_t = _fine_frame(fine)
     seg_tables = {}
@@ -501,7 +489,7 @@ def aggregate_tables(  # noqa: PLR0913
             seg = seg[: keys.size].copy()
         seg_tables = _segment_tables(seg, keys, spec)
     starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
-    return Tables(add_replicates(fine_t, replicates, seed), seg_tables, starts, grid)
+    return Tables(add_replicates(fine_t, how.replicates, how.seed), seg_tables, starts, grid)
 
 
 def _run(parts, spec: _Spec, workers: int, client, con):
@@ -527,22 +515,22 @@ def _run(parts, spec: _Spec, workers: int, client, con):
 
 def aggregate_files(
     paths: str | Sequence[str],
-    score: str,
-    label: str,
-    threads: int | None = None,
+    rows: TableRows,
+    how: PassOptions = DEFAULT_PASS,
     client: Any = None,
     where: str = "",
     where_params: dict[str, Any] | None = None,
-    **options: Any,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> Tables:
     """:func:`aggregate_tables` of Parquet ``paths`` (file, folder, glob or list), cut into one part per
-    worker (threads) or per file (Dask; at least two per worker); ``where``: a row filter."""
+    worker (threads) or per file (Dask; at least two per worker); ``where``: a row filter (with its
+    ``where_params``)."""
     if client is None:
-        n = _workers(threads)
+        n = _workers(how.threads)
     else:
         n = max(len(expand(paths)), 2 * max(len(client.scheduler_info().get("workers", {})), 1))
     parts = file_parts(paths, n, where, where_params)
-    return aggregate_tables(parts, score, label, threads=threads, client=client, **options)
+    return aggregate_tables(parts, rows, how, client, con)
 
 
 def table_bytes(t: Tables) -> int:
@@ -561,13 +549,14 @@ def _split_segments(seg: np.ndarray, spec: _Spec, k: int) -> dict[str, pd.DataFr
 
 
 def _distinct_split_fine(
-    con, whole: Part, score, label, kind, weight, grid, n_tab: int
+    con: duckdb.DuckDBPyConnection, whole: Part, rows: TableRows, grid: BucketGrid, n_tab: int
 ) -> list[pd.DataFrame]:
     """Per split with tables, the distinct-score fine table (DuckDB's GROUP BY with the split as a key),
     its ``bucket`` renumbered within the split, as a pass over that split alone numbers it."""
-    rows = Part(f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})",
-                whole.params)
-    t = _sql_pass(con, rows.sql, rows.params, score, label, kind, (SPLIT_COLUMN,), weight, grid, True)
+    tabbed = Part(f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})",
+                  whole.params)
+    t = _sql_pass(con, tabbed.sql, tabbed.params, rows.score, rows.label, rows.kind, (SPLIT_COLUMN,),
+                  rows.weight, grid, True)
     out = []
     for k in range(n_tab):
         part = t[t["seg_0"] == k].drop(columns="seg_0").reset_index(drop=True)
@@ -578,18 +567,10 @@ def _distinct_split_fine(
 
 def aggregate_split_tables(  # noqa: PLR0913
     parts: Sequence[Part],
-    score: str,
-    label: str,
+    rows: TableRows,
     splits: Sequence[str],
     n_tab: int,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    cells: int = CELLS,
-    ece_bins: int = 15,
-    threads: int | None = None,
-    distinct_max: int = 0,
+    how: PassOptions = DEFAULT_PASS,
     client: Any = None,
     con: duckdb.DuckDBPyConnection | None = None,
     distinct_of: tuple[Part, str] | None = None,
@@ -598,28 +579,30 @@ def aggregate_split_tables(  # noqa: PLR0913
     ``SPLIT_COLUMN`` (an index into ``splits``; -1 for none), the first ``n_tab`` splits get their
     tables (no replicates: drawn from the table by its reader, ``add_replicates``), and every split its
     rows and positives (unweighted). Returns ``({split: Tables}, {split: {"rows", "positives"}})``.
+    ``rows.transform`` and ``how.replicates`` are refused: the split pass sums the scores as they are.
 
     A distinct-score fine table (``distinct_max``, DuckDB only) is one GROUP BY keyed by the split too.
     ``distinct_of``: (FROM item, column) whose distinct count decides it, e.g. the source's raw score
     column (a one-column read, where the parts' score would cost its logarithms and the split's hash
     per row again); default: the parts' score on the rows with tables.
     """
-    _z_q_ll(kind)
+    if rows.transform is not None or how.replicates:
+        raise ValueError("a split pass sums the scores as they are and draws no replicates (its reader"
+                         " draws them: add_replicates): build it without a transform or replicates")
+    score, label, kind, segments, grid = rows.score, rows.label, rows.kind, rows.segments, how.grid
     con = con or register_stores(connect(), [p.params for p in parts])
-    segments, splits = tuple(segments), tuple(splits)
+    splits = tuple(splits)
     whole = _union(parts)
-    _check_columns(con, whole.sql, whole.params,
-                   [score, label, SPLIT_COLUMN, *segments, *([weight] if weight else [])])
+    _check_columns(con, whole.sql, whole.params, [*rows.columns[:2], SPLIT_COLUMN, *rows.columns[2:]])
     tabbed = f"(SELECT * FROM {whole.sql} WHERE {quote_ident(SPLIT_COLUMN)} BETWEEN 0 AND {n_tab - 1})"
     of, col, prm = (tabbed, score, whole.params) if distinct_of is None else (
         distinct_of[0].sql, distinct_of[1], distinct_of[0].params)
-    distinct = client is None and is_distinct(con, of, prm, col, distinct_max)
-    spec, workers, luts = _make_spec(con, parts, whole, score, label, kind, segments, weight, grid, cells,
-                                     ece_bins, threads, client, None, splits, n_tab)
+    distinct = client is None and is_distinct(con, of, prm, col, how.distinct_max)
+    spec, workers, luts = _make_spec(con, parts, whole, rows, how, client, splits, n_tab)
     fine, seg, bad = _run(parts, spec, workers, client, con)
     _check_bad(bad[:2], score, label, kind)
     size = grid.n_buckets * 2
-    fines = (_distinct_split_fine(con, whole, score, label, kind, weight, grid, n_tab) if distinct
+    fines = (_distinct_split_fine(con, whole, rows, grid, n_tab) if distinct
              else [_fine_frame(fine[k * size : (k + 1) * size]) for k in range(n_tab)])
     starts = {c: st for c, (_, st) in zip(segments, luts, strict=True)}
     tables = {

@@ -67,8 +67,8 @@ def window_tables(
     def calibrated(s: np.ndarray) -> np.ndarray:
         return S.calibrate_scores(champion, s, score_kind)
 
-    return T.aggregate_tables(parts, "score", "label", kind="probability", segments=segments,
-                              ece_bins=n_bins, threads=threads, con=con, transform=calibrated)
+    rows = T.TableRows("score", "label", "probability", tuple(segments), transform=calibrated)
+    return T.aggregate_tables(parts, rows, T.PassOptions(ece_bins=n_bins, threads=threads), con=con)
 
 
 def window_seed(cfg: MonitorConfig, window: Window) -> int:

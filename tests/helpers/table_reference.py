@@ -6,7 +6,10 @@ call) and ``calibflow.aggregate.source_stream`` (the one path from a user source
 builder before them, code for code: one fine table per (segments..., bucket, label), by DuckDB's GROUP BY
 (``table.aggregate_sql``, the SQL reference) or by the per-row kernel (``kernel.accumulate``), and the same
 table summed over a Dask cluster's partitions. The equivalence tests compare the pass against it on the same
-rows; the scale benchmarks use it as the peer. No stage or command imports it.
+rows; the scale benchmarks use it as the peer. No stage or command imports it. It takes the pass's own
+arguments (``options.TableRows``, ``options.PassOptions``), so a test builds both sides from one pair of
+values; of ``PassOptions`` it reads the grid, ``distinct_max``, the replicates and their seed (it has one
+fine table, no coarse cells, one thread).
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ import numpy as np
 import pandas as pd
 
 from calibflow.aggregate import kernel
-from calibflow.aggregate.grid import DEFAULT_GRID, BucketGrid
+from calibflow.aggregate.grid import BucketGrid
+from calibflow.aggregate.options import DEFAULT_PASS, PassOptions, TableRows
 from calibflow.aggregate.table import (
     BATCH_ROWS,
     _check_bad,
     _check_columns,
     _sql_pass,
-    _z_q_ll,
     add_replicates,
     clip_sql,
     expand,
@@ -134,66 +137,59 @@ def _kernel_pass(
 def aggregate_query(
     source: str,
     params: dict,
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
+    rows: TableRows,
+    how: PassOptions = DEFAULT_PASS,
     con: duckdb.DuckDBPyConnection | None = None,
-    distinct_max: int = 0,
     engine: str = "auto",
 ) -> pd.DataFrame:
     """The bucket table of DuckDB FROM item ``source`` (with its query ``params``) in one pass.
 
-    ``distinct_max`` > 0: when the source holds at most that many distinct scores (``table.is_distinct``:
-    exact), one group per distinct score (``aggregate_sql(distinct=True)``). ``engine``: "auto" (the
-    per-row kernel when the key space fits ``KEYS_MAX``, else the GROUP BY), "kernel" or "sql".
+    ``how.distinct_max`` > 0: when the source holds at most that many distinct scores
+    (``table.is_distinct``: exact), one group per distinct score (``aggregate_sql(distinct=True)``).
+    ``engine``: "auto" (the per-row kernel when the key space fits ``KEYS_MAX``, else the GROUP BY),
+    "kernel" or "sql". ``rows.transform`` is the pass's alone: refused.
     """
     if engine not in ("auto", "kernel", "sql"):
         raise ValueError(f"engine must be auto, kernel or sql, got {engine!r}")
-    _z_q_ll(kind)  # validates kind
+    if rows.transform is not None:
+        raise ValueError("the reference builder sums the scores as they are: no transform")
+    score, kind, segments, grid = rows.score, rows.kind, rows.segments, how.grid
     con = con or duckdb.connect()
-    _check_columns(con, source, params, [score, label, *segments, *([weight] if weight else [])])
-    distinct = is_distinct(con, source, params, score, distinct_max)
+    _check_columns(con, source, params, rows.columns)
+    distinct = is_distinct(con, source, params, score, how.distinct_max)
     levels = _levels(con, source, params, segments) if segments and not distinct and engine != "sql" else None
     keys = (len(levels) if levels is not None else 1) * grid.n_buckets * 2
-    args = (con, source, params, score, label, kind, segments, weight, grid)
+    args = (con, source, params, score, rows.label, kind, segments, rows.weight, grid)
     if distinct or engine == "sql" or (engine == "auto" and keys > KEYS_MAX):
         table = _sql_pass(*args, distinct=distinct)
     else:
         table = _kernel_pass(*args, levels if levels is not None else pd.DataFrame())
-    return add_replicates(table, replicates, seed)
+    return add_replicates(table, how.replicates, how.seed)
 
 
-def aggregate_duckdb(paths: str | Sequence[str], score: str, label: str, **options: Any) -> pd.DataFrame:
-    """The bucket table of Parquet ``paths`` (a file, folder, glob or list) in one pass (bounded memory).
+def aggregate_duckdb(
+    paths: str | Sequence[str],
+    rows: TableRows,
+    how: PassOptions = DEFAULT_PASS,
+    con: duckdb.DuckDBPyConnection | None = None,
+    engine: str = "auto",
+) -> pd.DataFrame:
+    """:func:`aggregate_query` of Parquet ``paths`` (a file, folder, glob or list) in one pass (bounded
+    memory)."""
+    return aggregate_query("read_parquet($files)", {"files": expand(paths)}, rows, how, con, engine)
 
-    ``options``: :func:`aggregate_query`'s (kind, segments, weight, grid, replicates, seed, con,
-    distinct_max, engine).
-    """
-    return aggregate_query("read_parquet($files)", {"files": expand(paths)}, score, label, **options)
 
-
-def _partition(path: str, args: dict) -> pd.DataFrame:
+def _partition(path: str, rows: TableRows, how: PassOptions) -> pd.DataFrame:
     con = duckdb.connect()
     con.execute("SET threads TO 1")  # one partition per worker thread: Dask does the parallelism
-    return aggregate_duckdb(path, con=con, **args)
+    return aggregate_duckdb(path, rows, how, con=con)
 
 
 def aggregate_dask(
     paths: str | Sequence[str],
-    score: str,
-    label: str,
-    kind: str = "probability",
-    segments: Sequence[str] = (),
-    weight: str | None = None,
-    grid: BucketGrid = DEFAULT_GRID,
-    replicates: int = 0,
-    seed: int = 0,
-    client=None,
+    rows: TableRows,
+    how: PassOptions = DEFAULT_PASS,
+    client: Any = None,
 ) -> pd.DataFrame:
     """``aggregate_duckdb``'s table on a Dask cluster (``client``; the default one if None): one partition
     per Parquet file reduced on a worker by ``aggregate_duckdb`` itself, the partial tables summed by Dask,
@@ -203,14 +199,15 @@ def aggregate_dask(
     import dask.dataframe as dd
 
     files = expand(paths)
-    args = {"score": score, "label": label, "kind": kind, "segments": tuple(segments), "weight": weight,
-            "grid": grid}
+    # the partitions' tables on the grid alone (no distinct-score groups, no replicates): as before
+    part_how = PassOptions(grid=how.grid)
     # Dask's meta (column names and dtypes): the pass over no rows of the first file.
     empty = "(SELECT * FROM read_parquet($files) LIMIT 0)"
-    meta = aggregate_query(empty, {"files": files[:1]}, **args)
-    parts = dd.from_map(partial(_partition, args=args), files, enforce_metadata=False, meta=meta)
-    keys = [f"seg_{i}" for i in range(len(segments))] + ["bucket", "label"]
+    meta = aggregate_query(empty, {"files": files[:1]}, rows, part_how)
+    parts = dd.from_map(partial(_partition, rows=rows, how=part_how), files, enforce_metadata=False,
+                        meta=meta)
+    keys = [f"seg_{i}" for i in range(len(rows.segments))] + ["bucket", "label"]
     reduced = parts.groupby(keys, sort=False).sum(split_out=1)
     out = reduced.compute() if client is None else client.compute(reduced).result()
     table = out.reset_index().sort_values(keys, kind="stable").reset_index(drop=True)
-    return add_replicates(table[meta.columns], replicates, seed)
+    return add_replicates(table[meta.columns], how.replicates, how.seed)

@@ -12,11 +12,13 @@ from helpers.table_reference import aggregate_dask, aggregate_duckdb
 
 from calibflow import metrics as M
 from calibflow.aggregate import fit_from_table, metrics_from_table
+from calibflow.aggregate.options import PassOptions, TableRows
 from calibflow.calibrators import make
 
 N = 200_000
 SMOOTH = ["platt", "temperature", "beta", "spline", "gaussian", "gamma"]
 STEP = ["isotonic", "histogram", "scaling_binning", "bbq"]
+SEG_ROWS = TableRows("score", "label", segments=("seg",))
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def rows(files):
 
 @pytest.fixture(scope="module")
 def table(files):
-    return aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=16, seed=3)
+    return aggregate_duckdb(files, SEG_ROWS, PassOptions(replicates=16, seed=3))
 
 
 def test_counts_and_exact_metrics(table, rows):
@@ -109,7 +111,7 @@ def test_methods_needing_rows_say_so(table):
 def test_dask_localcluster_equals_duckdb(files, table):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
             Client(cl) as client:
-        dk = aggregate_dask(files, "score", "label", segments=["seg"], replicates=16, seed=3, client=client)
+        dk = aggregate_dask(files, SEG_ROWS, PassOptions(replicates=16, seed=3), client=client)
     keys = ["seg_0", "bucket", "label"]
     assert list(dk.columns) == list(table.columns)
     assert (dk[keys].to_numpy() == table[keys].to_numpy()).all()
@@ -120,10 +122,10 @@ def test_dask_localcluster_equals_duckdb(files, table):
 
 
 def test_seed_changes_draws_not_counts(files, table):
-    other = aggregate_duckdb(files, "score", "label", segments=["seg"], replicates=16, seed=4)
+    other = aggregate_duckdb(files, SEG_ROWS, PassOptions(replicates=16, seed=4))
     assert (other["n"] == table["n"]).all() and not (other["b0"] == table["b0"]).all()
     with pytest.raises(ValueError, match="no Parquet files"):
-        aggregate_duckdb(str(files[0]) + ".missing*", "score", "label")
+        aggregate_duckdb(str(files[0]) + ".missing*", TableRows("score", "label"))
     assert duckdb.__version__
 
 
@@ -151,14 +153,14 @@ def test_distinct_scores_make_step_maps_exact(tmp_path):
     y = (rng.random(z.size) < 1 / (1 + np.exp(-(0.8 * z - 0.3)))).astype(np.int64)
     path = tmp_path / "few.parquet"
     pq.write_table(pa.table({"score": s, "label": y}), path)
-    table = aggregate_duckdb(str(path), "score", "label", distinct_max=100_000)
+    table = aggregate_duckdb(str(path), TableRows("score", "label"), PassOptions(distinct_max=100_000))
     sd = s.astype(np.float64)
     assert "score_probability" in table.columns and table["bucket"].max() + 1 == np.unique(sd).size
     for m in ("isotonic", "histogram", "scaling_binning", "bbq"):
         agg, ex = fit_from_table(table, m), make(m, input="probability").fit(sd, y.astype(float))
         assert np.abs(agg.predict(sd) - ex.predict(sd)).max() < 1e-12, m
     assert metrics_from_table(table)["overall"]["auc"] == pytest.approx(M.auc(y, sd), abs=1e-12)
-    coarse = aggregate_duckdb(str(path), "score", "label", distinct_max=100)
+    coarse = aggregate_duckdb(str(path), TableRows("score", "label"), PassOptions(distinct_max=100))
     assert "score_probability" not in coarse.columns
 
 
@@ -175,13 +177,13 @@ def test_kernel_equals_duckdb_group_by(files, monkeypatch):
     space over ``KEYS_MAX`` falls back to the GROUP BY by itself."""
     from helpers import table_reference as T
 
-    kw = {"segments": ["seg"], "replicates": 4, "seed": 1}
-    fast = aggregate_duckdb(files, "score", "label", engine="kernel", **kw)
-    ref = aggregate_duckdb(files, "score", "label", engine="sql", **kw)
+    how = PassOptions(replicates=4, seed=1)
+    fast = aggregate_duckdb(files, SEG_ROWS, how, engine="kernel")
+    ref = aggregate_duckdb(files, SEG_ROWS, how, engine="sql")
     _assert_same_table(fast, ref, ["seg_0", "bucket", "label"])
     assert (fast[["b0", "b3"]].to_numpy() == ref[["b0", "b3"]].to_numpy()).all()  # draws follow the table
     monkeypatch.setattr(T, "KEYS_MAX", 1000)
-    _assert_same_table(aggregate_duckdb(files, "score", "label", **kw), ref, ["seg_0", "bucket", "label"])
+    _assert_same_table(aggregate_duckdb(files, SEG_ROWS, how), ref, ["seg_0", "bucket", "label"])
 
 
 def test_kernel_string_and_null_segments_and_logit_scores(tmp_path):
@@ -192,9 +194,9 @@ def test_kernel_string_and_null_segments_and_logit_scores(tmp_path):
     country = np.array(["de", "fr", None, "us"], dtype=object)[rng.integers(0, 4, n)]
     path = tmp_path / "s.parquet"
     pq.write_table(pa.table({"margin": z, "y": y, "country": country, "w": rng.integers(1, 4, n)}), path)
-    kw = {"kind": "logit", "segments": ["country"], "weight": "w"}
-    fast = aggregate_duckdb(str(path), "margin", "y", engine="kernel", **kw)
-    ref = aggregate_duckdb(str(path), "margin", "y", engine="sql", **kw)
+    rows = TableRows("margin", "y", "logit", ("country",), "w")
+    fast = aggregate_duckdb(str(path), rows, engine="kernel")
+    ref = aggregate_duckdb(str(path), rows, engine="sql")
     _assert_same_table(fast, ref, ["seg_0", "bucket", "label"])
     assert fast["seg_0"].isna().any()  # a missing segment value is a segment of its own, as in GROUP BY
     assert fast["n"].sum() == pq.read_table(path)["w"].to_numpy().sum()
@@ -211,7 +213,7 @@ def test_invalid_rows_are_refused_with_their_count(tmp_path, engine, column, val
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table(t), path)
     with pytest.raises(ValueError, match=f"^2 rows .*{message}"):
-        aggregate_duckdb(str(path), "score", "label", engine=engine)
+        aggregate_duckdb(str(path), TableRows("score", "label"), engine=engine)
 
 
 def test_group_replicate_counts_are_poisson_of_the_group_size(table):

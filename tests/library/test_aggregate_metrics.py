@@ -19,6 +19,7 @@ from calibflow import diagnostics as D
 from calibflow import metrics as M
 from calibflow.aggregate import diagnostics as AD
 from calibflow.aggregate.metrics import calibrated_table
+from calibflow.aggregate.options import PassOptions, TableRows
 from calibflow.aggregate.table import BucketGrid
 from calibflow.binning import linear_edges
 from calibflow.calibrators import make
@@ -43,8 +44,9 @@ def data(tmp_path_factory):
 
 
 def _table(path: str, grid: BucketGrid | None = None, replicates: int = 0) -> pd.DataFrame:
-    kw = {"grid": grid, "distinct_max": 0} if grid else {"distinct_max": 10**7}
-    return aggregate_duckdb(path, "score", "label", segments=["seg"], replicates=replicates, seed=1, **kw)
+    draws = {"replicates": replicates, "seed": 1}
+    how = PassOptions(grid, distinct_max=0, **draws) if grid else PassOptions(distinct_max=10**7, **draws)
+    return aggregate_duckdb(path, TableRows("score", "label", segments=("seg",)), how)
 
 
 @pytest.fixture(scope="module")

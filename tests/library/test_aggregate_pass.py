@@ -12,6 +12,7 @@ import pytest
 from helpers.table_reference import aggregate_duckdb
 
 from calibflow.aggregate import tables as T
+from calibflow.aggregate.tables import PassOptions, TableRows
 
 SUMS = ("sum_z", "sum_q", "sum_ll", "sum_q2")
 
@@ -45,9 +46,9 @@ def source(request, tmp_path_factory):
 
 def test_fine_table_equals_the_sql_group_by(source):
     path, kind = source
-    tabs = T.aggregate_files(path, "score", "y", kind=kind, segments=["country", "seg7"], weight="w",
-                             threads=2)
-    ref = aggregate_duckdb(path, "score", "y", kind=kind, weight="w", engine="sql")
+    rows = TableRows("score", "y", kind, ("country", "seg7"), "w")
+    tabs = T.aggregate_files(path, rows, PassOptions(threads=2))
+    ref = aggregate_duckdb(path, TableRows("score", "y", kind, weight="w"), engine="sql")
     _assert_same(tabs.fine, ref, ["bucket", "label"])
 
 
@@ -55,8 +56,9 @@ def test_segment_totals_equal_the_sql_group_by(source):
     """Each value's coarse cells summed (per label) are the reference's fine groups of that value summed:
     the string column through its hash, NULL a value of its own."""
     path, kind = source
-    tabs = T.aggregate_files(path, "score", "y", kind=kind, segments=["country"], weight="w", threads=2)
-    ref = aggregate_duckdb(path, "score", "y", kind=kind, segments=["country"], weight="w", engine="sql")
+    rows = TableRows("score", "y", kind, ("country",), "w")  # one value builds both sides
+    tabs = T.aggregate_files(path, rows, PassOptions(threads=2))
+    ref = aggregate_duckdb(path, rows, engine="sql")
     cols = ["n", *SUMS]
     got = tabs.segments["country"].groupby(["seg_0", "label"], dropna=False)[cols].sum().reset_index()
     want = ref.groupby(["seg_0", "label"], dropna=False)[cols].sum().reset_index()
@@ -68,8 +70,8 @@ def test_hashed_codes_equal_the_values_lookup(source, monkeypatch):
     """Forcing the fallback (a hash collision among the levels: codes from Arrow's ``index_in``) gives the
     same tables as the hashed codes."""
     path, kind = source
-    kw = {"kind": kind, "segments": ["country"], "weight": "w", "threads": 1}
-    hashed = T.aggregate_files(path, "score", "y", **kw)
+    args = (TableRows("score", "y", kind, ("country",), "w"), PassOptions(threads=1))
+    hashed = T.aggregate_files(path, *args)
     real = T.levels_and_hashes
 
     def colliding(con, part, segments):
@@ -81,7 +83,7 @@ def test_hashed_codes_equal_the_values_lookup(source, monkeypatch):
                    hashes=[np.zeros(3, np.uint64)])
     spec.levels = [pa.array(["a", "b", "c"])]
     assert spec.coder(0)[0] == "values"
-    by_values = T.aggregate_files(path, "score", "y", **kw)
+    by_values = T.aggregate_files(path, *args)
     _assert_same(hashed.fine, by_values.fine, ["bucket", "label"])
     _assert_same(hashed.segments["country"], by_values.segments["country"], ["seg_0", "bucket", "label"])
 
@@ -97,7 +99,8 @@ def test_invalid_rows_are_refused_with_their_count(tmp_path, column, value, mess
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table(t), path)
     with pytest.raises(ValueError, match=f"^2 rows .*{message}"):
-        T.aggregate_files(str(path), "score", "label", segments=["country"], threads=1)
+        T.aggregate_files(str(path), TableRows("score", "label", segments=("country",)),
+                          PassOptions(threads=1))
 
 
 def test_columns_over_the_memory_cap_are_refused_in_one_line(tmp_path, monkeypatch):
@@ -111,8 +114,9 @@ def test_columns_over_the_memory_cap_are_refused_in_one_line(tmp_path, monkeypat
     pq.write_table(pa.table({"score": rng.random(5000), "label": (rng.random(5000) < 0.3).astype(np.int8),
                              "a": a, "b": b}), path)
     with pytest.raises(ValueError, match=r"^segment columns 'a', 'b' have 400 values together, over the"):
-        T.aggregate_files(str(path), "score", "label", segments=["a", "b"], threads=2)
-    st = T.aggregate_files(str(path), "score", "label", segments=["a"], threads=2).segments["a"]
+        T.aggregate_files(str(path), TableRows("score", "label", segments=("a", "b")), PassOptions(threads=2))
+    st = T.aggregate_files(str(path), TableRows("score", "label", segments=("a",)),
+                           PassOptions(threads=2)).segments["a"]
     assert np.array_equal(st.groupby("seg_0")["n"].sum().to_numpy(), np.bincount(a))
 
 
@@ -210,8 +214,9 @@ def test_every_label_type_gives_the_same_table(tmp_path, dtype):
     path = tmp_path / "l.parquet"
     label = y.astype(dtype) if dtype != "str" else y.astype(str).astype(object)
     pq.write_table(pa.table({"score": s, "label": label, "seg7": rng.integers(0, 7, 20_000)}), path)
-    tabs = T.aggregate_files(str(path), "score", "label", segments=["seg7"], threads=1)
-    ref = aggregate_duckdb(str(path), "score", "label", engine="sql")
+    tabs = T.aggregate_files(str(path), TableRows("score", "label", segments=("seg7",)),
+                             PassOptions(threads=1))
+    ref = aggregate_duckdb(str(path), TableRows("score", "label"), engine="sql")
     _assert_same(tabs.fine, ref, ["bucket", "label"])
 
 
@@ -222,7 +227,7 @@ def test_an_integer_label_with_nulls_or_a_two_is_refused(tmp_path):
     path = tmp_path / "n.parquet"
     pq.write_table(pa.table({"score": np.linspace(0.01, 0.99, 100), "label": y}), path)
     with pytest.raises(ValueError, match=r"^50 rows have a 'label' outside \{0, 1\}"):
-        T.aggregate_files(str(path), "score", "label", threads=1)
+        T.aggregate_files(str(path), TableRows("score", "label"), PassOptions(threads=1))
 
 
 def test_an_integer_segment_value_outside_the_levels_is_refused():

@@ -26,6 +26,7 @@ from calibflow.aggregate import tables as T
 from calibflow.aggregate.run import dask_client, tables_for
 from calibflow.aggregate.segments import segment_metrics
 from calibflow.aggregate.switch import parse_scale
+from calibflow.aggregate.tables import PassOptions, TableRows
 from calibflow.calibrators import from_json
 from calibflow.io import read_json
 from calibflow.pipeline import _aggregate, calibrate, fetch, fingerprint, prepare, train
@@ -54,7 +55,8 @@ def big(tmp_path_factory):
     t = pa.concat_tables([pq.read_table(p) for p in paths])
     rows = (t["score"].to_numpy(), t["label"].to_numpy().astype(np.float64),
             t["country"].to_numpy(zero_copy_only=False), t["seg7"].to_numpy())
-    return paths, rows, T.aggregate_files(paths, "score", "label", segments=["country", "seg7"], threads=2)
+    both = TableRows("score", "label", segments=("country", "seg7"))
+    return paths, rows, T.aggregate_files(paths, both, PassOptions(threads=2))
 
 
 def _assert_same(a, b, keys):
@@ -68,7 +70,7 @@ def _assert_same(a, b, keys):
 def test_fine_table_is_the_global_pass(big):
     """The fine table is the single-table pass without segments (keys and counts equal, sums 1e-12)."""
     paths, _, tabs = big
-    ref = aggregate_duckdb(paths, "score", "label")
+    ref = aggregate_duckdb(paths, TableRows("score", "label"))
     _assert_same(tabs.fine, ref, ["bucket", "label"])
 
 
@@ -126,13 +128,14 @@ def test_intervals_cover_and_are_seeded(big):
 def test_threads_and_row_range_parts_give_one_table(big, tmp_path):
     """One worker, two workers and a single file cut into row ranges: the same keys and counts."""
     paths, _, tabs = big
-    one = T.aggregate_files(paths, "score", "label", segments=["country"], threads=1)
+    country = TableRows("score", "label", segments=("country",))
+    one = T.aggregate_files(paths, country, PassOptions(threads=1))
     _assert_same(one.fine, tabs.fine, ["bucket", "label"])
     _assert_same(one.segments["country"], tabs.segments["country"], ["seg_0", "bucket", "label"])
     parts = T.file_parts(paths[0], 3)
     assert len(parts) == 3 and all("file_row_number" in p.sql for p in parts)
-    cut = T.aggregate_tables(parts, "score", "label", segments=["country"], threads=3)
-    whole = T.aggregate_files(paths[0], "score", "label", segments=["country"], threads=1)
+    cut = T.aggregate_tables(parts, country, PassOptions(threads=3))
+    whole = T.aggregate_files(paths[0], country, PassOptions(threads=1))
     _assert_same(cut.fine, whole.fine, ["bucket", "label"])
     _assert_same(cut.segments["country"], whole.segments["country"], ["seg_0", "bucket", "label"])
 
@@ -149,7 +152,8 @@ def test_1e5_values_bounded_and_only_values_with_rows(tmp_path, monkeypatch):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"score": rng.random(n), "label": (rng.random(n) < 0.3).astype(np.int8),
                              "campaign": campaign}), path)
-    tabs = T.aggregate_files(str(path), "score", "label", segments=["campaign"], threads=2)
+    args = (TableRows("score", "label", segments=("campaign",)), PassOptions(threads=2))
+    tabs = T.aggregate_files(str(path), *args)
     st = tabs.segments["campaign"]
     cells = tabs.starts["campaign"].size
     present = np.unique(campaign)
@@ -162,7 +166,7 @@ def test_1e5_values_bounded_and_only_values_with_rows(tmp_path, monkeypatch):
     assert np.array_equal(m["n"].to_numpy(), counts)
     monkeypatch.setattr(T, "SEG_VALUES_MAX", 50_000)  # an id-like column is refused in one line
     with pytest.raises(ValueError, match=r"'campaign' has 98,171 values \(at most 50,000\)"):
-        T.aggregate_files(str(path), "score", "label", segments=["campaign"], threads=2)
+        T.aggregate_files(str(path), *args)
 
 
 def test_scale_engine_params():

@@ -60,7 +60,7 @@ def test_identical_scores_give_the_constant_base_rate(n, tmp_path):
     # the table path (`calibflow fit` on a file): the same constant, never a decreasing map
     path = tmp_path / "same.parquet"
     pq.write_table(pa.table({"score": s, "label": y.astype(np.int8)}), path)
-    tab = T.aggregate_files([str(path)], "score", "label", threads=1).fine
+    tab = T.aggregate_files([str(path)], T.TableRows("score", "label"), T.PassOptions(threads=1)).fine
     tcal = fit_from_table(tab, "platt", "probability")
     assert tcal.coef_ == 0.0 and tcal.predict([0.42])[0] == pytest.approx(y.mean(), rel=1e-9)
 

@@ -22,7 +22,7 @@ from scipy.special import expit, logit
 
 from calibflow import metrics as M
 from calibflow.aggregate.segment_fit import add_pairs, pair_table, partial_pooling_from_tables
-from calibflow.aggregate.tables import SEG_KEYS_MAX, aggregate_files
+from calibflow.aggregate.tables import SEG_KEYS_MAX, TableRows, aggregate_files
 from calibflow.calibrators import from_json, make
 from calibflow.segments import NULL_LEVEL
 
@@ -52,7 +52,7 @@ def _fits(tmp_path, values: dict[str, int]):
     frame.to_parquet(path, row_group_size=20_000)
     z, y = frame["margin"].to_numpy(), frame["y"].to_numpy()
     row = make("partial_pooling", input="logit", intersections=False).fit(z, y, segments=cols)
-    tabs = aggregate_files(str(path), "margin", "y", kind="logit", segments=list(values))
+    tabs = aggregate_files(str(path), TableRows("margin", "y", "logit", list(values)))
     tab = from_json(partial_pooling_from_tables(tabs.fine, tabs.segments, "logit").to_json())
     test, test_cols = _draw(50_000, 2, values)
     zt, yt = test["margin"].to_numpy(), test["y"].to_numpy()
@@ -93,7 +93,7 @@ def test_many_values_fit_from_a_bounded_table(tmp_path, n_values):
     y = (rng.random(n) < expit(z + rng.normal(0, 0.5, n_values)[code])).astype(np.int64)
     frame = pd.DataFrame({"margin": z, "y": y, "campaign": code.astype(np.int64)})
     frame.to_parquet(tmp_path / "m.parquet")
-    tabs = aggregate_files(str(tmp_path / "m.parquet"), "margin", "y", kind="logit", segments=["campaign"])
+    tabs = aggregate_files(str(tmp_path / "m.parquet"), TableRows("margin", "y", "logit", ("campaign",)))
     assert len(tabs.segments["campaign"]) <= SEG_KEYS_MAX
     cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
     assert len(cal.vocab_[0]) == len(np.unique(code))
@@ -117,7 +117,7 @@ def _pair_data(tmp_path, inter_sd: float, seed: int):
             "device": np.char.add("d", d.astype(str)).astype(object)}
     path = tmp_path / f"pairs{seed}.parquet"
     pd.DataFrame({"margin": z, "y": y, **segs}).to_parquet(path)
-    tabs = aggregate_files(str(path), "margin", "y", kind="logit", segments=list(segs))
+    tabs = aggregate_files(str(path), TableRows("margin", "y", "logit", list(segs)))
     cal = partial_pooling_from_tables(tabs.fine, tabs.segments, "logit")
     main_only = from_json(cal.to_json())
     pair = {("country", "device"): pair_table("read_parquet($p)", {"p": str(path)}, "margin", "y",

@@ -103,7 +103,8 @@ def test_null_flags_stay_in_the_chance_band_row_and_table(seed, tmp_path):
     # the table path: the same rows aggregated into (value, bucket, label) groups
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"score": p, "label": y.astype(np.int8), "shop": shop.astype(str)}), path)
-    tabs = T.aggregate_files([str(path)], "score", "label", segments=["shop"], threads=1)
+    shops = T.TableRows("score", "label", segments=("shop",))
+    tabs = T.aggregate_files([str(path)], shops, T.PassOptions(threads=1))
     trows = _aggregate.segment_tables_ratios(tabs, cal, "probability", 0.95, 20, 8, 0)
     tflags, ttested = sum(r["flagged"] for r in trows), S.tested_intervals(trows)
     tlo, thi = _band(ttested)
@@ -207,7 +208,8 @@ def test_table_path_interval_is_the_rows(tmp_path):
     p, y, shop = _null_frame(5, n_seg=40)
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"score": p, "label": y.astype(np.int8), "shop": shop.astype(str)}), path)
-    tab = T.aggregate_files([str(path)], "score", "label", segments=["shop"], threads=1).segments["shop"]
+    tab = T.aggregate_files([str(path)], T.TableRows("score", "label", segments=("shop",)),
+                            T.PassOptions(threads=1)).segments["shop"]
     m = segment_metrics(tab, replicates=4)
     for _, r in m.iterrows():
         rows = shop == r["value"]

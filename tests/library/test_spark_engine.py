@@ -34,6 +34,7 @@ from calibflow.cli.main import app
 N = 1_000_000
 SUMS = ("sum_z", "sum_q", "sum_ll", "sum_q2")
 SEGS = ["country", "seg7"]
+ROWS = T.TableRows("score", "label", segments=SEGS)
 
 
 def _frame(n: int, seed: int, n_values: int = 200) -> pa.Table:
@@ -59,7 +60,7 @@ def _write(folder, n: int, seed: int) -> list[str]:
 @pytest.fixture(scope="module")
 def big(tmp_path_factory):
     paths = _write(tmp_path_factory.mktemp("spark_big"), N, 21)
-    return paths, T.aggregate_files(paths, "score", "label", segments=SEGS, threads=2)
+    return paths, T.aggregate_files(paths, ROWS, T.PassOptions(threads=2))
 
 
 def _keys(col: pd.Series) -> list:
@@ -88,7 +89,7 @@ def _same_tables(a: T.Tables, b: T.Tables) -> None:
 def test_spark_tables_equal_duckdb_at_1e6(big, spark):
     """The pass's parts as Spark tasks (``scale.engine: spark`` on paths): DuckDB's tables."""
     paths, duck = big
-    got = T.aggregate_files(paths, "score", "label", segments=SEGS, client=SparkClient(spark))
+    got = T.aggregate_files(paths, ROWS, client=SparkClient(spark))
     _same_tables(got, duck)
     assert got.segments["country"]["seg_0"].isna().any()  # the NULL value kept its own rows
     assert got.segments["country"]["seg_0"].nunique() == 200
