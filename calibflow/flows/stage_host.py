@@ -170,12 +170,36 @@ def _accept(
         _kill_group(pid, signal.SIGKILL)
 
 
+#: Optional back ends a preloaded library imports when they are installed, for data sources no stage uses
+#: through it: Great Expectations imports PySpark (0.4 s of CPU, SciPy's sparse module with it) and
+#: SQLAlchemy (0.25 s) for its Spark and SQL sources; calibflow validates pandas frames only. Hidden while the
+#: host imports the library (it takes them for absent, as on an install without them), importable again for
+#: the stages right after (a Spark-engine stage imports PySpark itself).
+PRELOAD_WITHOUT = {"great_expectations": ("pyspark", "sqlalchemy")}
+
+
 def _warm(module: str) -> None:
     """Import the stage module and what it imports late (``HOST_PRELOAD``) here, once for every child."""
     mod = importlib.import_module(module)
     for name in getattr(mod, "HOST_PRELOAD", ()):
-        importlib.import_module(name)
+        with _hidden(PRELOAD_WITHOUT.get(name.split(".")[0], ())):
+            importlib.import_module(name)
     gc.freeze()  # the imported objects stay out of the children's collections: their pages stay shared
+
+
+@contextlib.contextmanager
+def _hidden(names: tuple[str, ...]):
+    """Imports of ``names`` fail (ImportError, as for a package not installed) inside the block; a module
+    already imported is left alone."""
+    hide = [n for n in names if n not in sys.modules]
+    for name in hide:
+        sys.modules[name] = None  # type: ignore[assignment]  (the import system's "not importable")
+    try:
+        yield
+    finally:
+        for name in hide:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 def _child(request: dict, module: str, fds: list[int], host: int) -> None:
