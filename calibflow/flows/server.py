@@ -247,7 +247,7 @@ def spawn_temporary() -> tuple[subprocess.Popen, str]:
         "-m",
         "uvicorn",
         "--factory",
-        "prefect.server.api.server:create_app",
+        "calibflow.flows.temp_server:create_app",  # Prefect's, built with the collector paused
         "--host",
         "127.0.0.1",
         "--port",
