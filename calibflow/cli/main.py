@@ -193,7 +193,7 @@ def _ready(proc: subprocess.Popen | None, url: str, stages_in: Path | None = Non
         dvc_stages.start_worker(stages_in)
     # Prefect's and DVC's imports build objects by the hundred thousand, none of them garbage: with the
     # cyclic collector paused they cost less CPU, and frozen they stay out of the flow's later collections.
-    gc.disable()
+    gc.disable()  # (``run`` paused it already; any other caller too)
     try:
         import dvc.repo.reproduce  # noqa: F401  (the plan's)
 
@@ -285,6 +285,9 @@ def run(
     One run per checkout: a second `calibflow run` says which run holds it (or queues with --wait).
     """
     _set_verbosity(quiet)
+    # The checks' and the flow's imports (the calibrator registry, DVC, Prefect) with the cyclic collector
+    # paused: on again, and what they built frozen, once the flow's imports are done (``_ready``).
+    gc.disable()
     root = project_root()
     _friendly(
         lambda: _run(
