@@ -197,3 +197,16 @@ def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monke
     assert cli.up_to_date(toy, []) is None
     res = CliRunner().invoke(cli.app, ["run", "-q"])
     assert res.exit_code != 0 and "a no-op run started a Prefect server" in repr(res.exception) + res.output
+
+
+def test_the_temporary_servers_app_is_prefects_built_with_the_collector_paused_then_on_again():
+    code = (
+        "import gc; from calibflow.flows import temp_server; app = temp_server.create_app(); "
+        "from prefect.server.api.server import APP_CACHE; "
+        "print(gc.isenabled(), gc.get_freeze_count() > 100000, app in APP_CACHE.values(), "
+        "any(getattr(r, 'path', '') == '/api' for r in app.routes))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "True", "True", "True"]
