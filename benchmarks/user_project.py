@@ -135,9 +135,13 @@ class ProcessCpu:
                 try:
                     with proc.oneshot():
                         t = proc.cpu_times()
-                        self.seen[proc.pid] = (self.role(proc), t.user + t.system)
+                        role = self.role(proc)
                 except psutil.Error:
                     continue
+                known = self.seen.get(proc.pid)
+                if known and role.startswith("other") and not known[0].startswith("other"):
+                    role = known[0]  # an exiting process shows no command line: keep the role it had
+                self.seen[proc.pid] = (role, t.user + t.system)
 
     @classmethod
     def role(cls, proc) -> str:

@@ -234,7 +234,7 @@ def spawn_temporary() -> tuple[subprocess.Popen, str]:
 
     The caller imports Prefect and plans while the server starts (``wait_temporary`` then waits), so its
     start overlaps that work instead of preceding it. A new ``PREFECT_HOME`` gets the migrated template
-    database (``server_seed``).
+    database (``server_seed``); a database this Prefect's server already prepared is not prepared again.
     """
     from calibflow.flows import server_seed
 
@@ -247,7 +247,7 @@ def spawn_temporary() -> tuple[subprocess.Popen, str]:
         "-m",
         "uvicorn",
         "--factory",
-        "prefect.server.api.server:create_app",
+        "calibflow.flows.temp_server:create_app",  # Prefect's, built with the collector paused
         "--host",
         "127.0.0.1",
         "--port",
@@ -258,6 +258,7 @@ def spawn_temporary() -> tuple[subprocess.Popen, str]:
         "on",
     ]
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
+    env.update(_skip_preparation(home()))
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent, stdout=subprocess.DEVNULL)  # noqa: PLW1509
     proc.calibflow_fresh_db = fresh  # type: ignore[attr-defined]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
@@ -267,6 +268,25 @@ def spawn_temporary() -> tuple[subprocess.Popen, str]:
     url = api_url(port)
     os.environ["PREFECT_API_URL"] = url
     return proc, url
+
+
+#: What a server does to a database before it answers: migrate it (load Alembic's scripts to find nothing to
+#: do) and register Prefect's block types (hash the registry to find them registered): 0.6 s of CPU each.
+_PREPARATION = (
+    "PREFECT_SERVER_DATABASE_MIGRATE_ON_START",
+    "PREFECT_SERVER_REGISTER_BLOCKS_ON_START",
+    "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION",  # else it hashes the registry anyway, and records it
+)
+
+
+def _skip_preparation(prefect_home: Path) -> dict[str, str]:
+    """The settings that skip both for a database a server of this Prefect already prepared (none for any
+    other: a new one, another version's, one elsewhere). A setting the user made wins."""
+    from calibflow.flows import server_seed
+
+    if not server_seed.prepared(prefect_home):
+        return {}
+    return {key: "false" for key in _PREPARATION if key not in os.environ}
 
 
 def wait_temporary(proc: subprocess.Popen, url: str, wait: float = 90.0) -> str:
@@ -280,6 +300,7 @@ def wait_temporary(proc: subprocess.Popen, url: str, wait: float = 90.0) -> str:
         if healthy(url=url, timeout=1.0):
             if getattr(proc, "calibflow_fresh_db", False):
                 server_seed.save(home())
+            server_seed.mark_prepared(home())  # it answers: its database is migrated, block types in
             return url
         time.sleep(0.2)
     stop_temporary(proc)

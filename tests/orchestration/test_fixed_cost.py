@@ -133,6 +133,39 @@ def test_a_new_project_database_starts_from_the_migrated_template(tmp_path, monk
     assert sorted(p.name for p in (cache / "calibflow").iterdir()) == [templates[0].name]  # no -wal/-shm
 
 
+def test_a_database_this_prefect_prepared_is_not_migrated_again(tmp_path, monkeypatch):
+    """The marker beside the database names the Prefect whose server migrated it and registered its block
+    types; only then does the next temporary server skip both, and it still answers with every block type."""
+    from importlib.metadata import version
+
+    from calibflow.flows import server, server_seed
+
+    for key in ("CALIBFLOW_PREFECT_SEED", "PREFECT_API_DATABASE_CONNECTION_URL", *server._PREPARATION):
+        monkeypatch.delenv(key, raising=False)
+    cache, home = tmp_path / "cache", tmp_path / "one"
+    first = _start(home, cache)  # a new database: prepared by this server, then marked
+    mark = home / server_seed.MARK
+    assert mark.read_text().strip() == version("prefect")
+    assert server._skip_preparation(home) == {key: "false" for key in server._PREPARATION}
+    again = _start(home, cache)  # skips both, and its database is the same
+    assert again["block_types"] == first["block_types"] > 0
+    # anything else is prepared as before: another version's marker, no marker, no database, seeding off
+    mark.write_text("0.0.1\n")
+    assert server._skip_preparation(home) == {}
+    mark.unlink()
+    assert server._skip_preparation(home) == {}
+    assert server._skip_preparation(tmp_path / "none") == {}
+    server_seed.mark_prepared(home)
+    monkeypatch.setenv("PREFECT_SERVER_DATABASE_MIGRATE_ON_START", "true")  # the user's setting wins
+    assert "PREFECT_SERVER_DATABASE_MIGRATE_ON_START" not in server._skip_preparation(home)
+    monkeypatch.setenv("CALIBFLOW_PREFECT_SEED", "0")
+    assert server._skip_preparation(home) == {}
+    # a new project seeded from the template is marked prepared with it
+    monkeypatch.delenv("CALIBFLOW_PREFECT_SEED")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert server_seed.seed(tmp_path / "two") and server_seed.prepared(tmp_path / "two")
+
+
 def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monkeypatch):
     from typer.testing import CliRunner
 
@@ -164,3 +197,16 @@ def test_a_no_op_run_answers_from_dvc_status_without_a_prefect_server(toy, monke
     assert cli.up_to_date(toy, []) is None
     res = CliRunner().invoke(cli.app, ["run", "-q"])
     assert res.exit_code != 0 and "a no-op run started a Prefect server" in repr(res.exception) + res.output
+
+
+def test_the_temporary_servers_app_is_prefects_built_with_the_collector_paused_then_on_again():
+    code = (
+        "import gc; from calibflow.flows import temp_server; app = temp_server.create_app(); "
+        "from prefect.server.api.server import APP_CACHE; "
+        "print(gc.isenabled(), gc.get_freeze_count() > 100000, app in APP_CACHE.values(), "
+        "any(getattr(r, 'path', '') == '/api' for r in app.routes))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "True", "True", "True"]

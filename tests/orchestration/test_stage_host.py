@@ -189,3 +189,64 @@ def test_a_real_stage_writes_the_same_bytes_hosted_and_direct(tmp_path, args):
         assert (results[0][0] == 0) == (args == ["ads"])
     finally:
         host.close()
+
+
+def test_a_hosted_validation_writes_the_same_bytes_and_the_host_keeps_only_what_stages_use(tmp_path):
+    """Great Expectations imported in the host without its PySpark and SQLAlchemy back ends, numba's target
+    built there once: a real validation writes the same bytes hosted as run directly (which imports both)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.01, 0.2, 3000)
+    pd.DataFrame({"p": p, "y": (rng.random(3000) < p).astype(int)}).to_parquet(tmp_path / "s.parquet")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    init = [sys.executable, "-m", "calibflow.cli", "init", "--data", "s.parquet", "--label", "y", "--score"]
+    subprocess.run([*init, "p", "--name", "ads"], cwd=tmp_path, check=True, capture_output=True)
+    fingerprint = [sys.executable, "-m", "calibflow.pipeline.fingerprint", "ads"]
+    subprocess.run(fingerprint, cwd=tmp_path, check=True, capture_output=True, env=dvc_stages.stage_env())
+    host = _host(tmp_path, prefix=None)
+    out = tmp_path / "reports/validation/raw.json"
+    try:
+        results = []
+        for h in (host, None):
+            out.unlink(missing_ok=True)
+            run = _launch(h, "python -m calibflow.pipeline.validate raw", tmp_path)
+            stdout, stderr = run.communicate(timeout=180)
+            results.append((run.returncode, stdout, stderr, out.read_bytes() if out.exists() else None))
+        assert results[0][0] == 0, results[0][2][-2000:]
+        assert results[0][3] is not None and results[0][3] == results[1][3]  # the report, byte for byte
+        assert results[0][:2] == results[1][:2]
+        # the messages, less what the direct run's PySpark import warns and GX's random temporary folder
+        assert _said(results[0][2]) == _said(results[1][2]) and "validation raw: passed" in results[0][2]
+        assert "PySpark" not in results[0][2]
+    finally:
+        host.close()
+
+
+def _said(stderr: str) -> list[str]:
+    noise = ("PySpark", "require_minimum_pandas_version", "ephemeral docs site")
+    return [line for line in stderr.splitlines() if not any(n in line for n in noise)]
+
+
+_WARM = """
+import sys, threading
+from calibflow.flows import stage_host
+for step in ("validate", "calibrate"):
+    stage_host._warm("calibflow.pipeline." + step)
+print("great_expectations" in sys.modules, "pyspark" in sys.modules, "sqlalchemy" in sys.modules)
+from numba.core.registry import cpu_target
+print(sorted(stage_host._WARMED), "numba.np.arraymath" in sys.modules, threading.active_count())
+import pyspark, sqlalchemy  # importable again for the stages
+print(sys.modules["pyspark"] is not None, sys.modules["sqlalchemy"] is not None)
+"""
+
+
+def test_the_host_hides_only_gx_s_unused_back_ends_and_warms_numba_without_a_thread():
+    proc = subprocess.run([sys.executable, "-c", _WARM], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.split("\n")
+    assert lines[0] == "True False False"  # GX imported, its Spark and SQL back ends not
+    # numba's lowering registries in place before any fork; still one thread, so the host may fork
+    assert lines[1] == "['numba', 'pyarrow.parquet'] True 1"
+    assert lines[2] == "True True"
