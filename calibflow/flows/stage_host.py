@@ -216,7 +216,7 @@ def _warm(module: str) -> None:
                     warm()
     finally:
         gc.freeze()  # the imported objects stay out of the children's collections: their pages stay shared
-        gc.enable()  # the imported objects stay out of the children's collections: their pages stay shared
+        gc.enable()
 
 
 @contextlib.contextmanager
