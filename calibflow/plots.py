@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import html
 import io
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 
-plt.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
+# matplotlib.rcParams is pyplot's: set here, before any figure, whoever imports pyplot first.
+matplotlib.rcParams.update({"svg.hashsalt": "calibflow", "font.size": 8, "figure.dpi": 100})
+
+
+def __getattr__(name: str) -> Any:
+    """``plots.plt``: pyplot, imported on first use. The monitoring page draws its window figures
+    without it (``_WindowChart``), and a monitor run paid pyplot's import (0.4-0.9 s) for nothing."""
+    if name == "plt":
+        import matplotlib.pyplot as plt
+
+        return plt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def legends_outside(fig) -> bool:
@@ -61,7 +77,7 @@ def minor_ticks_as_marks(ax) -> None:
         axis.set_minor_locator(NullLocator())
         if not locs:
             continue
-        rc = plt.rcParams
+        rc = matplotlib.rcParams
         edge = [0.0] * len(locs)
         xy = (locs, edge) if name == "x" else (edge, locs)
         ax.add_artist(Line2D(
@@ -79,12 +95,14 @@ def to_svg(fig, crop: bool = True) -> str:
     A figure laid out already (``tight_layout``) with no legend moved under it passes False: drawn once.
     """
     moved = legends_outside(fig)
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
     if not (crop or moved) and isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
         # tight_layout leaves a placeholder engine behind, and savefig draws once more for any engine
         fig.set_layout_engine(None)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight" if crop or moved else None, metadata={"Date": None})
-    plt.close(fig)
+    _plt().close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]
 
@@ -105,7 +123,7 @@ def small_multiples(n: int, ncols: int = 4, size: float = 2.0):
     the last row: each costs as much to build as a drawn one)."""
     nrows = int(np.ceil(n / ncols))
     ncols = min(n, ncols)
-    fig = plt.figure(figsize=(size * ncols, size * nrows))
+    fig = _plt().figure(figsize=(size * ncols, size * nrows))
     grid = fig.add_gridspec(nrows, ncols)
     axes = np.empty(n, dtype=object)
     for i in range(n):
