@@ -22,9 +22,14 @@ from calibflow.monitor.scoring import per_row_loss, predict_frame
 
 def keeps_ranking(cal: C.BaseCalibrator, scores: NDArray[np.float64], score_kind: str) -> bool:
     """Monotone: the class says so and predictions on the sorted user scores never decrease."""
+    return _monotone_on_sorted(cal, np.sort(scores), score_kind)
+
+
+def _monotone_on_sorted(cal: C.BaseCalibrator, ordered: NDArray[np.float64], score_kind: str) -> bool:
+    """``keeps_ranking`` on scores already sorted (the gate sorts its rows once for every challenger)."""
     if not getattr(type(cal), "monotone", False):
         return False
-    p = S.calibrate_scores(cal, np.sort(scores), score_kind)
+    p = S.calibrate_scores(cal, ordered, score_kind)
     return bool(np.all(np.diff(p) >= -1e-12))
 
 
@@ -120,6 +125,7 @@ def challenge(
     champ_loss = per_row_loss(yh, p_champ, metric)
     rec: dict[str, Any] = {"metric": metric, "champion": float(champ_loss.mean()), "challengers": {}}
     fitted: dict[str, tuple[C.BaseCalibrator, NDArray[np.float64], NDArray[np.float64]]] = {}
+    ordered: NDArray[np.float64] | None = None  # both windows' scores sorted, once for every challenger
     for m in _candidates(cfg, segments, calib):
         per_seg = "segments" in C.get_class(m).needs
         cols = {c: calib[c].to_numpy(dtype=object) for c in segments} if per_seg else None
@@ -142,7 +148,9 @@ def challenge(
             p_both = np.concatenate([predict_frame(cal, calib, kind), p_new])  # held_out's: p_new
             mono = keeps_ranking_within(cal, both, kind, p_both)
         else:
-            mono = keeps_ranking(cal, np.concatenate([ss, sh]), kind)
+            if ordered is None:
+                ordered = np.sort(np.concatenate([ss, sh]))
+            mono = _monotone_on_sorted(cal, ordered, kind)
         rec["challengers"][m] = {"value": float(loss.mean()), "monotone": mono, "segmented": per_seg}
         if per_seg and patch is not None:
             rec["challengers"][m]["patch"] = patch[1]
