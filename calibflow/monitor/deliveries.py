@@ -370,6 +370,8 @@ def load(
     rank = {rel: i for i, rel in enumerate(sorted({f.rel for f in used}))}
     files = np.repeat([rank[f.rel] for f in used], [len(part) for part in parts])
     order = np.lexsort((files, frame["time"].to_numpy().view(np.int64)))
+    if order.size < 2 or bool(np.all(order[1:] > order[:-1])):
+        return frame  # in order already (daily files of time-sorted rows): no copy
     return frame.take(order).reset_index(drop=True)
 
 
