@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import duckdb
-import numpy as np
 import pandas as pd
 
 from calibflow import sources as S
@@ -183,11 +182,7 @@ def sample_frame(
     release_memory(con)  # again: a connection opened since (the pass's) may have switched it off
     rate = 1.0 if total <= rows else rows / total
     cut = f"hash(xor(hash(_rn), CAST($salt AS UBIGINT))) < {rate * 2.0**64!r}" if rate < 1 else "true"
-    # The file as its rank among the names (same order as the names: DuckDB and Python both compare
-    # strings by code point), named after the fetch: a string per row cost 60+ bytes a row twice over.
-    names = sorted(set(rels))
-    rank = {rel: i for i, rel in enumerate(names)}
-    sampled = [Part(f"(SELECT *, {rank[rel]} AS file FROM {p.sql} WHERE {cut})",
+    sampled = [Part(f"(SELECT *, {_lit(rel)} AS file FROM {p.sql} WHERE {cut})",
                     {**p.params, **({"salt": _salt(seed, rel)} if rate < 1 else {})})
                for p, rel in zip(parts, rels, strict=True)]
     cols = ["time", "score", "label", *spec.segments, "file"]
@@ -200,16 +195,8 @@ def sample_frame(
     df["time"] = pd.to_datetime(df["time"]).astype("datetime64[ns]")
     df["label"] = df["label"].astype(float)
     for c in spec.segments:
-        df[c] = _shared(df[c].astype(str))
-    df["file"] = np.array(names, dtype=object)[df["file"].to_numpy(np.int64)]
+        df[c] = df[c].astype(str)
     return df.reset_index(drop=True)
-
-
-def _shared(values: pd.Series) -> np.ndarray:
-    """The same strings, one object per distinct value (DuckDB gives each row its own: 1e6 rows of a
-    two-value segment held 60 MB; shared, 8 MB)."""
-    codes, uniques = pd.factorize(values.to_numpy(dtype=object), use_na_sentinel=False)
-    return np.asarray(uniques, dtype=object)[codes]
 
 
 def files_in(inv_good: Sequence, lo: pd.Timestamp, hi: pd.Timestamp) -> list:
