@@ -167,15 +167,21 @@ def main(argv: list[str] | None = None) -> None:
     if not a.no_peer:
         codes.append((a.peer_ref, peer_tree(a.peer_ref, work)))
     res["mornings"] = []
+    written: dict[int, list[str]] = {}
     for rep in range(a.reps):
         for label, peer in codes:
             folder = work / f"morning-{label.replace('/', '_')}-{rep}"
             shutil.copytree(base, folder, symlinks=True)
             out = {"code": label, **timed_run(folder, DAY0 + pd.Timedelta(days=a.history + 2), peer)}
             if out["rc"] == 0:
-                scored = [json.loads((folder / "monitoring" / n / "state.json").read_text())["processed"]
-                          for n in names]
+                states = [(folder / "monitoring" / n / "state.json").read_text() for n in names]
+                scored = [json.loads(text)["processed"] for text in states]
                 out["windows_scored_per_source"] = sorted({len(p) for p in scored})
+                # Every number the monitor wrote (state: scores, bands, alerts, gates), against this code's
+                # first morning: the same bytes, or the codes disagree.
+                first = written.setdefault(rep, states)
+                if first is not states:
+                    out["state_same_as_this"] = first == states
             res["mornings"].append(out)
             print(json.dumps(out), flush=True)
             shutil.rmtree(folder, ignore_errors=True)

@@ -46,6 +46,10 @@ def _run_now(
     from calibflow.flows.monitor import monitor
 
     if proc is not None:
+        # The step's own stack (pandas, DuckDB, the kernels, the page) is imported while the temporary
+        # server starts (its start outlasted Prefect's import), instead of after, in the first subflow.
+        import calibflow.pipeline.monitor  # noqa: F401
+        import calibflow.report.monitoring  # noqa: F401
         from calibflow.flows import server as srv
 
         try:

@@ -343,7 +343,7 @@ def load(
     """Rows of the good files with ``lo <= time < hi``: time, score, label (NaN: not known yet), segments,
     ``file``. The score is the user's, untouched; the label is 0/1 through ``positive`` when declared."""
     lo_k, hi_k = lo.isoformat(), hi.isoformat()
-    parts = []
+    parts, used = [], []
     for f in inv.good:
         if not any(lo_k <= k < hi_k for k in f.windows):
             continue
@@ -358,13 +358,21 @@ def load(
             out[c] = df[c].astype("string").fillna("<missing>").astype(str)
         out["file"] = f.rel
         parts.append(out)
+        used.append(f)
     cols = ["time", "score", "label", *spec.segments, "file"]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in cols}).assign(
             time=pd.Series(dtype="datetime64[ns]")
         )
     frame = pd.concat(parts, ignore_index=True)
-    return frame.sort_values(["time", "file"], kind="mergesort").reset_index(drop=True)
+    # Ordered by (time, file), ties in file order: ``sort_values(["time", "file"], kind="mergesort")``'s
+    # order, from integer keys (np.lexsort is stable); pandas factorized 8e5 timestamps for it (0.4 s).
+    rank = {rel: i for i, rel in enumerate(sorted({f.rel for f in used}))}
+    files = np.repeat([rank[f.rel] for f in used], [len(part) for part in parts])
+    order = np.lexsort((files, frame["time"].to_numpy().view(np.int64)))
+    if order.size < 2 or bool(np.all(order[1:] > order[:-1])):
+        return frame  # in order already (daily files of time-sorted rows): no copy
+    return frame.take(order).reset_index(drop=True)
 
 
 def _label(values: pd.Series, positive: Any | None) -> pd.Series:

@@ -24,8 +24,12 @@ def bootstrap_ratio_ci(
 ) -> tuple[float, float]:
     """Percentile interval of ``sum p / sum y`` over row resamples (chunked: bounded memory at 1e6 rows)."""
 
+    # 0/1 labels: a resample's positives counted from one byte a row (the same integers as the float sum)
+    yb = y.astype(bool) if np.all((y == 0) | (y == 1)) else None
+
     def ratio(idx: np.ndarray) -> np.ndarray:
-        sy, sp = y[idx].sum(axis=1), p[idx].sum(axis=1)
+        sy = np.count_nonzero(yb[idx], axis=1).astype(np.float64) if yb is not None else y[idx].sum(axis=1)
+        sp = p[idx].sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(sy > 0, sp / sy, np.inf)
 
