@@ -133,11 +133,18 @@ def _gate(
             rec = _patch_record(new, state, window, frame, calib, cfg, rng, champ, patch, refresh)
             if rec["promoted"]:
                 return rec
+    held_out = frame
     if targets:
         # Only segment levels drifted: the global challengers learn the undrifted rows (the whole trailing
         # window: those rows did not change); fitted on all rows, a global map spread the drifted level's
         # change over every segment (+3% on every unshifted country after a one-country shift).
         calib, since = calib[~drifted_rows(calib, targets)], None
+        rest = ~drifted_rows(frame, targets)
+        if (patch is None or patch[0] is None) and rest.any():
+            # ... and, while no patch competes, they are judged on the undrifted rows too: on the whole
+            # window a map that serves every country higher won on the drifted level's rows alone, and
+            # replace_after promoted it (the study's seed 7: beta, every other country +1.5% for good).
+            held_out = frame[rest]
     else:
         calib, since = _since_change(new, calib, cfg)
     n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
@@ -148,7 +155,7 @@ def _gate(
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
     rec, winner = challenge(
-        champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state),
+        champ, calib, held_out, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state),
         patch,
     )
     if patch is not None and patch[0] is not None and rec.get("best") == PATCH_METHOD:
@@ -158,6 +165,11 @@ def _gate(
         )
     rec["window"] = window.key
     rec["champion_version"] = state.champion
+    if len(held_out) < len(frame):
+        rec["judged_rows"] = int(len(held_out))
+        rec["reason"] += (
+            f" (judged on the {len(held_out)} of {len(frame)} window rows outside the drifted levels)"
+        )
     if since is not None:
         rec["fitted_since"] = since
         rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
