@@ -155,7 +155,8 @@ def _gate(
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
     rec, winner = challenge(
-        champ, calib, held_out, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state),
+        champ, calib, held_out, cfg, rng, state.score_kind, state.pinned, segments,
+        _worse_streak(new, state, len(held_out) < len(frame)),
         patch,
     )
     if patch is not None and patch[0] is not None and rec.get("best") == PATCH_METHOD:
@@ -303,11 +304,19 @@ def _recent(state: MonitorState, segment: str, version: int, n: int) -> list[dic
     return out[::-1]
 
 
-def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:
-    """(gain, se) of the consecutive latest gates that found the champion in office worse on average."""
+def _worse_streak(
+    new: MonitorState, state: MonitorState, undrifted: bool = False
+) -> list[tuple[float, float]]:
+    """(gain, se) of the consecutive latest gates that found the champion in office worse on average,
+    judged on the same rows as this one (``undrifted``: the window's rows outside drifted levels, the
+    record's ``judged_rows``). Why: the days before a level's incident opened were judged on every row,
+    the drifted level's too, where any map serving higher wins; pooled with the first undrifted windows
+    they replaced the champion by a global map (every other country +1.5%)."""
     out: list[tuple[float, float]] = []
     for g in reversed(new.gates):
         if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
+            break
+        if ("judged_rows" in g) != undrifted:
             break
         out.append((float(g["delta"]), float(g["delta_se"])))
     return out[::-1]

@@ -203,3 +203,18 @@ def test_while_the_patch_waits_the_global_challengers_are_judged_without_the_dri
     for k in ("best", "delta", "delta_ci", "champion", "promoted"):
         assert a[k] == b[k], (k, a[k], b[k])
     assert a["judged_rows"] == int((~de).sum()), a
+
+
+def test_a_worse_streak_pools_only_windows_judged_on_the_same_rows():
+    """The windows before a level's incident were judged on every row (the drifted level's too); the
+    ones after it on the undrifted rows. ``replace_after`` pools a streak of one kind only."""
+    from calibflow.monitor.gate import _worse_streak
+
+    state = mon.MonitorState(source="s")
+    state.champion = 1
+    worse = {"champion_worse": True, "champion_version": 1, "delta": 1e-4, "delta_se": 3e-5}
+    state.gates = [dict(worse), dict(worse), {**worse, "judged_rows": 18_000}]
+    assert _worse_streak(state, state, True) == [(1e-4, 3e-5)]  # the two whole-window gates left out
+    assert _worse_streak(state, state, False) == []
+    state.gates = state.gates[:2]
+    assert _worse_streak(state, state, False) == [(1e-4, 3e-5)] * 2  # as before on whole windows
