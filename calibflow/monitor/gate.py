@@ -4,7 +4,7 @@ gate (promote a challenger, replace a champion found worse), and return the new 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,25 +96,33 @@ def process_window(
             row["drifted"] = sorted(set(row["out"]) | held)
     new.processed.append(window.key)
     new.windows[window.key] = {"fingerprint": fingerprint, "rows": int(len(frame))}
-    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped, segments)
+    ctx = WindowContext(state, window, frame, calib, cfg, rng, champ, segments)
+    rec = _gate(new, ctx, overall_skipped)
     new.gates.append(rec)
     new.windows[window.key]["champion"] = new.champion
     return new
 
 
-def _gate(
-    new: MonitorState,
-    state: MonitorState,
-    window: Window,
-    frame: pd.DataFrame,
-    calib: pd.DataFrame,
-    cfg: MonitorConfig,
-    rng: np.random.Generator,
-    champ: C.BaseCalibrator,
-    overall_skipped: bool,
-    segments: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
+@dataclass(frozen=True)
+class WindowContext:
+    """What the gate reads about one window (``process_window``'s arguments and the champion): the state
+    before the window, the window, its rows, the trailing calibration rows, the config, the window's
+    generator and the champion in office. ``new``, the state being built, is passed beside it."""
+
+    state: MonitorState
+    window: Window
+    frame: pd.DataFrame
+    calib: pd.DataFrame
+    cfg: MonitorConfig
+    rng: np.random.Generator
+    champ: C.BaseCalibrator
+    segments: tuple[str, ...] = ()
+
+
+def _gate(new: MonitorState, ctx: WindowContext, overall_skipped: bool) -> dict[str, Any]:
+    """The gate's record for ``ctx.window``; a promotion is added to ``new`` (versions, champion)."""
+    state, window, frame, calib, cfg = ctx.state, ctx.window, ctx.frame, ctx.calib, ctx.cfg
+    rng, champ, segments = ctx.rng, ctx.champ, ctx.segments
     if overall_skipped:
         return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
     has_cols = all(c in frame.columns for c in segments)
@@ -130,7 +138,7 @@ def _gate(
         if sure:
             if set(sure) != set(patch[1]["patched"]):
                 patch = patch_challenger(champ, calib, {k: targets[k] for k in sure}, cfg, state.score_kind)
-            rec = _patch_record(new, state, window, frame, calib, cfg, rng, champ, patch, refresh)
+            rec = _patch_record(new, ctx, patch, refresh)
             if rec["promoted"]:
                 return rec
     held_out = frame
@@ -215,13 +223,7 @@ def _promote(
 
 def _patch_record(
     new: MonitorState,
-    state: MonitorState,
-    window: Window,
-    frame: pd.DataFrame,
-    calib: pd.DataFrame,
-    cfg: MonitorConfig,
-    rng: np.random.Generator,
-    champ: C.BaseCalibrator,
+    ctx: WindowContext,
     patch: tuple[C.BaseCalibrator | None, dict[str, Any]],
     refresh: dict[str, str],
 ) -> dict[str, Any]:
@@ -229,6 +231,9 @@ def _patch_record(
     a likelihood-ratio test on the level's rows since its incident, or a due refresh. The held-out window
     is still scored (recorded: delta and its interval), and a patch it finds worse (interval below 0) is
     not promoted: the gate then runs as usual."""
+    state, window, frame, calib, cfg, rng, champ = (
+        ctx.state, ctx.window, ctx.frame, ctx.calib, ctx.cfg, ctx.rng, ctx.champ
+    )
     cal, prec = patch
     assert cal is not None
     metric = cfg.selection_metric

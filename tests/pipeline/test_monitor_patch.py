@@ -176,7 +176,7 @@ def test_while_the_patch_waits_the_global_challengers_are_judged_without_the_dri
     country a little higher, and ``replace_after`` promoted one (the study's seed 7: beta, every other
     country +1.5% for good). While DE's patch waits for its windows, the gate's numbers do not depend on
     DE's labels in the held-out window."""
-    from calibflow.monitor.gate import _gate
+    from calibflow.monitor.gate import WindowContext, _gate
 
     cfg = mon.MonitorConfig(n_bootstrap=50, calib_windows=4, min_calib_windows=3, seed=3)
     calib = pd.concat([X.day_frame("one_country", d, 20_000, 2, 10) for d in range(6, 10)], ignore_index=True)
@@ -195,7 +195,7 @@ def test_while_the_patch_waits_the_global_challengers_are_judged_without_the_dri
 
     def gate(f: pd.DataFrame) -> dict:
         rng = np.random.default_rng(0)
-        return _gate(state, state, w, f, calib, cfg, rng, champ, False, X.SEGMENTS)
+        return _gate(state, WindowContext(state, w, f, calib, cfg, rng, champ, X.SEGMENTS), False)
 
     redrawn = np.random.default_rng(1).random(len(frame)) < 0.02
     calm = frame.assign(label=np.where(de, redrawn, frame["label"]))
