@@ -166,6 +166,7 @@ def run(
         "never": never,
         "always": daily_sums,
         "state": state,
+        "cfg": cfg,
     }
 
 
@@ -198,6 +199,25 @@ DETECT = {"global": "all", "one_country": "country=DE", "slope": "all"}
 POLICIES = ("served", "never", "always")
 
 
+def fired_by(state: Any, incident: dict[str, Any], cfg: mon.MonitorConfig) -> str:
+    """Which rule opened ``incident`` (its window's history row): ``band`` (outside the learned band),
+    ``practical, one window`` (the ratio's practical limit on that window alone), ``pooled windows`` (the
+    ratio practically off only with the segment's previous 1-2 windows pooled), ``limit`` (ECE or slope
+    beyond its absolute limit)."""
+    from calibflow.monitor.thresholds import _outside
+
+    rows = [r for r in state.history if r["window"] == incident["opened"]]
+    row = next(r for r in rows if r["segment"] == incident["segment"])
+    metric, n = incident["metric"], len(rows)
+    if metric == "calibration_ratio":
+        if _outside(row[metric], row["band_ratio"]):
+            return "band"
+        return "practical, one window" if mon.practically_off(row, cfg, n) else "pooled windows"
+    if metric == "ece" and _outside(row[metric], row["band_ece"]):
+        return "band"
+    return "limit"
+
+
 def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     """One run reduced to the study's numbers (JSON): incidents on stable windows (every window of
     ``stable``, the pre-shift windows of the others), the detection delay, and per policy the pooled
@@ -208,10 +228,18 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     target = DETECT.get(scen)
     hits = sorted(d for d, seg, _ in res["alerts"] if seg == target and d >= shift)  # first on/after it
     after = [a for a in res["alert_days"] if a >= shift]
+    state = res.get("state")
+    cfg = res.get("cfg") or mon.MonitorConfig(n_bootstrap=100)
+    fired = [
+        {"segment": i.get("segment"), "metric": i.get("metric"), "day": d,
+         "fired_by": fired_by(state, i, cfg) if state is not None else None}
+        for i, d in zip(res["incidents"], opened, strict=True) if d < stable_days
+    ]
     out: dict[str, Any] = {
         "scenario": scen, "seed": res["seed"], "days": days, "shift_day": shift,
         "stable_windows": stable_days,
         "stable_incidents": sum(1 for d in opened if d < stable_days),
+        "stable_incident_list": fired,
         "delay": (hits[0] - shift) if hits else None,
         "any_alert_delay": (after[0] - shift) if after and scen != "stable" else None,
         "promotions": len(res["promotions"]),
@@ -272,6 +300,12 @@ def table(runs: list[dict[str, Any]], big: float = 250) -> str:
         k, n = sum(r["stable_incidents"] for r in g), sum(r["stable_windows"] for r in g)
         upper = 100 * stats.chi2.ppf(0.975, 2 * (k + 1)) / 2 / n if n else float("nan")  # Garwood
         lines.append(f"| {s} | {len(g)} | {n} | {k} | {_ci(rate, 2)} | {upper:.2f} |")
+    listed = [(r["scenario"], r["seed"], i) for r in runs for i in r.get("stable_incident_list", [])]
+    if listed:
+        lines += ["", "| stable-window incident: scenario | seed | day | segment | metric | opened by |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {s} | {seed} | {i['day']} | {i['segment']} | {i['metric']} | {i['fired_by']} |"
+                  for s, seed, i in listed]
     lines += ["", "| drift | segment | detected | delay in windows, mean [95% t CI] | median | max | "
               "within 2 |", "|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
@@ -344,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     res = run(a.scenario, a.seed, a.days, a.rows, a.shift_day, progress=True)
     tail = pooled(res["served"], max(a.days - 15, 0), a.days)
     res.pop("state")
+    res.pop("cfg")
     print(json.dumps({k: res[k] for k in ("first_alert", "promotions", "incidents")}, default=str, indent=1))
     print("served, last 15 days:", json.dumps({k: round(v["ratio"], 3) for k, v in tail.items()}))
     print("served / truth, last 15 days:", json.dumps({k: round(v["vs_truth"], 3) for k, v in tail.items()}))
