@@ -164,7 +164,7 @@ def _gate(new: MonitorState, ctx: WindowContext, overall_skipped: bool) -> dict[
         }
     rec, winner = challenge(
         champ, calib, held_out, cfg, rng, state.score_kind, state.pinned, segments,
-        _worse_streak(new, state, len(held_out) < len(frame)),
+        _worse_streak(new, state, sorted(targets) if len(held_out) < len(frame) else []),
         patch,
     )
     if patch is not None and patch[0] is not None and rec.get("best") == PATCH_METHOD:
@@ -176,6 +176,7 @@ def _gate(new: MonitorState, ctx: WindowContext, overall_skipped: bool) -> dict[
     rec["champion_version"] = state.champion
     if len(held_out) < len(frame):
         rec["judged_rows"] = int(len(held_out))
+        rec["judged_outside"] = sorted(targets)
         rec["reason"] += (
             f" (judged on the {len(held_out)} of {len(frame)} window rows outside the drifted levels)"
         )
@@ -310,18 +311,19 @@ def _recent(state: MonitorState, segment: str, version: int, n: int) -> list[dic
 
 
 def _worse_streak(
-    new: MonitorState, state: MonitorState, undrifted: bool = False
+    new: MonitorState, state: MonitorState, outside: list[str] | None = None
 ) -> list[tuple[float, float]]:
     """(gain, se) of the consecutive latest gates that found the champion in office worse on average,
-    judged on the same rows as this one (``undrifted``: the window's rows outside drifted levels, the
-    record's ``judged_rows``). Why: the days before a level's incident opened were judged on every row,
-    the drifted level's too, where any map serving higher wins; pooled with the first undrifted windows
-    they replaced the champion by a global map (every other country +1.5%)."""
+    judged on the same rows as this one: outside the same drifted levels (``outside``, the record's
+    ``judged_outside``; none: the whole window). Why: the days before a level's incident opened were
+    judged on every row, the drifted level's too, where any map serving higher wins; pooled with the
+    first windows judged without it they replaced the champion by a global map (every other country
+    +1.5%); so did a window judged without a small country's false incident but with DE's drifted rows."""
     out: list[tuple[float, float]] = []
     for g in reversed(new.gates):
         if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
             break
-        if ("judged_rows" in g) != undrifted:
+        if list(g.get("judged_outside", [])) != list(outside or []):
             break
         out.append((float(g["delta"]), float(g["delta_se"])))
     return out[::-1]

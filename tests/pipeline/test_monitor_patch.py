@@ -207,14 +207,19 @@ def test_while_the_patch_waits_the_global_challengers_are_judged_without_the_dri
 
 def test_a_worse_streak_pools_only_windows_judged_on_the_same_rows():
     """The windows before a level's incident were judged on every row (the drifted level's too); the
-    ones after it on the undrifted rows. ``replace_after`` pools a streak of one kind only."""
+    ones after it without the drifted levels. ``replace_after`` pools a streak of one set of rows only:
+    a window judged without a small country's false incident still held DE's drifted rows."""
     from calibflow.monitor.gate import _worse_streak
 
     state = mon.MonitorState(source="s")
     state.champion = 1
     worse = {"champion_worse": True, "champion_version": 1, "delta": 1e-4, "delta_se": 3e-5}
-    state.gates = [dict(worse), dict(worse), {**worse, "judged_rows": 18_000}]
-    assert _worse_streak(state, state, True) == [(1e-4, 3e-5)]  # the two whole-window gates left out
-    assert _worse_streak(state, state, False) == []
-    state.gates = state.gates[:2]
-    assert _worse_streak(state, state, False) == [(1e-4, 3e-5)] * 2  # as before on whole windows
+    both = ["country=C16", "country=DE"]
+    state.gates = [dict(worse), {**worse, "judged_outside": ["country=C16"]},
+                   {**worse, "judged_rows": 18_000, "judged_outside": both}]
+    assert _worse_streak(state, state, both) == [(1e-4, 3e-5)]  # the two other kinds left out
+    assert _worse_streak(state, state, []) == []
+    state.gates = state.gates[:1] * 2
+    assert _worse_streak(state, state) == [(1e-4, 3e-5)] * 2  # as before on whole windows
+    state.gates = [{**worse, "judged_outside": both}] * 3
+    assert _worse_streak(state, state, both) == [(1e-4, 3e-5)] * 3
