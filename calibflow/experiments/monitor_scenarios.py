@@ -254,14 +254,16 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
 
 
 def study(
-    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None
+    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None,
+    always: bool = True,
 ) -> list[dict[str, Any]]:
-    """Every (scenario, seed) run with the always-recalibrate control, reduced by ``summary``; seed by
-    seed (every scenario of a seed, then the next), ``save(runs)`` after each run."""
+    """Every (scenario, seed) run with the always-recalibrate control (unless ``always`` is False: it
+    refits every day and about doubles a run's time), reduced by ``summary``; seed by seed (every
+    scenario of a seed, then the next), ``save(runs)`` after each run."""
     out = []
     for seed in seeds:
         for scen in scenarios:
-            res = run(scen, seed, days, rows, shift_day, always=True)
+            res = run(scen, seed, days, rows, shift_day, always=always)
             out.append(summary(res, days))
             if save is not None:
                 save(out)
@@ -284,6 +286,11 @@ def _p(d: list[float]) -> str:
     if v.size < 2 or np.allclose(v, v[0]):
         return "p = n/a"
     return f"p = {stats.ttest_1samp(v, 0.0).pvalue:.2g}"
+
+
+def _policies(runs: list[dict[str, Any]]) -> list[str]:
+    """The policies every run of ``runs`` has (``always`` is absent from a study run without it)."""
+    return [pol for pol in POLICIES if all(pol in r for r in runs)]
 
 
 def table(runs: list[dict[str, Any]], big: float = 250) -> str:
@@ -319,28 +326,33 @@ def table(runs: list[dict[str, Any]], big: float = 250) -> str:
               "abs bias gated - never [95% t CI], p | gated - always, p |", "|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
         keys = ["all", "DE"] if s == "one_country" else ["all"]
+        pols = _policies(g)
         for k in keys:
-            vals = {pol: [r[pol][k]["vs_truth"] for r in g] for pol in POLICIES}
+            vals = {pol: [r[pol][k]["vs_truth"] for r in g] for pol in pols}
             bias = {pol: np.abs(np.asarray(v) - 1) for pol, v in vals.items()}
-            dn, da = list(bias["served"] - bias["never"]), list(bias["served"] - bias["always"])
+            dn = list(bias["served"] - bias["never"])
+            da = list(bias["served"] - bias["always"]) if "always" in pols else None
+            alw = (_ci(vals["always"]), f"{_ci(da)}, {_p(da)}") if da is not None else ("not run", "-")
             lines.append(f"| {s} | {k} | {_ci(vals['served'])} | {_ci(vals['never'])} | "
-                         f"{_ci(vals['always'])} | {_ci(dn)}, {_p(dn)} | {_ci(da)}, {_p(da)} |")
+                         f"{alw[0]} | {_ci(dn)}, {_p(dn)} | {alw[1]} |")
     lines += ["", f"| scenario | countries (> {big:g} positives, not the shifted one) | "
               "worst abs(served/truth - 1) per seed: gated | never | always | "
               "seeds with every such country within 0.05: gated | never | "
               "always |", "|---|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
-        worst = {pol: [] for pol in POLICIES}
+        pols = _policies(g)
+        worst: dict[str, list[float]] = {pol: [] for pol in pols}
         for r in g:
             judged = [c for c in COUNTRIES if (c != "DE" or s != "one_country")]
             judged = [c for c in judged if r["served"][c]["positives"] > big]
-            for pol in POLICIES:
+            for pol in pols:
                 worst[pol].append(max((abs(r[pol][c]["vs_truth"] - 1) for c in judged), default=0.0))
         n_big = np.mean([sum(r["served"][c]["positives"] > big for c in COUNTRIES) for r in g])
-        ok = {pol: sum(w <= 0.05 for w in worst[pol]) for pol in POLICIES}
-        lines.append(f"| {s} | {n_big:.1f} | {_ci(worst['served'])} | {_ci(worst['never'])} | "
-                     f"{_ci(worst['always'])} | {ok['served']}/{len(g)} | {ok['never']}/{len(g)} | "
-                     f"{ok['always']}/{len(g)} |")
+        ok = {pol: f"{sum(w <= 0.05 for w in worst[pol])}/{len(g)}" for pol in pols}
+        ci = {pol: _ci(worst[pol]) for pol in pols}
+        lines.append(f"| {s} | {n_big:.1f} | {ci['served']} | {ci['never']} | "
+                     f"{ci.get('always', 'not run')} | {ok['served']} | {ok['never']} | "
+                     f"{ok.get('always', '-')} |")
     return "\n".join(lines)
 
 
@@ -354,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", help="the study: these seeds (e.g. $(seq 0 19))")
     ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     ap.add_argument("--out", help="the study's JSON (one summary per scenario and seed)")
+    ap.add_argument("--no-always", action="store_true",
+                    help="leave out the always-recalibrate control (it about doubles each run's time)")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print the study's tables from these files")
     a = ap.parse_args(argv)
     if a.table:
@@ -373,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
                     json.dump({"args": args, "runs": runs}, fh, indent=1)
                 os.replace(tmp, a.out)
 
-        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save)))
+        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save, not a.no_always)))
         return
     res = run(a.scenario, a.seed, a.days, a.rows, a.shift_day, progress=True)
     tail = pooled(res["served"], max(a.days - 15, 0), a.days)

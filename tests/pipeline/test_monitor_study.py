@@ -67,3 +67,15 @@ def test_each_stable_incident_names_the_rule_that_opened_it():
                                             "metric": "calibration_ratio"}, cfg) for r in state.history}
     assert got == {"all": "band", "country=DE": "practical, one window", "country=FR": "pooled windows"}
     assert X.fired_by(state, {"opened": w, "segment": "all", "metric": "calibration_slope"}, cfg) == "limit"
+
+
+def test_a_study_without_the_always_control_says_so_in_its_tables():
+    runs = []
+    for s in range(4):
+        r = _run("one_country", s, 1.0)
+        del r["always"]
+        runs.append(X.summary(r, days=10, last=5))
+    assert all("always" not in r for r in runs)
+    text = X.table(runs)
+    row = next(x for x in text.splitlines() if x.startswith("| one_country | DE | 1.000"))
+    assert "not run" in row and "0.750" in row
