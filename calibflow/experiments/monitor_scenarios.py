@@ -166,6 +166,7 @@ def run(
         "never": never,
         "always": daily_sums,
         "state": state,
+        "cfg": cfg,
     }
 
 
@@ -198,6 +199,25 @@ DETECT = {"global": "all", "one_country": "country=DE", "slope": "all"}
 POLICIES = ("served", "never", "always")
 
 
+def fired_by(state: Any, incident: dict[str, Any], cfg: mon.MonitorConfig) -> str:
+    """Which rule opened ``incident`` (its window's history row): ``band`` (outside the learned band),
+    ``practical, one window`` (the ratio's practical limit on that window alone), ``pooled windows`` (the
+    ratio practically off only with the segment's previous 1-2 windows pooled), ``limit`` (ECE or slope
+    beyond its absolute limit)."""
+    from calibflow.monitor.thresholds import _outside
+
+    rows = [r for r in state.history if r["window"] == incident["opened"]]
+    row = next(r for r in rows if r["segment"] == incident["segment"])
+    metric, n = incident["metric"], len(rows)
+    if metric == "calibration_ratio":
+        if _outside(row[metric], row["band_ratio"]):
+            return "band"
+        return "practical, one window" if mon.practically_off(row, cfg, n) else "pooled windows"
+    if metric == "ece" and _outside(row[metric], row["band_ece"]):
+        return "band"
+    return "limit"
+
+
 def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     """One run reduced to the study's numbers (JSON): incidents on stable windows (every window of
     ``stable``, the pre-shift windows of the others), the detection delay, and per policy the pooled
@@ -208,10 +228,18 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
     target = DETECT.get(scen)
     hits = sorted(d for d, seg, _ in res["alerts"] if seg == target and d >= shift)  # first on/after it
     after = [a for a in res["alert_days"] if a >= shift]
+    state = res.get("state")
+    cfg = res.get("cfg") or mon.MonitorConfig(n_bootstrap=100)
+    fired = [
+        {"segment": i.get("segment"), "metric": i.get("metric"), "day": d,
+         "fired_by": fired_by(state, i, cfg) if state is not None else None}
+        for i, d in zip(res["incidents"], opened, strict=True) if d < stable_days
+    ]
     out: dict[str, Any] = {
         "scenario": scen, "seed": res["seed"], "days": days, "shift_day": shift,
         "stable_windows": stable_days,
         "stable_incidents": sum(1 for d in opened if d < stable_days),
+        "stable_incident_list": fired,
         "delay": (hits[0] - shift) if hits else None,
         "any_alert_delay": (after[0] - shift) if after and scen != "stable" else None,
         "promotions": len(res["promotions"]),
@@ -226,14 +254,16 @@ def summary(res: dict[str, Any], days: int, last: int = 15) -> dict[str, Any]:
 
 
 def study(
-    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None
+    scenarios: list[str], seeds: list[int], days: int, rows: int, shift_day: int, save=None,
+    always: bool = True,
 ) -> list[dict[str, Any]]:
-    """Every (scenario, seed) run with the always-recalibrate control, reduced by ``summary``; seed by
-    seed (every scenario of a seed, then the next), ``save(runs)`` after each run."""
+    """Every (scenario, seed) run with the always-recalibrate control (unless ``always`` is False: it
+    refits every day and about doubles a run's time), reduced by ``summary``; seed by seed (every
+    scenario of a seed, then the next), ``save(runs)`` after each run."""
     out = []
     for seed in seeds:
         for scen in scenarios:
-            res = run(scen, seed, days, rows, shift_day, always=True)
+            res = run(scen, seed, days, rows, shift_day, always=always)
             out.append(summary(res, days))
             if save is not None:
                 save(out)
@@ -258,6 +288,11 @@ def _p(d: list[float]) -> str:
     return f"p = {stats.ttest_1samp(v, 0.0).pvalue:.2g}"
 
 
+def _policies(runs: list[dict[str, Any]]) -> list[str]:
+    """The policies every run of ``runs`` has (``always`` is absent from a study run without it)."""
+    return [pol for pol in POLICIES if all(pol in r for r in runs)]
+
+
 def table(runs: list[dict[str, Any]], big: float = 250) -> str:
     """The study's tables (markdown): t intervals over seeds, paired t-tests against the controls;
     countries judged one by one are those with more than ``big`` positives in the last days."""
@@ -272,6 +307,12 @@ def table(runs: list[dict[str, Any]], big: float = 250) -> str:
         k, n = sum(r["stable_incidents"] for r in g), sum(r["stable_windows"] for r in g)
         upper = 100 * stats.chi2.ppf(0.975, 2 * (k + 1)) / 2 / n if n else float("nan")  # Garwood
         lines.append(f"| {s} | {len(g)} | {n} | {k} | {_ci(rate, 2)} | {upper:.2f} |")
+    listed = [(r["scenario"], r["seed"], i) for r in runs for i in r.get("stable_incident_list", [])]
+    if listed:
+        lines += ["", "| stable-window incident: scenario | seed | day | segment | metric | opened by |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {s} | {seed} | {i['day']} | {i['segment']} | {i['metric']} | {i['fired_by']} |"
+                  for s, seed, i in listed]
     lines += ["", "| drift | segment | detected | delay in windows, mean [95% t CI] | median | max | "
               "within 2 |", "|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
@@ -285,28 +326,33 @@ def table(runs: list[dict[str, Any]], big: float = 250) -> str:
               "abs bias gated - never [95% t CI], p | gated - always, p |", "|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
         keys = ["all", "DE"] if s == "one_country" else ["all"]
+        pols = _policies(g)
         for k in keys:
-            vals = {pol: [r[pol][k]["vs_truth"] for r in g] for pol in POLICIES}
+            vals = {pol: [r[pol][k]["vs_truth"] for r in g] for pol in pols}
             bias = {pol: np.abs(np.asarray(v) - 1) for pol, v in vals.items()}
-            dn, da = list(bias["served"] - bias["never"]), list(bias["served"] - bias["always"])
+            dn = list(bias["served"] - bias["never"])
+            da = list(bias["served"] - bias["always"]) if "always" in pols else None
+            alw = (_ci(vals["always"]), f"{_ci(da)}, {_p(da)}") if da is not None else ("not run", "-")
             lines.append(f"| {s} | {k} | {_ci(vals['served'])} | {_ci(vals['never'])} | "
-                         f"{_ci(vals['always'])} | {_ci(dn)}, {_p(dn)} | {_ci(da)}, {_p(da)} |")
+                         f"{alw[0]} | {_ci(dn)}, {_p(dn)} | {alw[1]} |")
     lines += ["", f"| scenario | countries (> {big:g} positives, not the shifted one) | "
               "worst abs(served/truth - 1) per seed: gated | never | always | "
               "seeds with every such country within 0.05: gated | never | "
               "always |", "|---|---|---|---|---|---|---|---|"]
     for s, g in groups.items():
-        worst = {pol: [] for pol in POLICIES}
+        pols = _policies(g)
+        worst: dict[str, list[float]] = {pol: [] for pol in pols}
         for r in g:
             judged = [c for c in COUNTRIES if (c != "DE" or s != "one_country")]
             judged = [c for c in judged if r["served"][c]["positives"] > big]
-            for pol in POLICIES:
+            for pol in pols:
                 worst[pol].append(max((abs(r[pol][c]["vs_truth"] - 1) for c in judged), default=0.0))
         n_big = np.mean([sum(r["served"][c]["positives"] > big for c in COUNTRIES) for r in g])
-        ok = {pol: sum(w <= 0.05 for w in worst[pol]) for pol in POLICIES}
-        lines.append(f"| {s} | {n_big:.1f} | {_ci(worst['served'])} | {_ci(worst['never'])} | "
-                     f"{_ci(worst['always'])} | {ok['served']}/{len(g)} | {ok['never']}/{len(g)} | "
-                     f"{ok['always']}/{len(g)} |")
+        ok = {pol: f"{sum(w <= 0.05 for w in worst[pol])}/{len(g)}" for pol in pols}
+        ci = {pol: _ci(worst[pol]) for pol in pols}
+        lines.append(f"| {s} | {n_big:.1f} | {ci['served']} | {ci['never']} | "
+                     f"{ci.get('always', 'not run')} | {ok['served']} | {ok['never']} | "
+                     f"{ok.get('always', '-')} |")
     return "\n".join(lines)
 
 
@@ -320,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", help="the study: these seeds (e.g. $(seq 0 19))")
     ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     ap.add_argument("--out", help="the study's JSON (one summary per scenario and seed)")
+    ap.add_argument("--no-always", action="store_true",
+                    help="leave out the always-recalibrate control (it about doubles each run's time)")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print the study's tables from these files")
     a = ap.parse_args(argv)
     if a.table:
@@ -339,11 +387,12 @@ def main(argv: list[str] | None = None) -> None:
                     json.dump({"args": args, "runs": runs}, fh, indent=1)
                 os.replace(tmp, a.out)
 
-        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save)))
+        print(table(study(a.scenarios, a.seeds, a.days, a.rows, a.shift_day, save, not a.no_always)))
         return
     res = run(a.scenario, a.seed, a.days, a.rows, a.shift_day, progress=True)
     tail = pooled(res["served"], max(a.days - 15, 0), a.days)
     res.pop("state")
+    res.pop("cfg")
     print(json.dumps({k: res[k] for k in ("first_alert", "promotions", "incidents")}, default=str, indent=1))
     print("served, last 15 days:", json.dumps({k: round(v["ratio"], 3) for k, v in tail.items()}))
     print("served / truth, last 15 days:", json.dumps({k: round(v["vs_truth"], 3) for k, v in tail.items()}))

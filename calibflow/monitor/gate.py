@@ -4,7 +4,7 @@ gate (promote a challenger, replace a champion found worse), and return the new 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,25 +96,33 @@ def process_window(
             row["drifted"] = sorted(set(row["out"]) | held)
     new.processed.append(window.key)
     new.windows[window.key] = {"fingerprint": fingerprint, "rows": int(len(frame))}
-    rec = _gate(new, state, window, frame, calib, cfg, rng, champ, overall_skipped, segments)
+    ctx = WindowContext(state, window, frame, calib, cfg, rng, champ, segments)
+    rec = _gate(new, ctx, overall_skipped)
     new.gates.append(rec)
     new.windows[window.key]["champion"] = new.champion
     return new
 
 
-def _gate(
-    new: MonitorState,
-    state: MonitorState,
-    window: Window,
-    frame: pd.DataFrame,
-    calib: pd.DataFrame,
-    cfg: MonitorConfig,
-    rng: np.random.Generator,
-    champ: C.BaseCalibrator,
-    overall_skipped: bool,
-    segments: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The gate's record for ``window``; a promotion is added to ``new`` (versions, champion)."""
+@dataclass(frozen=True)
+class WindowContext:
+    """What the gate reads about one window (``process_window``'s arguments and the champion): the state
+    before the window, the window, its rows, the trailing calibration rows, the config, the window's
+    generator and the champion in office. ``new``, the state being built, is passed beside it."""
+
+    state: MonitorState
+    window: Window
+    frame: pd.DataFrame
+    calib: pd.DataFrame
+    cfg: MonitorConfig
+    rng: np.random.Generator
+    champ: C.BaseCalibrator
+    segments: tuple[str, ...] = ()
+
+
+def _gate(new: MonitorState, ctx: WindowContext, overall_skipped: bool) -> dict[str, Any]:
+    """The gate's record for ``ctx.window``; a promotion is added to ``new`` (versions, champion)."""
+    state, window, frame, calib, cfg = ctx.state, ctx.window, ctx.frame, ctx.calib, ctx.cfg
+    rng, champ, segments = ctx.rng, ctx.champ, ctx.segments
     if overall_skipped:
         return {"window": window.key, "promoted": False, "reason": "window skipped: too few positives"}
     has_cols = all(c in frame.columns for c in segments)
@@ -130,14 +138,21 @@ def _gate(
         if sure:
             if set(sure) != set(patch[1]["patched"]):
                 patch = patch_challenger(champ, calib, {k: targets[k] for k in sure}, cfg, state.score_kind)
-            rec = _patch_record(new, state, window, frame, calib, cfg, rng, champ, patch, refresh)
+            rec = _patch_record(new, ctx, patch, refresh)
             if rec["promoted"]:
                 return rec
+    held_out = frame
     if targets:
         # Only segment levels drifted: the global challengers learn the undrifted rows (the whole trailing
         # window: those rows did not change); fitted on all rows, a global map spread the drifted level's
         # change over every segment (+3% on every unshifted country after a one-country shift).
         calib, since = calib[~drifted_rows(calib, targets)], None
+        rest = ~drifted_rows(frame, targets)
+        if (patch is None or patch[0] is None) and rest.any():
+            # ... and, while no patch competes, they are judged on the undrifted rows too: on the whole
+            # window a map that serves every country higher won on the drifted level's rows alone, and
+            # replace_after promoted it (the study's seed 7: beta, every other country +1.5% for good).
+            held_out = frame[rest]
     else:
         calib, since = _since_change(new, calib, cfg)
     n_calib_windows = int(np.unique(window_index(calib["time"], cfg)).size) if len(calib) else 0
@@ -148,7 +163,8 @@ def _gate(
             "reason": f"trailing calibration window too small ({n_calib_windows} period(s))",
         }
     rec, winner = challenge(
-        champ, calib, frame, cfg, rng, state.score_kind, state.pinned, segments, _worse_streak(new, state),
+        champ, calib, held_out, cfg, rng, state.score_kind, state.pinned, segments,
+        _worse_streak(new, state, sorted(targets) if len(held_out) < len(frame) else []),
         patch,
     )
     if patch is not None and patch[0] is not None and rec.get("best") == PATCH_METHOD:
@@ -158,6 +174,12 @@ def _gate(
         )
     rec["window"] = window.key
     rec["champion_version"] = state.champion
+    if len(held_out) < len(frame):
+        rec["judged_rows"] = int(len(held_out))
+        rec["judged_outside"] = sorted(targets)
+        rec["reason"] += (
+            f" (judged on the {len(held_out)} of {len(frame)} window rows outside the drifted levels)"
+        )
     if since is not None:
         rec["fitted_since"] = since
         rec["reason"] += f" (challengers fitted on the windows since the incident of {since[:10]})"
@@ -202,13 +224,7 @@ def _promote(
 
 def _patch_record(
     new: MonitorState,
-    state: MonitorState,
-    window: Window,
-    frame: pd.DataFrame,
-    calib: pd.DataFrame,
-    cfg: MonitorConfig,
-    rng: np.random.Generator,
-    champ: C.BaseCalibrator,
+    ctx: WindowContext,
     patch: tuple[C.BaseCalibrator | None, dict[str, Any]],
     refresh: dict[str, str],
 ) -> dict[str, Any]:
@@ -216,6 +232,9 @@ def _patch_record(
     a likelihood-ratio test on the level's rows since its incident, or a due refresh. The held-out window
     is still scored (recorded: delta and its interval), and a patch it finds worse (interval below 0) is
     not promoted: the gate then runs as usual."""
+    state, window, frame, calib, cfg, rng, champ = (
+        ctx.state, ctx.window, ctx.frame, ctx.calib, ctx.cfg, ctx.rng, ctx.champ
+    )
     cal, prec = patch
     assert cal is not None
     metric = cfg.selection_metric
@@ -291,11 +310,20 @@ def _recent(state: MonitorState, segment: str, version: int, n: int) -> list[dic
     return out[::-1]
 
 
-def _worse_streak(new: MonitorState, state: MonitorState) -> list[tuple[float, float]]:
-    """(gain, se) of the consecutive latest gates that found the champion in office worse on average."""
+def _worse_streak(
+    new: MonitorState, state: MonitorState, outside: list[str] | None = None
+) -> list[tuple[float, float]]:
+    """(gain, se) of the consecutive latest gates that found the champion in office worse on average,
+    judged on the same rows as this one: outside the same drifted levels (``outside``, the record's
+    ``judged_outside``; none: the whole window). Why: the days before a level's incident opened were
+    judged on every row, the drifted level's too, where any map serving higher wins; pooled with the
+    first windows judged without it they replaced the champion by a global map (every other country
+    +1.5%); so did a window judged without a small country's false incident but with DE's drifted rows."""
     out: list[tuple[float, float]] = []
     for g in reversed(new.gates):
         if not g.get("champion_worse") or g.get("champion_version") != state.champion or "delta_se" not in g:
+            break
+        if list(g.get("judged_outside", [])) != list(outside or []):
             break
         out.append((float(g["delta"]), float(g["delta_se"])))
     return out[::-1]

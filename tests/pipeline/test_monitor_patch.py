@@ -145,3 +145,81 @@ def test_a_patch_records_its_likelihood_ratio_and_is_refreshed_when_its_rows_dou
     assert refresh_due(state, after, CFG) == {"country=DE": since}
     state.versions[1]["patch"] = {"country=DE": {**half["country=DE"], "periods": CFG.calib_windows}}
     assert refresh_due(state, after, CFG) == {}  # it saw a whole trailing window: done
+
+
+def test_a_patch_on_half_the_trailing_window_is_refreshed_once_its_rows_span_the_whole_window():
+    """The trailing window caps a level's rows since its incident at ``calib_windows`` periods: a patch
+    fitted on 4 of 6 periods waited for twice its positives, which 6 periods hold only by chance, and was
+    served on its first 4 days' labels for good. The refresh counts periods (blind to the labels): due
+    once the rows span twice the fitted periods or the whole trailing window."""
+    rows = pd.concat([X.day_frame("one_country", d, 20_000, 1, 10) for d in range(10, 16)], ignore_index=True)
+    since = str(rows["time"].min().floor("D").isoformat())
+    de = (rows["country"] == "DE").to_numpy()
+    first4 = de & (pd.to_datetime(rows["time"]) < pd.Timestamp(since) + pd.Timedelta(days=4)).to_numpy()
+    fitted = float(rows["label"].to_numpy()[first4].sum())
+    assert rows["label"].to_numpy()[de].sum() < 2 * fitted  # 6 periods: under twice the 4 periods' positives
+    state = mon.MonitorState(source="s")
+    state.versions = [{"version": 1}, {"version": 2, "patch": {"country=DE": {
+        "since": since, "positives": fitted, "periods": 4}}}]
+    state.champion = 2
+    assert refresh_due(state, rows, CFG) == {"country=DE": since}  # 6 = calib_windows periods since
+    assert refresh_due(state, rows[~first4 | ~de], CFG) == {}  # the control: only 2 newer periods
+    four = rows[(pd.to_datetime(rows["time"]) < pd.Timestamp(since) + pd.Timedelta(days=4)).to_numpy()]
+    state.versions[1]["patch"]["country=DE"]["periods"] = 2
+    flipped = four.assign(label=np.where(four["country"] == "DE", 0.0, four["label"]))
+    flipped.loc[flipped.index[flipped["country"] == "DE"][:5], "label"] = 1.0
+    assert refresh_due(state, four, CFG) == refresh_due(state, flipped, CFG) == {"country=DE": since}
+
+
+def test_while_the_patch_waits_the_global_challengers_are_judged_without_the_drifted_rows():
+    """A drifted level's rows (DE, 35% under the champion) rewarded any global map that serves every
+    country a little higher, and ``replace_after`` promoted one (the study's seed 7: beta, every other
+    country +1.5% for good). While DE's patch waits for its windows, the gate's numbers do not depend on
+    DE's labels in the held-out window."""
+    from calibflow.monitor.gate import WindowContext, _gate
+
+    cfg = mon.MonitorConfig(n_bootstrap=50, calib_windows=4, min_calib_windows=3, seed=3)
+    calib = pd.concat([X.day_frame("one_country", d, 20_000, 2, 10) for d in range(6, 10)], ignore_index=True)
+    frame = X.day_frame("one_country", 10, 20_000, 2, 10)
+    de = (frame["country"] == "DE").to_numpy()
+    w = mon.Window(frame["time"].min().floor("D"), frame["time"].min().floor("D") + pd.Timedelta(days=1))
+    champ = S.record_score_kind(
+        C.make("platt", input="probability").fit(calib["score"].to_numpy(), calib["label"].to_numpy()),
+        "probability",
+    )
+    state = mon.MonitorState.start_with("s", champ, {"fitted_on": ["test"]}, "probability")
+    state.history = [{"window": w.key, "segment": "country=DE", "version": 1, "calibration_ratio": 0.65,
+                      "skipped": None, "out": ["calibration_ratio"], "band_ratio": [0.9, 1.1]}]
+    state.alerts = [{"window": w.key, "segment": "country=DE", "metric": "calibration_ratio"}]
+    assert mon.patch_targets(state, cfg, X.SEGMENTS) == {"country=DE": w.key}
+
+    def gate(f: pd.DataFrame) -> dict:
+        rng = np.random.default_rng(0)
+        return _gate(state, WindowContext(state, w, f, calib, cfg, rng, champ, X.SEGMENTS), False)
+
+    redrawn = np.random.default_rng(1).random(len(frame)) < 0.02
+    calm = frame.assign(label=np.where(de, redrawn, frame["label"]))
+    a, b = gate(frame), gate(calm)
+    for k in ("best", "delta", "delta_ci", "champion", "promoted"):
+        assert a[k] == b[k], (k, a[k], b[k])
+    assert a["judged_rows"] == int((~de).sum()), a
+
+
+def test_a_worse_streak_pools_only_windows_judged_on_the_same_rows():
+    """The windows before a level's incident were judged on every row (the drifted level's too); the
+    ones after it without the drifted levels. ``replace_after`` pools a streak of one set of rows only:
+    a window judged without a small country's false incident still held DE's drifted rows."""
+    from calibflow.monitor.gate import _worse_streak
+
+    state = mon.MonitorState(source="s")
+    state.champion = 1
+    worse = {"champion_worse": True, "champion_version": 1, "delta": 1e-4, "delta_se": 3e-5}
+    both = ["country=C16", "country=DE"]
+    state.gates = [dict(worse), {**worse, "judged_outside": ["country=C16"]},
+                   {**worse, "judged_rows": 18_000, "judged_outside": both}]
+    assert _worse_streak(state, state, both) == [(1e-4, 3e-5)]  # the two other kinds left out
+    assert _worse_streak(state, state, []) == []
+    state.gates = state.gates[:1] * 2
+    assert _worse_streak(state, state) == [(1e-4, 3e-5)] * 2  # as before on whole windows
+    state.gates = [{**worse, "judged_outside": both}] * 3
+    assert _worse_streak(state, state, both) == [(1e-4, 3e-5)] * 3

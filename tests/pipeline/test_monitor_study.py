@@ -46,3 +46,36 @@ def test_table_reports_intervals_and_paired_tests_against_both_controls():
     row = next(x for x in text.splitlines() if x.startswith("| global | all | 1.000"))
     assert "p = " in row and "0.750" in row and "0.970" in row  # the never and always controls
     assert "exact Poisson 95% upper bound" in text
+
+
+def test_each_stable_incident_names_the_rule_that_opened_it():
+    """The study says which rule opened each incident on a stable window: outside the learned band, the
+    practical limit on one window, or that limit only on the segment's last windows pooled."""
+    from calibflow import monitor as mon
+
+    cfg = mon.MonitorConfig()
+    w = "2026-01-03T00:00:00"
+    state = mon.MonitorState(source="s")
+    base = {"window": w, "version": 1, "skipped": None, "band_ratio": [0.8, 1.2], "band_ece": [0.0, 0.05],
+            "ece": 0.01, "out": ["calibration_ratio"], "positives": 100.0}
+    state.history = [
+        {**base, "segment": "all", "calibration_ratio": 0.7, "ratio_se": 0.2},  # outside its band
+        {**base, "segment": "country=DE", "calibration_ratio": 0.82, "ratio_se": 0.005},  # 16 se under 0.9
+        {**base, "segment": "country=FR", "calibration_ratio": 0.85, "ratio_se": 0.05},  # 1 se: pooled only
+    ]
+    got = {r["segment"]: X.fired_by(state, {"opened": w, "segment": r["segment"],
+                                            "metric": "calibration_ratio"}, cfg) for r in state.history}
+    assert got == {"all": "band", "country=DE": "practical, one window", "country=FR": "pooled windows"}
+    assert X.fired_by(state, {"opened": w, "segment": "all", "metric": "calibration_slope"}, cfg) == "limit"
+
+
+def test_a_study_without_the_always_control_says_so_in_its_tables():
+    runs = []
+    for s in range(4):
+        r = _run("one_country", s, 1.0)
+        del r["always"]
+        runs.append(X.summary(r, days=10, last=5))
+    assert all("always" not in r for r in runs)
+    text = X.table(runs)
+    row = next(x for x in text.splitlines() if x.startswith("| one_country | DE | 1.000"))
+    assert "not run" in row and "0.750" in row
