@@ -14,7 +14,8 @@ one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, 
    prediction interval for one new value, ``mean +- q * sd * sqrt(1 + 1/n)`` with ``q`` the Student-t
    quantile (n - 1 degrees of freedom) at the normal tail of ``band_k`` sd, split over the S segments
    watched in the window (Bonferroni: S bands are judged at once): ten reference values give the nominal
-   rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio is two-sided;
+   rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio's ``sd`` is never less
+   than the reference windows' own standard error (``ratio_spread``). The ratio is two-sided;
    ECE is upper only and learned on log(ECE) (ECE is skewed and bounded below by its noise). Always on as
    well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio is
    beyond ``1 +- practical_ratio`` by more than ``z`` standard errors (delta method over rows), ``z`` the
@@ -118,6 +119,7 @@ from calibflow.monitor.thresholds import (  # noqa: I001
     ece_off,
     out_of_band,
     practically_off,
+    ratio_spread,
     shown_calibrated,
     slope_off,
     within_limit,
@@ -171,6 +173,7 @@ __all__ = [
     "ratio_se",
     "score",
     "segment_masks",
+    "ratio_spread",
     "shown_calibrated",
     "slope_fits",
     "slope_off",

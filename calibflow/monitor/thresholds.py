@@ -63,14 +63,32 @@ def shown_calibrated(rows: list[dict[str, Any]]) -> bool:
     return abs(pooled - 1) <= max(REFERENCE_Z * se, REFERENCE_TOLERANCE)
 
 
-def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
-    """The current champion's reference; while it fills, the latest earlier complete one (module doc).
-    A version whose reference windows are not shown calibrated (``shown_calibrated``) is skipped."""
+def _learned_rows(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[dict]:
+    """The current champion's reference windows; while they fill, the latest earlier complete set (module
+    doc). A version whose reference windows are not shown calibrated (``shown_calibrated``) is skipped."""
     for version in range(state.champion, 0, -1):
         rows = _reference_rows(state, segment, version, metric, cfg.reference_windows)
         if len(rows) >= cfg.reference_windows and shown_calibrated(rows):
-            return [r[metric] for r in rows]
+            return rows
     return []
+
+
+def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig) -> list[float]:
+    return [r[metric] for r in _learned_rows(state, segment, metric, cfg)]
+
+
+def ratio_spread(rows: list[dict[str, Any]]) -> float:
+    """The spread a band of the reference windows' ratios is drawn with: their sample sd, but never less
+    than their own sampling error (the root mean square of their ``ratio_se``). Ten windows can spread
+    less than their noise by chance, and a segment near ``min_positives`` does so by selection: its
+    low-positive (noisier) windows are skipped, so its reference is its better days. IT in the study (33
+    positives a day) learned sd 0.034 where each window's se was 0.13-0.16, and paged on 1.18 and 1.25,
+    one se above 1 (docs/monitoring.md)."""
+    r = np.array([float(row["calibration_ratio"]) for row in rows])
+    sd = float(r.std(ddof=1)) if r.size > 1 else 0.0
+    ses = np.array([float(row["ratio_se"]) for row in rows if row.get("ratio_se") is not None], float)
+    ses = ses[np.isfinite(ses)]
+    return max(sd, float(np.sqrt(np.mean(ses**2)))) if ses.size else sd
 
 
 def bands(
@@ -80,12 +98,13 @@ def bands(
     ``n_segments`` watched in the window share the band's tail (family-wise over segments)."""
     out: dict[str, list[float | None]] = {}
     lo_f, hi_f = cfg.floor_ratio if cfg.floor_ratio is not None else (None, None)
-    r = np.array(_learned(state, segment, "calibration_ratio", cfg))
+    ref = _learned_rows(state, segment, "calibration_ratio", cfg)
+    r = np.array([float(row["calibration_ratio"]) for row in ref])
     e = np.log(np.maximum(np.array(_learned(state, segment, "ece", cfg)), 1e-6))
     lo = hi = top = None
     if r.size:
-        q = _pred_quantile(r.size, cfg.band_k, n_segments)
-        lo, hi = float(r.mean() - q * r.std(ddof=1)), float(r.mean() + q * r.std(ddof=1))
+        half = _pred_quantile(r.size, cfg.band_k, n_segments) * ratio_spread(ref)
+        lo, hi = float(r.mean() - half), float(r.mean() + half)
     if e.size:
         top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k, n_segments) * e.std(ddof=1)))
         top = min(top, 1.0)  # ECE <= 1: a band above 1 (few references) alerts the same, and the figure reads

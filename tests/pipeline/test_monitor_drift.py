@@ -27,7 +27,7 @@ def _row(window: int, ratio: float, version: int = 1, lo: float | None = None, h
 def test_a_champion_biased_by_five_percent_never_teaches_its_band_that_this_is_normal():
     rng = np.random.default_rng(0)
     state = mon.MonitorState(source="s", versions=[{}, {}], champion=2)
-    v1 = [_row(i, float(1 + 0.01 * rng.standard_normal())) for i in range(10)]
+    v1 = [_row(i, float(1 + 0.01 * rng.standard_normal()), se=0.01) for i in range(10)]  # spread = noise
     v2 = [_row(10 + i, float(0.95 + 0.005 * rng.standard_normal()), version=2) for i in range(12)]
     state.history = v1 + v2  # v2's windows: 0.95, each interval below 1 (shown biased)
     cfg = mon.MonitorConfig(reference_windows=10)
@@ -37,6 +37,28 @@ def test_a_champion_biased_by_five_percent_never_teaches_its_band_that_this_is_n
     assert mon.out_of_band(v2[-1], band, cfg) == ["calibration_ratio"]
     # Had v2's biased windows been used (the old rule), 0.95 would sit in the middle of its band.
     assert not mon.shown_calibrated(v2[:10]) and mon.shown_calibrated(v1)
+
+
+def test_a_band_is_never_narrower_than_its_reference_windows_own_noise():
+    """A small segment (about 33 positives a window, se 0.13-0.16) whose ten reference windows spread by
+    0.034 only (its noisier days were skipped under ``min_positives``) paged on 1.18 and 1.25 in the
+    study: one se above 1. The band's spread is at least the windows' own se; on 2,000 simulated
+    calibrated windows of that segment the band then fires at most 0.3% of the time (band_k = 3), where
+    the spread alone fired on about a third of them."""
+    state = mon.MonitorState(source="s", versions=[{}], champion=1)
+    ref = [0.90, 0.93, 0.96, 0.88, 0.91, 0.94, 0.87, 0.95, 0.92, 0.89]
+    state.history = [_row(i, r, se=0.145, positives=38) for i, r in enumerate(ref)]
+    cfg = mon.MonitorConfig(reference_windows=10)
+    band = mon.bands(state, "all", cfg)
+    lo, hi = band["calibration_ratio"]
+    assert mon.ratio_spread(state.history) == np.sqrt(np.mean(np.full(10, 0.145) ** 2))
+    for value in (1.18, 1.25, 0.62):
+        assert mon.out_of_band(_row(20, value, se=0.16, positives=31), band, cfg) == [], (value, band)
+    rng = np.random.default_rng(7)
+    draws = rng.normal(float(np.mean(ref)), 0.16, 2000)
+    assert np.mean((draws < lo) | (draws > hi)) <= 0.003
+    narrow = 4.29 * np.std(ref, ddof=1)  # the old band: the sample sd alone
+    assert np.mean(np.abs(draws - np.mean(ref)) > narrow) > 0.25
 
 
 def test_the_calibrated_check_judges_the_reference_as_a_set_and_keeps_its_tails():
