@@ -3,9 +3,9 @@
 ``scoring.score`` holds a window's rows and resamples them ``n_bootstrap`` times for the ratio's
 interval (200 x n row draws: minutes at 1e7 rows, out of memory at 1e8). Here the champion is applied to
 each batch of the pass row by row (``tables.aggregate_tables`` with ``TableRows(transform=...)``), and
-the window is its
-calibrated probabilities' tables: the fine (bucket, label) grid for the overall row, a coarse (value, cell,
-label) table per segment column. From them, per (window, segment), the same row as ``scoring.score``:
+the window is its calibrated probabilities' tables: the fine (bucket, label) grid for the overall row, a
+coarse (value, cell, label) table per segment column. From them, per (window, segment), the same row as
+``scoring.score``:
 
 - ``n``, ``positives``, ``calibration_ratio`` (``sum p / sum y``), ``log_loss`` and ``brier``: sums of
   the pass, equal to the rows' up to summation order;
