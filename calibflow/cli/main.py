@@ -193,14 +193,12 @@ def _ready(proc: subprocess.Popen | None, url: str, stages_in: Path | None = Non
         dvc_stages.start_worker(stages_in)
     # Prefect's and DVC's imports build objects by the hundred thousand, none of them garbage: with the
     # cyclic collector paused they cost less CPU, and frozen they stay out of the flow's later collections.
-    gc.disable()  # (``run`` paused it already; any other caller too)
-    try:
+    from calibflow.flows.gcpause import collector_paused
+
+    with collector_paused():  # (``run`` paused it already; any other caller too)
         import dvc.repo.reproduce  # noqa: F401  (the plan's)
 
         import calibflow.flows.pipeline  # noqa: F401  (prefect)
-    finally:
-        gc.freeze()
-        gc.enable()
 
     if proc is not None:
         from calibflow.flows import server as srv
@@ -288,24 +286,12 @@ def run(
     # The checks' and the flow's imports (the calibrator registry, DVC, Prefect) with the cyclic collector
     # paused: on again, and what they built frozen, once the flow's imports are done (``_ready``).
     gc.disable()
-    root = project_root()
-    _friendly(
-        lambda: _run(
-            root,
-            targets or [],
-            params_file,
-            name,
-            pull,
-            push,
-            commit,
-            commit_branch,
-            wait,
-            task_runner,
-            dask_address,
-            dask_workers,
-            port,
-        )
-    )
+    try:
+        root = project_root()
+        _friendly(lambda: _run(root, targets or [], params_file, name, pull, push, commit, commit_branch,
+                               wait, task_runner, dask_address, dask_workers, port))
+    finally:
+        gc.enable()  # a refusal or an up-to-date project returns before ``_ready`` turns it back on
 
 
 def _run(

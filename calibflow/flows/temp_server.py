@@ -10,16 +10,13 @@ on before the server serves anything.
 
 from __future__ import annotations
 
-import gc
 from typing import Any
+
+from calibflow.flows.gcpause import collector_paused
 
 
 def create_app() -> Any:
-    gc.disable()
-    try:
+    with collector_paused():
         from prefect.server.api.server import create_app as prefect_app
 
         return prefect_app()
-    finally:
-        gc.freeze()
-        gc.enable()

@@ -154,28 +154,22 @@ def test_a_command_the_host_refuses_runs_directly(tmp_path):
         host.close()
 
 
-@pytest.mark.parametrize("args", [["ads"], ["nosuchsource"]])
-def test_a_real_stage_writes_the_same_bytes_hosted_and_direct(tmp_path, args):
+def _project(folder, seed: int) -> None:
+    """A git folder with a 3,000-row score source ``ads`` (``calibflow init``)."""
     import numpy as np
     import pandas as pd
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     p = rng.uniform(0.01, 0.2, 3000)
-    pd.DataFrame({"p": p, "y": (rng.random(3000) < p).astype(int)}).to_parquet(tmp_path / "s.parquet")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    init = [
-        sys.executable,
-        "-m",
-        "calibflow.cli",
-        "init",
-        "--data",
-        "s.parquet",
-        "--label",
-        "y",
-        "--score",
-        "p",
-    ]
-    subprocess.run([*init, "--name", "ads"], cwd=tmp_path, check=True, capture_output=True)
+    pd.DataFrame({"p": p, "y": (rng.random(3000) < p).astype(int)}).to_parquet(folder / "s.parquet")
+    subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
+    init = [sys.executable, "-m", "calibflow.cli", "init", "--data", "s.parquet", "--label", "y"]
+    subprocess.run([*init, "--score", "p", "--name", "ads"], cwd=folder, check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("args", [["ads"], ["nosuchsource"]])
+def test_a_real_stage_writes_the_same_bytes_hosted_and_direct(tmp_path, args):
+    _project(tmp_path, seed=0)
     host = _host(tmp_path, prefix=None)
     out = tmp_path / "data/sources/ads/fingerprint.json"
     try:
@@ -194,15 +188,7 @@ def test_a_real_stage_writes_the_same_bytes_hosted_and_direct(tmp_path, args):
 def test_a_hosted_validation_writes_the_same_bytes_and_the_host_keeps_only_what_stages_use(tmp_path):
     """Great Expectations imported in the host without its PySpark and SQLAlchemy back ends, numba's target
     built there once: a real validation writes the same bytes hosted as run directly (which imports both)."""
-    import numpy as np
-    import pandas as pd
-
-    rng = np.random.default_rng(1)
-    p = rng.uniform(0.01, 0.2, 3000)
-    pd.DataFrame({"p": p, "y": (rng.random(3000) < p).astype(int)}).to_parquet(tmp_path / "s.parquet")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    init = [sys.executable, "-m", "calibflow.cli", "init", "--data", "s.parquet", "--label", "y", "--score"]
-    subprocess.run([*init, "p", "--name", "ads"], cwd=tmp_path, check=True, capture_output=True)
+    _project(tmp_path, seed=1)
     fingerprint = [sys.executable, "-m", "calibflow.pipeline.fingerprint", "ads"]
     subprocess.run(fingerprint, cwd=tmp_path, check=True, capture_output=True, env=dvc_stages.stage_env())
     host = _host(tmp_path, prefix=None)
