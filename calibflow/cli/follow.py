@@ -42,27 +42,40 @@ async def _new_logs(client: Any, run_id: UUID, seen: set[UUID]) -> list[Any]:
     return fresh
 
 
+async def _new_states(client: Any, run_id: UUID, seen: set[UUID]) -> list[Any]:
+    """States the run passed through since the last poll, however short: a poll can fall between two
+    transitions (Running lasted less than the poll on a fast run), and the history still has them."""
+    fresh = [s for s in await client.read_flow_run_states(run_id) if s.id not in seen]
+    seen.update(s.id for s in fresh)
+    return fresh
+
+
 async def _follow(run_id: UUID, echo: Callable[[str], None], poll: float) -> Any:
     from prefect.client.orchestration import get_client
 
-    seen: set[UUID] = set()
-    last_state = None
+    seen_logs: set[UUID] = set()
+    seen_states: set[UUID] = set()
     async with get_client() as client:
+        run = await client.read_flow_run(run_id)
         while True:
-            run = await client.read_flow_run(run_id)
             final = bool(run.state and run.state.is_final())
             if final:
                 await asyncio.sleep(poll)  # the last logs reach the API a moment after the state
-            for log in await _new_logs(client, run_id, seen):
-                if worth_showing(log.level, log.message):
-                    echo(log.message.splitlines()[0] if log.message else "")
-            state = run.state.name if run.state else "Scheduled"
-            if state != last_state:
-                echo(f"flow run {run.name}: {state}")
-                last_state = state
+            lines = [
+                (s.timestamp, f"flow run {run.name}: {s.name}")
+                for s in await _new_states(client, run_id, seen_states)
+            ]
+            lines += [
+                (log.timestamp, log.message.splitlines()[0] if log.message else "")
+                for log in await _new_logs(client, run_id, seen_logs)
+                if worth_showing(log.level, log.message)
+            ]
+            for _, line in sorted(lines, key=lambda pair: pair[0]):  # one story: states and logs by time
+                echo(line)
             if final:
                 return run
             await asyncio.sleep(poll)
+            run = await client.read_flow_run(run_id)
 
 
 def follow(run_id: UUID, echo: Callable[[str], None], poll: float = 2.0) -> Any:
