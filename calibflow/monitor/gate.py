@@ -23,7 +23,7 @@ from calibflow.monitor.patch import (
     patch_targets,
     refresh_due,
 )
-from calibflow.monitor.scoring import per_row_loss, predict_frame, score, segment_masks
+from calibflow.monitor.scoring import COUNTS, per_row_loss, predict_frame, score, segment_masks, unjudged
 from calibflow.monitor.state import MonitorState
 from calibflow.monitor.thresholds import bands, out_of_band, practically_off_pooled
 from calibflow.monitor.windows import Window, window_index
@@ -70,9 +70,14 @@ def process_window(
         scores = {seg: score(y[mask], p[mask], cfg, rng) for seg, mask in segment_masks(frame, segments)}
     overall_skipped = False
     masks = list(scores)
+    earlier: dict[str, list[int]] = {}  # each segment's positives per earlier window, oldest first
+    for r in state.history:
+        earlier.setdefault(r["segment"], []).append(int(r["positives"]))
     for seg in masks:
         row = {"source": state.source, "window": window.key, "segment": seg, "version": state.champion}
-        row.update(scores[seg])
+        why = unjudged(scores[seg], earlier.get(seg, []), cfg)
+        row.update({k: v for k, v in scores[seg].items() if k in COUNTS} if why else scores[seg])
+        row["skipped"] = why
         if row["skipped"]:
             new.notes.append(f"{window.key} {seg}: {row['skipped']}")
             overall_skipped |= seg == ALL

@@ -36,7 +36,7 @@ from calibflow import sources as S
 from calibflow.aggregate import tables as T
 from calibflow.aggregate.segments import _by_value, segment_metrics
 from calibflow.monitor.config import ALL, MonitorConfig
-from calibflow.monitor.scoring import ece_nulls, ratio_ses, slope_fits
+from calibflow.monitor.scoring import NO_POSITIVE, ece_nulls, ratio_ses, slope_fits
 from calibflow.monitor.windows import Window
 
 #: Windows with at least this many rows are scored from their tables (the stage's switch).
@@ -123,10 +123,10 @@ def _row(
     its calibration slope and standard error, NaN when none is identified)."""
     pos = float(m["positives"])
     row: dict[str, Any] = {"n": int(round(float(m["n"]))), "positives": int(round(pos))}
-    if pos < cfg.min_positives:
-        row["skipped"] = (f"{int(round(pos))} labelled positive(s) < min_positives={cfg.min_positives}:"
-                          " not judged")
+    if pos <= 0:
+        row["skipped"] = NO_POSITIVE
         return row
+    row["expected_positives"] = float(m["calibration_ratio"]) * pos  # the champion's sum p
     row.update(
         calibration_ratio=float(m["calibration_ratio"]),
         ratio_low=float(m["calibration_ratio_low"]),

@@ -67,9 +67,10 @@ def score(
     """The champion's metric row on one (window, segment): ratio with interval, ECE, log loss, Brier."""
     pos = float(y.sum())
     row: dict[str, Any] = {"n": int(y.size), "positives": int(pos)}
-    if pos < cfg.min_positives:
-        row["skipped"] = f"{int(pos)} labelled positive(s) < min_positives={cfg.min_positives}: not judged"
+    if pos <= 0:
+        row["skipped"] = NO_POSITIVE
         return row
+    row["expected_positives"] = float(p.sum())  # the champion's sum p: whether it is judged (unjudged)
     lo, hi = bootstrap_ratio_ci(y, p, cfg.n_bootstrap, cfg.ci_level, rng)
     ratio = float(p.sum() / pos)
     row.update(
@@ -85,6 +86,31 @@ def score(
     )
     row.update(calibration_slope(y, p))
     return row
+
+
+NO_POSITIVE = "0 labelled positive(s): not judged"
+#: What a (window, segment) row keeps when it is not judged.
+COUNTS = ("n", "positives", "expected_positives")
+
+
+def unjudged(row: dict[str, Any], earlier: list[int], cfg: MonitorConfig) -> str:
+    """Why a scored (window, segment) is not judged, or "" when it is. Judged when the positives it is
+    expected to have reach ``min_positives``: the champion's ``sum p`` on the window, or the mean positives
+    of the segment's previous windows (``earlier``, the newest ``calib_windows``; at least
+    ``min_calib_windows`` of them). Never the window's own positives: a country with about 17 positives a
+    day, judged only on the days its labels happened to reach 30, was judged on its luckiest days, which
+    read about half of 1 by selection and paged (docs/monitoring.md). The history still catches a
+    segment the champion under-predicts by half: its observed positives, not its ``sum p``, fill it."""
+    if row.get("skipped"):
+        return str(row["skipped"])
+    expected = float(row.get("expected_positives", row["positives"]))
+    recent = earlier[-cfg.calib_windows :]
+    usual = float(np.mean(recent)) if len(recent) >= cfg.min_calib_windows else 0.0
+    if max(expected, usual) >= cfg.min_positives:
+        return ""
+    seen = f", {usual:.1f} a window before" if recent else ""
+    return (f"{expected:.1f} expected positive(s){seen} < min_positives={cfg.min_positives}: not judged"
+            f" ({row['positives']} labelled)")
 
 
 def ece_null(p: NDArray[np.float64], n_bins: int) -> float:

@@ -116,6 +116,7 @@ def history_frame(state: MonitorState) -> pd.DataFrame:
         "version",
         "n",
         "positives",
+        "expected_positives",
         "calibration_ratio",
         "ratio_low",
         "ratio_high",
