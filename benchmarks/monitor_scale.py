@@ -147,7 +147,6 @@ def stage_main(a) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import numpy as np
 
     from calibflow import calibrators as C
     from calibflow import monitor as mon
@@ -178,10 +177,9 @@ def main(argv: list[str] | None = None) -> None:
         lambda: MS.score_frame(small, champ, "score", cfg, segs, 0))
 
     def rows():
-        rng = np.random.default_rng(0)
         p = mon.predict_frame(champ, small, "score")
         y = small["label"].to_numpy(float)
-        return {s: mon.score(y[m], p[m], cfg, rng) for s, m in mon.segment_masks(small, segs)}
+        return {s: mon.score(y[m], p[m], cfg) for s, m in mon.segment_masks(small, segs)}
 
     r_small, res["row_path_small_s"], res["row_path_small_cpu_s"] = _timed(rows)
     res["row_over_table_same_rows"] = round(res["row_path_small_s"] / res["table_path_small_s"], 1)

@@ -67,7 +67,7 @@ def process_window(
     if scores is None:
         y = frame["label"].to_numpy(float)
         p = predict_frame(champ, frame, state.score_kind) if len(frame) else np.empty(0)
-        scores = {seg: score(y[mask], p[mask], cfg, rng) for seg, mask in segment_masks(frame, segments)}
+        scores = {seg: score(y[mask], p[mask], cfg) for seg, mask in segment_masks(frame, segments)}
     overall_skipped = False
     masks = list(scores)
     earlier: dict[str, list[int]] = {}  # each segment's positives per earlier window, oldest first

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from calibflow import calibrators as C
 from calibflow import metrics as M
 from calibflow import sources as S
-from calibflow.intervals import row_resamples
+from calibflow.intervals import ratio_interval, row_resamples
 from calibflow.monitor.config import ALL, MonitorConfig, _check
 
 
@@ -61,9 +61,7 @@ def ratio_ses(
         return np.sqrt(np.clip(s_q2 - 2 * r * s_qy + r * r * pos, 0.0, None)) / pos
 
 
-def score(
-    y: NDArray[np.float64], p: NDArray[np.float64], cfg: MonitorConfig, rng: np.random.Generator
-) -> dict[str, Any]:
+def score(y: NDArray[np.float64], p: NDArray[np.float64], cfg: MonitorConfig) -> dict[str, Any]:
     """The champion's metric row on one (window, segment): ratio with interval, ECE, log loss, Brier."""
     pos = float(y.sum())
     row: dict[str, Any] = {"n": int(y.size), "positives": int(pos)}
@@ -71,7 +69,9 @@ def score(
         row["skipped"] = NO_POSITIVE
         return row
     row["expected_positives"] = float(p.sum())  # the champion's sum p: whether it is judged (unjudged)
-    lo, hi = bootstrap_ratio_ci(y, p, cfg.n_bootstrap, cfg.ci_level, rng)
+    # The exact interval from the counts (``intervals.ratio_interval``), the table path's: one interval
+    # for a window however it is scored, and no resampling of every row (1.2 s of a 5-source morning).
+    lo, hi = (float(v) for v in ratio_interval(pos, float(p.sum()), float((p * (1 - p)).sum()), cfg.ci_level))
     ratio = float(p.sum() / pos)
     row.update(
         calibration_ratio=ratio,
@@ -105,10 +105,11 @@ def unjudged(row: dict[str, Any], earlier: list[int], cfg: MonitorConfig) -> str
         return str(row["skipped"])
     expected = float(row.get("expected_positives", row["positives"]))
     recent = earlier[-cfg.calib_windows :]
-    usual = float(np.mean(recent)) if len(recent) >= cfg.min_calib_windows else 0.0
+    known = len(recent) >= cfg.min_calib_windows
+    usual = float(np.mean(recent)) if known else 0.0
     if max(expected, usual) >= cfg.min_positives:
         return ""
-    seen = f", {usual:.1f} a window before" if recent else ""
+    seen = f", {usual:.1f} a window before" if known else ""
     return (f"{expected:.1f} expected positive(s){seen} < min_positives={cfg.min_positives}: not judged"
             f" ({row['positives']} labelled)")
 

@@ -109,6 +109,7 @@ def bands(
         top = float(np.exp(e.mean() + _pred_quantile(e.size, cfg.band_k, n_segments) * e.std(ddof=1)))
         top = min(top, 1.0)  # ECE <= 1: a band above 1 (few references) alerts the same, and the figure reads
     out["calibration_ratio"] = [_tight(lo, lo_f, max), _tight(hi, hi_f, min)]
+    out["learned_ratio"] = [lo, hi]  # the value is judged against this; the floor against the interval
     out["ece"] = [None, _tight(top, cfg.floor_ece, min)]
     ps = cfg.practical_slope  # not learned: the slope is judged against 1 (``slope_off``)
     out["calibration_slope"] = [None, None] if ps is None else [1 - ps, 1 + ps]
@@ -218,10 +219,28 @@ def within_limit(metric: str, rows: list[dict[str, Any]], cfg: MonitorConfig) ->
     return not slopes or cfg.practical_slope is None or abs(float(np.mean(slopes)) - 1) <= cfg.practical_slope
 
 
+def ratio_outside(row: dict[str, Any], band: dict, cfg: MonitorConfig) -> bool:
+    """The ratio outside its learned band, or beyond the user's ``floor_ratio`` for sure: its interval
+    wholly past the floor. The floor is judged on the interval, not the value: a country expecting 30
+    positives that gets 14 reads 2.07 by chance (about 1 window in 400), and paged over the hard limit 2
+    on two stable seeds of twenty once such days were judged (docs/monitoring.md); its interval
+    [1.2, 3.7] says it may well be 1. A band without ``learned_ratio`` (older callers) is judged whole."""
+    value = row["calibration_ratio"]
+    if _outside(value, band.get("learned_ratio", band["calibration_ratio"])):
+        return True
+    if cfg.floor_ratio is None or "learned_ratio" not in band:
+        return False
+    lo_f, hi_f = cfg.floor_ratio
+    low, high = row.get("ratio_low", value), row.get("ratio_high", value)
+    return bool(low > hi_f or high < lo_f)
+
+
 def out_of_band(row: dict[str, Any], band: dict, cfg: MonitorConfig, n_segments: int = 1) -> list[str]:
     """The watched metrics of ``row`` outside their band, or practically off for sure (ratio beyond its
     practical limit by z standard errors, ECE above its absolute limit, slope beyond its limit)."""
-    out = [m for m in ("calibration_ratio", "ece") if _outside(row[m], band[m])]
+    out = ["calibration_ratio"] if ratio_outside(row, band, cfg) else []
+    if _outside(row["ece"], band["ece"]):
+        out.append("ece")
     if practically_off(row, cfg, n_segments) and "calibration_ratio" not in out:
         out.insert(0, "calibration_ratio")
     if ece_off(row, cfg) and "ece" not in out:

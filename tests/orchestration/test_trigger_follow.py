@@ -60,7 +60,7 @@ def test_trigger_wait_follows_states_and_progress(tmp_path):
         assert "4 of 4 stages to run: a, b, c, report" in out, out
         for k, name in enumerate(["a", "b", "c", "report"], 1):
             assert any(ln.startswith(f"[{k}/4] {name} ... done in ") for ln in out), out
-        running = next(k for k, ln in enumerate(out) if ln.startswith("flow run ") and ln.endswith(": Running"))
+        running = next(k for k, ln in enumerate(out) if ln.startswith("flow run ") and ln.endswith("Running"))
         assert out.index("4 of 4 stages to run: a, b, c, report") > running, out
 
         (toy / "params.yaml").write_text("scale: 2\nfail: b\n")
