@@ -5,9 +5,12 @@ Pure library (numpy/pandas and our calibrators; no Prefect, no DVC). A *frame* h
 one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, never pickle):
 
 1. **Score the champion** on the window, overall (segment ``all``) and per segment value: calibration ratio
-   ``sum p / sum y`` with a percentile-bootstrap interval (rows resampled), ECE (equal-width bins), log loss
-   and Brier. A (window, segment) with fewer than ``min_positives`` labelled positives is *skipped with a
-   note* instead of scored; when the overall window is skipped no gate runs either.
+   ``sum p / sum y`` with its exact interval from the counts (``intervals.ratio_interval``, the same on
+   rows and on tables), ECE (equal-width bins), log loss and Brier. A (window, segment) that *expects*
+   fewer than ``min_positives`` positives (the champion's ``sum p``, and the segment's mean positives over
+   its previous windows) is *skipped with a note* instead of judged (``scoring.unjudged``): never on the
+   window's own positives, which would judge a small segment on its luckiest days only. When the overall
+   window is skipped no gate runs either.
 2. **Bands** (the alert thresholds) are learned per (segment, metric) from the champion's *reference
    windows*: the first ``reference_windows`` windows it scored after it took office that were not judged
    drifted (a window out of band, or inside an open incident, never enters a reference). Rule: a
@@ -17,7 +20,8 @@ one window, in this order, and returns a new ``MonitorState`` (JSON round-trip, 
    rate, not the several-fold excess of a plain 3-sd band on a noisy sd. The ratio's ``sd`` is never less
    than the reference windows' own standard error (``ratio_spread``). The ratio is two-sided;
    ECE is upper only and learned on log(ECE) (ECE is skewed and bounded below by its noise). Always on as
-   well: the user's hard limits (``floor_ratio``, ``floor_ece``) and the *practical* limit: the ratio is
+   well: the user's hard limits (``floor_ratio``, judged on the ratio's interval: out when it lies wholly
+   past the floor; ``floor_ece``) and the *practical* limit: the ratio is
    beyond ``1 +- practical_ratio`` by more than ``z`` standard errors (delta method over rows), ``z`` the
    normal quantile at the band's own tail (``band_k`` sd split over the S segments). (A 95% interval
    here paged on 3-sd Poisson swings of 100-positive segments: 0.7 incidents per 100 stable windows.)

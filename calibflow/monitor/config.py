@@ -40,7 +40,7 @@ class MonitorConfig:
     recovery: int = 3  # consecutive in-band windows that close an incident
     cooldown: int = 3  # an alert within this many windows of a close reopens that incident
     min_gain: float = 0.002  # promotion needs a mean gain >= this share of the champion's loss
-    min_positives: int = 30  # fewer labelled positives in a (window, segment): skipped with a note
+    min_positives: int = 30  # a (window, segment) expecting fewer positives: skipped with a note
     methods: tuple[str, ...] = ("platt", "beta", "isotonic")
     # Also fitted when the source declares segments: a shift in one segment needs a per-segment map,
     # since a global challenger fitted on all segments pulls the unshifted ones off.

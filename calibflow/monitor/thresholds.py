@@ -222,7 +222,7 @@ def within_limit(metric: str, rows: list[dict[str, Any]], cfg: MonitorConfig) ->
 def ratio_outside(row: dict[str, Any], band: dict, cfg: MonitorConfig) -> bool:
     """The ratio outside its learned band, or beyond the user's ``floor_ratio`` for sure: its interval
     wholly past the floor. The floor is judged on the interval, not the value: a country expecting 30
-    positives that gets 14 reads 2.07 by chance (about 1 window in 400), and paged over the hard limit 2
+    positives that gets 14 reads 2.07 by chance (about 1 window in 1,000), and paged over the hard limit 2
     on two stable seeds of twenty once such days were judged (docs/monitoring.md); its interval
     [1.2, 3.7] says it may well be 1. A band without ``learned_ratio`` (older callers) is judged whole."""
     value = row["calibration_ratio"]

@@ -49,3 +49,37 @@ def test_judged_windows_of_a_calibrated_segment_are_not_selected_low():
     assert abs(29.0 * judged.sum() / y[judged].sum() - 1) < 0.02
     old = y >= CFG.min_positives
     assert 29.0 * old.sum() / y[old].sum() < 0.9
+
+
+def _scored(ratio: float, low: float, high: float) -> dict:
+    return {"calibration_ratio": ratio, "ratio_low": low, "ratio_high": high, "ece": 0.01}
+
+
+def test_the_floor_is_judged_on_the_interval_the_learned_band_on_the_value():
+    from calibflow.monitor.thresholds import ratio_outside
+
+    cfg = mon.MonitorConfig(floor_ratio=(0.5, 2.0))
+    no_band = {"calibration_ratio": [0.5, 2.0], "learned_ratio": [None, None], "ece": [None, None]}
+    # 14 positives where 29 were expected: past the floor by value, but the interval says it may be 1
+    assert not ratio_outside(_scored(2.07, 1.2, 3.7), no_band, cfg)
+    assert ratio_outside(_scored(2.6, 2.1, 3.2), no_band, cfg)  # wholly past the floor
+    assert ratio_outside(_scored(0.4, 0.3, 0.48), no_band, cfg)
+    learned = {**no_band, "calibration_ratio": [0.8, 1.2], "learned_ratio": [0.8, 1.2]}
+    assert ratio_outside(_scored(1.25, 0.9, 1.7), learned, cfg)  # the learned band: the value
+
+
+def test_a_calibrated_30_positive_segment_rarely_breaches_the_floor_by_its_interval():
+    """Windows of a calibrated segment expecting 30 positives: the value passes the floor 2 about once in
+    1,000 windows (at 14 positives or fewer); its interval lies wholly past the floor in none of 20,000."""
+    from calibflow.intervals import ratio_interval
+    from calibflow.monitor.thresholds import ratio_outside
+
+    cfg = mon.MonitorConfig(floor_ratio=(0.5, 2.0))
+    band = {"calibration_ratio": [0.5, 2.0], "learned_ratio": [None, None], "ece": [None, None]}
+    y = np.random.default_rng(3).poisson(30.0, 20_000).astype(float)
+    y = y[y > 0]
+    lo, hi = ratio_interval(y, 30.0, 30.0 * (1 - 0.01), 0.95)
+    by_value = np.mean(30.0 / y > 2.0)
+    assert 3e-4 < by_value < 3e-3  # the control: the value alone does breach it
+    outs = [ratio_outside(_scored(30.0 / k, a, b), band, cfg) for k, a, b in zip(y, lo, hi, strict=True)]
+    assert sum(outs) == 0
