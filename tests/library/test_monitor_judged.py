@@ -83,3 +83,25 @@ def test_a_calibrated_30_positive_segment_rarely_breaches_the_floor_by_its_inter
     assert 3e-4 < by_value < 3e-3  # the control: the value alone does breach it
     outs = [ratio_outside(_scored(30.0 / k, a, b), band, cfg) for k, a, b in zip(y, lo, hi, strict=True)]
     assert sum(outs) == 0
+
+
+def test_one_click_on_a_row_served_zero_does_not_make_a_slope_alert():
+    """An isotonic champion serves exactly 0 to its bottom block. A calibrated segment-window of 3,000
+    rows with 30 such rows and one click among them: the slope stays near 1 (the logits are cut at
+    ``logit(1 / 2n)``); fitted on the raw logits (the control) that one row pulls it far under 1."""
+    from sklearn.linear_model import LogisticRegression
+
+    from calibflow import metrics as M
+    from calibflow.monitor.thresholds import slope_off
+
+    rng = np.random.default_rng(11)
+    p = 1 / (1 + np.exp(-rng.normal(-3.5, 0.7, 3000)))
+    y = (rng.random(3000) < p).astype(float)
+    p[:30], y[:30] = 0.0, 0.0
+    y[0] = 1.0
+    row = mon.calibration_slope(y, p)
+    assert abs(row["calibration_slope"] - 1) < 0.35
+    assert not slope_off(row, mon.MonitorConfig(), n_segments=10)
+    z = np.log(M.clip_probability(p)) - np.log1p(-M.clip_probability(p))
+    raw = LogisticRegression(C=1e9, max_iter=1000).fit(z[:, None], y).coef_[0, 0]
+    assert raw < 0.6
