@@ -1,12 +1,14 @@
 """Issue 38's "Done means" scenarios, in process (``calibflow.experiments.monitor_scenarios``): a global
-+30%, a one-country +0.5 logit shift, an over-confident score (logit x 1.5); 20,000 rows a day, a
-30-value country and a 3-value device segment, labels matured 2 days after each day.
++30%, a one-country +0.5 logit shift, an over-confident score (logit x 1.5); on the issue's own design:
+40,000 rows a day, 60 days, the shift on day 30, a 30-value country and a 3-value device segment, labels
+matured 2 days after each day; the global case judged on days 45-59, the one-country case from day 40.
 
-Scaled down from the issue's 60 days of 40k-60k rows (shift on day 20, judged on the last 15 days) to fit
-the test budget. A per-country served ratio is judged against the true probabilities on the same rows
-(``vs_truth``): with 500-1,600 positives the truth's own ``sum p / sum y`` is 0.92-1.14, so the observed
-ratio alone cannot be held to 0.05. The never-recalibrated first champion is the control: it fails every
-bound here, so each assertion can fail."""
+At 20,000 rows a day and 15 days after the shift the global case misses 0.02 in 5 of 20 seeds
+(docs/monitoring.md, "Stop 20"), so a one-seed test at that size asserted a coin that mostly lands
+right; on this design it held in 8 of 8 seeds. A per-country served ratio is judged against the true
+probabilities on the same rows (``vs_truth``): with 500-1,600 positives the truth's own ``sum p / sum y``
+is 0.92-1.14, so the observed ratio alone cannot be held to 0.05. The never-recalibrated first champion
+is the control: it fails every bound here, so each assertion can fail."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from calibflow.experiments import monitor_scenarios as X
 
 pytestmark = [pytest.mark.slow]
 
-ROWS, DAYS, SHIFT = 20_000, 45, 20
+ROWS, DAYS, SHIFT = 40_000, 60, 30
 LAST = (DAYS - 15, DAYS)
 
 
