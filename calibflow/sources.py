@@ -14,6 +14,7 @@ SQL text. This module never reads ``params.yaml`` (stages pass the declaration i
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import hashlib
@@ -514,13 +515,8 @@ def scan(
 ) -> pa.Table:
     """The named columns of the rows matching ``where`` (SQL on column names) as one Arrow table, through
     ``con`` when given (a caller scanning many files: a new connection costs 15 ms), else its own."""
-    if con is not None:
-        return _project(spec, columns, where, con).to_arrow_table()
-    con = connect()
-    try:
-        return _project(spec, columns, where, con).to_arrow_table()
-    finally:
-        con.close()
+    with contextlib.nullcontext(con) if con is not None else contextlib.closing(connect()) as use:
+        return _project(spec, columns, where, use).to_arrow_table()
 
 
 def batches(

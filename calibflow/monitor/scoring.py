@@ -68,11 +68,12 @@ def score(y: NDArray[np.float64], p: NDArray[np.float64], cfg: MonitorConfig) ->
     if pos <= 0:
         row["skipped"] = NO_POSITIVE
         return row
-    row["expected_positives"] = float(p.sum())  # the champion's sum p: whether it is judged (unjudged)
+    expected = float(p.sum())  # the champion's sum p: whether the row is judged (``unjudged``)
     # The exact interval from the counts (``intervals.ratio_interval``), the table path's: one interval
     # for a window however it is scored, and no resampling of every row (1.2 s of a 5-source morning).
-    lo, hi = (float(v) for v in ratio_interval(pos, float(p.sum()), float((p * (1 - p)).sum()), cfg.ci_level))
-    ratio = float(p.sum() / pos)
+    lo, hi = (float(v) for v in ratio_interval(pos, expected, float((p * (1 - p)).sum()), cfg.ci_level))
+    ratio = expected / pos
+    row["expected_positives"] = expected
     row.update(
         calibration_ratio=ratio,
         ratio_low=lo,
@@ -103,7 +104,7 @@ def unjudged(row: dict[str, Any], earlier: list[int], cfg: MonitorConfig) -> str
     segment the champion under-predicts by half: its observed positives, not its ``sum p``, fill it."""
     if row.get("skipped"):
         return str(row["skipped"])
-    expected = float(row.get("expected_positives", row["positives"]))
+    expected = float(row["expected_positives"])
     recent = earlier[-cfg.calib_windows :]
     known = len(recent) >= cfg.min_calib_windows
     usual = float(np.mean(recent)) if known else 0.0

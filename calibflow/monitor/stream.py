@@ -181,7 +181,8 @@ def sample_frame(
     # Each file by its rank among the names (a small integer, not the name on every row): the rows are
     # put in ``deliveries.load``'s order (time, file, row) by numpy, and DuckDB sorts nothing. Sorting and
     # naming every one of a 1e6-row sample in SQL was the peak of a day of 1e7 rows.
-    rank = {rel: i for i, rel in enumerate(sorted(set(rels)))}
+    names = np.array(sorted(set(rels)), dtype=object)
+    rank = {rel: i for i, rel in enumerate(names)}
     sampled = [Part(f"(SELECT *, {rank[rel]} AS _file FROM {p.sql} WHERE {cut})",
                     {**p.params, **({"salt": _salt(seed, rel)} if rate < 1 else {})})
                for p, rel in zip(parts, rels, strict=True)]
@@ -194,7 +195,6 @@ def sample_frame(
     df["time"] = pd.to_datetime(df["time"]).astype("datetime64[ns]")
     order = np.lexsort((df["_rn"].to_numpy(), df["_file"].to_numpy(), df["time"].to_numpy().view(np.int64)))
     df = df.take(order).reset_index(drop=True)
-    names = np.array(sorted(rank, key=rank.__getitem__), dtype=object)
     df["file"] = names[df.pop("_file").to_numpy()]
     df = df.drop(columns="_rn")
     df["label"] = df["label"].astype(float)

@@ -79,11 +79,10 @@ def _learned(state: MonitorState, segment: str, metric: str, cfg: MonitorConfig)
 
 def ratio_spread(rows: list[dict[str, Any]]) -> float:
     """The spread a band of the reference windows' ratios is drawn with: their sample sd, but never less
-    than their own sampling error (the root mean square of their ``ratio_se``). Ten windows can spread
-    less than their noise by chance, and a segment near ``min_positives`` does so by selection: its
-    low-positive (noisier) windows are skipped, so its reference is its better days. IT in the study (33
-    positives a day) learned sd 0.034 where each window's se was 0.13-0.16, and paged on 1.18 and 1.25,
-    one se above 1 (docs/monitoring.md)."""
+    than their own sampling error (the root mean square of their ``ratio_se``): ten windows can spread
+    less than their noise by chance. IT in the study (33 positives a day) learned sd 0.034 where each
+    window's se was 0.13-0.16, and paged on 1.18 and 1.25, one se above 1 (docs/monitoring.md; its noisier
+    days were then also skipped by selection, which ``scoring.unjudged`` no longer does)."""
     r = np.array([float(row["calibration_ratio"]) for row in rows])
     sd = float(r.std(ddof=1)) if r.size > 1 else 0.0
     ses = np.array([float(row["ratio_se"]) for row in rows if row.get("ratio_se") is not None], float)
@@ -224,7 +223,7 @@ def ratio_outside(row: dict[str, Any], band: dict, cfg: MonitorConfig) -> bool:
     wholly past the floor. The floor is judged on the interval, not the value: a country expecting 30
     positives that gets 14 reads 2.07 by chance (about 1 window in 1,000), and paged over the hard limit 2
     on two stable seeds of twenty once such days were judged (docs/monitoring.md); its interval
-    [1.2, 3.7] says it may well be 1. A band without ``learned_ratio`` (older callers) is judged whole."""
+    [1.2, 3.7] says it may well be 1. A band made by hand without ``learned_ratio`` is all learned."""
     value = row["calibration_ratio"]
     if _outside(value, band.get("learned_ratio", band["calibration_ratio"])):
         return True
