@@ -241,7 +241,13 @@ def flag_lines(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def worst_segments(rows: list[dict[str, Any]], k: int = 4, min_positives: int = 20) -> list[dict[str, Any]]:
+#: The worst segments drawn in the report are chosen among values with at least this many positives.
+WORST_MIN_POSITIVES = 20
+
+
+def worst_segments(
+    rows: list[dict[str, Any]], k: int = 4, min_positives: int = WORST_MIN_POSITIVES
+) -> list[dict[str, Any]]:
     """The ``k`` worst of :func:`segment_check`'s rows: flagged first, then by ``|sum p / sum y - 1|``;
     pooled rows (:data:`OTHER_LEVEL`) and values with under ``min_positives`` positives (their ratio is
     mostly noise) are left out."""

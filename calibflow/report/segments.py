@@ -13,7 +13,7 @@ from typing import Any
 
 from calibflow.report._format import fmt_interval, fmt_num
 from calibflow.report.chrome import e, stacked
-from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, tested_intervals
+from calibflow.segments import NULL_LEVEL, OTHER_LEVEL, WORST_MIN_POSITIVES, tested_intervals
 
 
 def _ratio(v: Any, ci: Any) -> str:
@@ -46,8 +46,11 @@ def _reliability_figure(card: dict[str, Any]) -> str:
         return ""
     from calibflow.plots import segment_reliability_svg
 
-    cap = (f"Reliability of the {len(panels)} worst segment(s) after calibration (flagged first, then the "
-           "largest |Σp/Σy − 1|; equal-mass bins with 95% intervals; dashed: perfect calibration).")
+    # The choice's rule whole: a value with 10 positives and a larger |Σp/Σy − 1| than the one drawn is
+    # in the table below, and "the worst" alone would say it is not.
+    cap = (f"Reliability of the {len(panels)} worst segment(s) after calibration among the values with at "
+           f"least {WORST_MIN_POSITIVES} positives (flagged first, then the largest |Σp/Σy − 1|; equal-mass "
+           "bins with 95% intervals; dashed: perfect calibration).")
     return (f'<figure class="segment-reliability">{segment_reliability_svg(panels, ncols=2)}'
             f"<figcaption>{e(cap)}</figcaption></figure>")
 

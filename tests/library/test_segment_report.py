@@ -61,6 +61,8 @@ def test_section_draws_the_worst_segments_and_checks_the_row_totals(rows):
     html = segment_section(card)
     assert html.count("<svg") == 1 and 'class="segment-reliability"' in html
     assert "country = BR" in html and f"each adds up to the {fmt_num(y.size)} test rows" in html
+    # the caption states the choice whole: a less-tested value may be further off than the one drawn
+    assert f"among the values with at least {seg.WORST_MIN_POSITIVES} positives" in html
     nulls = int(sum(v is None for v in segments["country"]))
     assert f"({fmt_num(nulls)} null)" in html
     bad = {**card, "segment_test_rows": int(y.size) + 1}
