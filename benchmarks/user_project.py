@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from calibflow.flows import temp_server
+
 ROOT = Path(__file__).resolve().parents[1]
 _DONE = re.compile(r"\] (\S+) \.\.\. (?:done|up to date) in ([0-9.]+) s")
 #: Stage modules whose import the breakdown measures (the template's stage commands).
@@ -146,6 +148,8 @@ class ProcessCpu:
     @classmethod
     def role(cls, proc) -> str:
         name = proc.name()
+        if name == temp_server.NAME:  # the run's temporary server, forked from the run (temp_server)
+            return "Prefect server"
         if name.startswith("cf:"):  # a stage forked by the stage host (calibflow.flows.stage_host._name)
             return "stage " + name[3:]
         cmd = " ".join(proc.cmdline())

@@ -180,17 +180,12 @@ def _use_server(port: int) -> tuple[subprocess.Popen | None, str]:
     return srv.spawn_temporary()
 
 
-def _ready(proc: subprocess.Popen | None, url: str, stages_in: Path | None = None) -> None:
+def _ready(proc: subprocess.Popen | None, url: str) -> None:
     """Import what the flow needs while a temporary server starts, then wait until it answers.
 
-    The server's start (5 s, 13-15 s on a new database) is a child process; Prefect's import (1.5 s) and
-    DVC's (0.5 s) run beside it instead of after it, and so does the start of the DVC worker and the stage
-    host that will run the stages of ``stages_in`` (the DVC worker's import of DVC).
+    The server (forked once Prefect's client was imported, ``server.spawn_temporary``) builds its app
+    beside the rest of the flow's imports (DVC's, the flow's own) instead of after them.
     """
-    if stages_in is not None:
-        from calibflow.flows import dvc_stages
-
-        dvc_stages.start_worker(stages_in)
     # Prefect's and DVC's imports build objects by the hundred thousand, none of them garbage: with the
     # cyclic collector paused they cost less CPU, and frozen they stay out of the flow's later collections.
     from calibflow.flows.gcpause import collector_paused
@@ -338,8 +333,13 @@ def _run(
                 shape = project.sync_dvc_yaml(root)
                 if shape:
                     typer.echo(f"calibflow run: rewrote {shape}", err=True)
+        if task_runner == "sequential" and not params_file:
+            from calibflow.flows import dvc_stages
+
+            # first: the DVC worker's and its stage host's imports overlap the server's start and ours
+            dvc_stages.start_worker(root)
         proc, url = _use_server(port)
-        _ready(proc, url, root if task_runner == "sequential" and not params_file else None)
+        _ready(proc, url)
         watch = _guard_run(url)
         try:
             from calibflow.flows.pipeline import pipeline

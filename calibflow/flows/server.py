@@ -4,17 +4,17 @@ The local server (``calibflow server start``) wraps ``prefect server start --bac
 the project's ``PREFECT_HOME``, 127.0.0.1 only, the UI at http://127.0.0.1:4200 unless ``ui=False``.
 
 A ``calibflow run`` with no server up gets a temporary API server of its own (what Prefect's ephemeral
-mode starts, but started here), so that it dies with the run: the child asks the kernel for SIGTERM
-when its parent dies (``PR_SET_PDEATHSIG``, Linux), even on SIGKILL of calibflow, and its pid is kept
-in ``$PREFECT_HOME/calibflow-temp-server.pid`` so the next start reaps one that outlived its parent
-anyway (other systems). ``watch_api`` fails a run fast, in one line, when its API server goes away.
+mode starts, but started here: a fork of the run once it imported Prefect's client, ``temp_server``), so
+that it dies with the run: the child asks the kernel for SIGTERM when its parent dies
+(``PR_SET_PDEATHSIG``, Linux), even on SIGKILL of calibflow, and its pid is kept in
+``$PREFECT_HOME/calibflow-temp-server.pid`` so the next start reaps one that outlived its parent anyway
+(other systems). ``watch_api`` fails a run fast, in one line, when its API server goes away.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import calibflow.flows  # noqa: F401
+from calibflow.flows import temp_server
 from calibflow.io import pid_alive
 
 DEFAULT_PORT = 4200
@@ -182,12 +183,6 @@ def status(port: int = DEFAULT_PORT) -> dict[str, object]:
 # ---- the temporary server of one run ---------------------------------------------------------
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _pidfile() -> Path:
     return Path(os.environ.get("PREFECT_HOME", ".prefect")) / PIDFILE
 
@@ -206,21 +201,63 @@ def reap_orphan() -> int | None:
     except (OSError, ValueError):
         return None
     path.unlink(missing_ok=True)
-    if pid_alive(parent) or not pid_alive(pid) or "uvicorn" not in _cmdline(pid):
+    if pid_alive(parent) or not pid_alive(pid) or not _is_temporary_server(pid):
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     return pid
 
 
+def _is_temporary_server(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == temp_server.NAME
+    except OSError:
+        return True  # no /proc: trust the pidfile
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
-        return "uvicorn"  # no /proc: trust the pidfile
+        return ""
 
 
-def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
+class Forked:
+    """The forked server process, as much of ``subprocess.Popen`` as its callers use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+                if done:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]  (set by poll)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen | Forked, str]:
     """A Prefect API server for this process only; it stops when this process exits, however it exits.
 
     Must be called before ``prefect`` is imported; sets ``PREFECT_API_URL`` to it.
@@ -229,45 +266,67 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen, str]:
     return proc, wait_temporary(proc, url, wait)
 
 
-def spawn_temporary() -> tuple[subprocess.Popen, str]:
+#: Prefect modules every caller of ``spawn_temporary`` imports anyway (the flow engine, tasks, the client),
+#: imported before the server is forked so that the server builds on them (``temp_server``).
+SHARED_IMPORTS = ("prefect.flows", "prefect.tasks", "prefect.client.orchestration")
+
+
+def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
     """Start the temporary server and set ``PREFECT_API_URL`` to it without waiting for it to answer.
 
-    The caller imports Prefect and plans while the server starts (``wait_temporary`` then waits), so its
-    start overlaps that work instead of preceding it. A new ``PREFECT_HOME`` gets the migrated template
-    database (``server_seed``); a database this Prefect's server already prepared is not prepared again.
+    The caller imports and plans while the server starts (``wait_temporary`` then waits), so its start
+    overlaps that work instead of preceding it. A new ``PREFECT_HOME`` gets the migrated template database
+    (``server_seed``); a database this Prefect's server already prepared is not prepared again.
+
+    The server is a fork of this process taken after ``SHARED_IMPORTS`` (``temp_server``); a process that
+    runs threads gets a new interpreter instead (a fork copies only the calling thread, and any lock another
+    one held stays held). Either way it asks for SIGTERM when this process dies, even on SIGKILL
+    (``PR_SET_PDEATHSIG``, Linux), and its pid is kept in ``$PREFECT_HOME/calibflow-temp-server.pid`` so the
+    next start reaps one that outlived its parent anyway (other systems).
     """
     from calibflow.flows import server_seed
 
     reap_orphan()
     port = _free_port()
-    env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT__SERVER_EPHEMERAL": "1"}
-    env.pop("PREFECT_API_URL", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "calibflow.flows.temp_server:create_app",  # Prefect's, built with the collector paused
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "error",
-        "--lifespan",
-        "on",
-    ]
+    url = api_url(port)
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
-    env.update(_skip_preparation(home()))
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent, stdout=subprocess.DEVNULL)  # noqa: PLW1509
-    proc.calibflow_fresh_db = fresh  # type: ignore[attr-defined]  (wait_temporary keeps it as the template)
+    settings = {"PREFECT_UI_ENABLED": "false", **_skip_preparation(home())}
+    os.environ["PREFECT_API_URL"] = url  # before Prefect reads its settings: the client's API
+    proc = _fork(port, settings) if threading.active_count() == 1 else _spawn(port, settings)
+    proc.calibflow_fresh_db = fresh  # type: ignore[union-attr]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(f"{proc.pid} {os.getpid()}\n")
     atexit.register(stop_temporary, proc)
-    url = api_url(port)
-    os.environ["PREFECT_API_URL"] = url
     return proc, url
+
+
+def _fork(port: int, settings: dict[str, str]) -> Forked:
+    import importlib
+
+    from calibflow.flows.gcpause import collector_paused
+
+    with collector_paused():
+        for name in SHARED_IMPORTS:
+            importlib.import_module(name)
+    if "prefect.context" in sys.modules:  # imported before PREFECT_API_URL was set: read it again
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
+        with contextlib.suppress(Exception):
+            stream.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        temp_server.child_main(port, settings, parent)  # never returns
+    return Forked(pid)
+
+
+def _spawn(port: int, settings: dict[str, str]) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "calibflow.flows.temp_server", str(port), str(os.getpid())]
+    argv += [f"{key}={value}" for key, value in settings.items()]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL)
 
 
 #: What a server does to a database before it answers: migrate it (load Alembic's scripts to find nothing to
@@ -289,7 +348,7 @@ def _skip_preparation(prefect_home: Path) -> dict[str, str]:
     return {key: "false" for key in _PREPARATION if key not in os.environ}
 
 
-def wait_temporary(proc: subprocess.Popen, url: str, wait: float = 90.0) -> str:
+def wait_temporary(proc: subprocess.Popen | Forked, url: str, wait: float = 90.0) -> str:
     """Wait until the server of ``spawn_temporary`` answers; stop it and raise if it never does."""
     from calibflow.flows import server_seed
 
@@ -309,7 +368,7 @@ def wait_temporary(proc: subprocess.Popen, url: str, wait: float = 90.0) -> str:
                        "run the command again, or keep one running with `calibflow server start`)")
 
 
-def stop_temporary(proc: subprocess.Popen) -> None:
+def stop_temporary(proc: subprocess.Popen | Forked) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:

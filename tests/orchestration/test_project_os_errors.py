@@ -168,11 +168,15 @@ def _alive(pid: int) -> bool:
 
 
 def _server_like(pid: int) -> bool:
+    """A Prefect server: the temporary one (a fork of the run, known by its name) or any other."""
+    from calibflow.flows.temp_server import NAME
+
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode("latin-1")
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
-    return "uvicorn" in cmd or "prefect" in cmd
+    return name == NAME or "uvicorn" in cmd or "prefect" in cmd
 
 
 def test_kill_9_of_monitor_run_leaves_no_server(project):
