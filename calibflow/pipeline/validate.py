@@ -265,20 +265,23 @@ def _message(rec: dict[str, Any]) -> str:
 
 
 def run_suites(suites: list[tuple[str, pd.DataFrame, list[Any]]]) -> list[dict[str, Any]]:
-    """Run each ``(name, frame, expectations)`` in one ephemeral context; JSON-ready results."""
+    """Run each ``(name, frame, expectations)`` in one ephemeral context; JSON-ready results.
+
+    One whole-frame batch definition serves every suite (the frame is a batch parameter) and each suite
+    validates its batch directly: no data source, suite or validation definition is registered per suite.
+    Each registration re-serialised the context's whole configuration to YAML; at 15 suites (the
+    calibrated phase of a 14-method project) that was a fifth of the phase's CPU. The results are the
+    same records.
+    """
     import great_expectations as gx
 
     ctx = _context()
+    whole = ctx.data_sources.add_pandas("frames").add_dataframe_asset("frame")
+    bdef = whole.add_batch_definition_whole_dataframe("whole")
     out = []
-    for i, (name, frame, exps) in enumerate(suites):
-        batch = ctx.data_sources.add_pandas(f"ds{i}").add_dataframe_asset(f"a{i}")
-        bdef = batch.add_batch_definition_whole_dataframe(f"b{i}")
-        suite = ctx.suites.add(gx.ExpectationSuite(name=name))
-        for e in exps:
-            suite.add_expectation(e)
-        res = gx.ValidationDefinition(name=f"v{i}", data=bdef, suite=suite).run(
-            batch_parameters={"dataframe": frame}
-        )
+    for name, frame, exps in suites:
+        suite = gx.ExpectationSuite(name=name, expectations=list(exps))
+        res = bdef.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
         recs = [_describe(r) for r in res.results]
         failures = [r for r in recs if not r["success"]]
         out.append(
