@@ -210,3 +210,62 @@ def test_the_temporary_servers_app_is_prefects_built_with_the_collector_paused_t
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["True", "True", "True", "True"]
+
+
+_KIND = textwrap.dedent(
+    """
+    import json, sys, threading, pathlib
+    from calibflow.flows import server, temp_server
+    if sys.argv[1] == "thread":  # a process running threads must not be forked
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, daemon=True).start()
+    proc, url = server.spawn_temporary()
+    server.wait_temporary(proc, url)
+    name = pathlib.Path(f"/proc/{proc.pid}/comm").read_text().strip()
+    kind = type(proc).__name__
+    server.stop_temporary(proc)
+    print(json.dumps({"kind": kind, "name": name, "stopped": proc.poll() is not None,
+                      "pidfile": (server.home() / server.PIDFILE).exists()}))
+    """
+)
+
+
+def _serve_kind(mode: str, tmp_path) -> dict:
+    import json
+
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("PREFECT_API_URL", None)
+    argv = [sys.executable, "-c", _KIND, mode]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_temporary_server_is_a_fork_unless_threads_run_then_a_new_interpreter(tmp_path):
+    from calibflow.flows.temp_server import NAME
+
+    forked = _serve_kind("plain", tmp_path)
+    assert forked == {"kind": "Forked", "name": NAME, "stopped": True, "pidfile": False}
+    spawned = _serve_kind("thread", tmp_path)  # the same serve(), in `python -m calibflow.flows.temp_server`
+    assert spawned == {"kind": "Popen", "name": NAME, "stopped": True, "pidfile": False}
+
+
+def test_the_forked_server_holds_none_of_the_runs_descriptors(tmp_path):
+    """The run's checkout lock and its DVC worker's pipes must end with the run, not with its server."""
+    code = textwrap.dedent(
+        f"""
+        import os, pathlib
+        lock = os.open({str(tmp_path / "lock")!r}, os.O_CREAT | os.O_RDWR)
+        from calibflow.flows import server
+        proc, url = server.spawn_temporary()
+        server.wait_temporary(proc, url)
+        fds = [os.readlink(f"/proc/{{proc.pid}}/fd/{{fd}}") for fd in os.listdir(f"/proc/{{proc.pid}}/fd")]
+        server.stop_temporary(proc)
+        print(sum("lock" in target for target in fds), len(fds) > 3)
+        """
+    )
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["0", "True"]  # no lock; its own socket and database are open
