@@ -292,6 +292,7 @@ def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
     settings = {"PREFECT_UI_ENABLED": "false", **_skip_preparation(home())}
     os.environ["PREFECT_API_URL"] = url  # before Prefect reads its settings: the client's API
+    _stop_progress_monitor()
     proc = _fork(port, settings) if threading.active_count() == 1 else _spawn(port, settings)
     proc.calibflow_fresh_db = fresh  # type: ignore[union-attr]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
@@ -299,6 +300,22 @@ def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
     pidfile.write_text(f"{proc.pid} {os.getpid()}\n")
     atexit.register(stop_temporary, proc)
     return proc, url
+
+
+def _stop_progress_monitor() -> None:
+    """End tqdm's monitor threads (DVC's status check starts one, for its own tqdm class; it wakes every
+    10 s to fix the refresh rate of stuck progress bars) and start no other: this process draws no progress
+    bar that needs one, and while one runs the server could not be forked."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return
+    std.tqdm.monitor_interval = 0  # inherited by DVC's subclass
+    for thread in threading.enumerate():
+        owner = getattr(thread, "tqdm_cls", None)
+        if owner is not None and hasattr(thread, "was_killed"):  # a tqdm._monitor.TMonitor
+            owner.monitor = None
+            with contextlib.suppress(Exception):
+                thread.exit()
 
 
 def _fork(port: int, settings: dict[str, str]) -> Forked:
