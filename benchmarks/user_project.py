@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibflow.flows import temp_server
+from calibflow.flows import forking
 
 ROOT = Path(__file__).resolve().parents[1]
 _DONE = re.compile(r"\] (\S+) \.\.\. (?:done|up to date) in ([0-9.]+) s")
@@ -148,8 +148,10 @@ class ProcessCpu:
     @classmethod
     def role(cls, proc) -> str:
         name = proc.name()
-        if name == temp_server.NAME:  # the run's temporary server, forked from the run (temp_server)
+        if name == forking.SERVER_NAME:  # the run's temporary server, forked from the run
             return "Prefect server"
+        if name == forking.HOST_NAME:  # the stage host, forked from the run
+            return "stage host (imports)"
         if name.startswith("cf:"):  # a stage forked by the stage host (calibflow.flows.stage_host._name)
             return "stage " + name[3:]
         cmd = " ".join(proc.cmdline())

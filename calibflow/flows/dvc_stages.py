@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from calibflow.flows import stage_host
+from calibflow.flows import forking, stage_host
 from calibflow.flows.checkout_lock import note_stage
 
 _DVC_LOCK = threading.Lock()
@@ -333,19 +333,23 @@ class StageHost:
     ``close``, or when this process dies however it dies.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], folder: str):
+    def __init__(self, proc: subprocess.Popen[bytes] | forking.Forked, folder: str):
         self.proc = proc
         self.folder = folder
         self.path = os.path.join(folder, "host")
 
     @classmethod
     def start(cls, root: Path, env: dict[str, str]) -> StageHost | None:
+        """The host: a fork of this process (``forking``: it starts with what the run imported, the params
+        check's NumPy, SciPy, DuckDB and calibrators), or a new interpreter while threads run here."""
         if env.get(stage_host.OFF_ENV) == "1":
             return None
         folder = tempfile.mkdtemp(prefix="calibflow-host-")  # 0700: only this user's launchers connect
-        argv = [sys.executable, "-m", "calibflow.flows.stage_host", os.path.join(folder, "host")]
+        path = os.path.join(folder, "host")
+        if forking.single_threaded():
+            return cls(_fork_host(root, env, path), folder)
         proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-m", "calibflow.flows.stage_host", path],
             cwd=root,
             env=env,
             stdin=subprocess.PIPE,
@@ -358,6 +362,18 @@ class StageHost:
     def close(self, grace: float = 5.0) -> None:
         _end_by_eof(self.proc, grace, lambda: (self.proc.kill(), self.proc.wait()))
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _fork_host(root: Path, env: dict[str, str], path: str) -> forking.Forked:
+    """The stage host forked from this process; it ends when the pipe it reads closes (this process gone)."""
+    control, write_end = os.pipe()
+    parent = os.getpid()
+    pid = forking.fork()
+    if pid == 0:
+        os.close(write_end)
+        stage_host.child_main(path, control, root, env, parent)  # never returns
+    os.close(control)
+    return forking.Forked(pid, stdin=os.fdopen(write_end, "wb"))
 
 
 _WORKERS: dict[str, DvcWorker] = {}

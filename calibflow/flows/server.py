@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import calibflow.flows  # noqa: F401
-from calibflow.flows import temp_server
+from calibflow.flows import forking, temp_server
 from calibflow.io import pid_alive
 
 DEFAULT_PORT = 4200
@@ -222,42 +222,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-class Forked:
-    """The forked server process, as much of ``subprocess.Popen`` as its callers use."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            with contextlib.suppress(ChildProcessError):
-                done, status = os.waitpid(self.pid, os.WNOHANG)
-                if done:
-                    self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-            time.sleep(0.02)
-        return self.returncode  # type: ignore[return-value]  (set by poll)
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
-def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen | Forked, str]:
+def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen | forking.Forked, str]:
     """A Prefect API server for this process only; it stops when this process exits, however it exits.
 
     Must be called before ``prefect`` is imported; sets ``PREFECT_API_URL`` to it.
@@ -271,7 +236,7 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen | Forked, str]
 SHARED_IMPORTS = ("prefect.flows", "prefect.tasks", "prefect.client.orchestration")
 
 
-def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
+def spawn_temporary() -> tuple[subprocess.Popen | forking.Forked, str]:
     """Start the temporary server and set ``PREFECT_API_URL`` to it without waiting for it to answer.
 
     The caller imports and plans while the server starts (``wait_temporary`` then waits), so its start
@@ -292,8 +257,7 @@ def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
     settings = {"PREFECT_UI_ENABLED": "false", **_skip_preparation(home())}
     os.environ["PREFECT_API_URL"] = url  # before Prefect reads its settings: the client's API
-    _stop_progress_monitor()
-    proc = _fork(port, settings) if threading.active_count() == 1 else _spawn(port, settings)
+    proc = _fork(port, settings) if forking.single_threaded() else _spawn(port, settings)
     proc.calibflow_fresh_db = fresh  # type: ignore[union-attr]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
     pidfile.parent.mkdir(parents=True, exist_ok=True)
@@ -302,23 +266,7 @@ def spawn_temporary() -> tuple[subprocess.Popen | Forked, str]:
     return proc, url
 
 
-def _stop_progress_monitor() -> None:
-    """End tqdm's monitor threads (DVC's status check starts one, for its own tqdm class; it wakes every
-    10 s to fix the refresh rate of stuck progress bars) and start no other: this process draws no progress
-    bar that needs one, and while one runs the server could not be forked."""
-    std = sys.modules.get("tqdm.std")
-    if std is None:
-        return
-    std.tqdm.monitor_interval = 0  # inherited by DVC's subclass
-    for thread in threading.enumerate():
-        owner = getattr(thread, "tqdm_cls", None)
-        if owner is not None and hasattr(thread, "was_killed"):  # a tqdm._monitor.TMonitor
-            owner.monitor = None
-            with contextlib.suppress(Exception):
-                thread.exit()
-
-
-def _fork(port: int, settings: dict[str, str]) -> Forked:
+def _fork(port: int, settings: dict[str, str]) -> forking.Forked:
     import importlib
 
     from calibflow.flows.gcpause import collector_paused
@@ -330,14 +278,11 @@ def _fork(port: int, settings: dict[str, str]) -> Forked:
         from prefect.context import refresh_global_settings_context
 
         refresh_global_settings_context()
-    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
-        with contextlib.suppress(Exception):
-            stream.flush()
     parent = os.getpid()
-    pid = os.fork()
+    pid = forking.fork()
     if pid == 0:
         temp_server.child_main(port, settings, parent)  # never returns
-    return Forked(pid)
+    return forking.Forked(pid)
 
 
 def _spawn(port: int, settings: dict[str, str]) -> subprocess.Popen:
@@ -365,7 +310,7 @@ def _skip_preparation(prefect_home: Path) -> dict[str, str]:
     return {key: "false" for key in _PREPARATION if key not in os.environ}
 
 
-def wait_temporary(proc: subprocess.Popen | Forked, url: str, wait: float = 90.0) -> str:
+def wait_temporary(proc: subprocess.Popen | forking.Forked, url: str, wait: float = 90.0) -> str:
     """Wait until the server of ``spawn_temporary`` answers; stop it and raise if it never does."""
     from calibflow.flows import server_seed
 
@@ -385,7 +330,7 @@ def wait_temporary(proc: subprocess.Popen | Forked, url: str, wait: float = 90.0
                        "run the command again, or keep one running with `calibflow server start`)")
 
 
-def stop_temporary(proc: subprocess.Popen | Forked) -> None:
+def stop_temporary(proc: subprocess.Popen | forking.Forked) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:

@@ -2,7 +2,9 @@
 
 A 10-stage ``calibflow run`` on 1e5 rows spent about 14 of its 42 s of CPU importing the same libraries in
 every stage process (numpy, pandas, scipy, scikit-learn, DuckDB) and Great Expectations three times. Now the
-DVC worker (``dvc_stages.DvcWorker``) starts one host beside it. DVC still runs every stage exactly as
+DVC worker (``dvc_stages.DvcWorker``) starts one host beside it, forked from the run (``forking``: it
+starts with the modules the run's params check imported) or, while the run has threads, a new
+interpreter. DVC still runs every stage exactly as
 before (its lock, its hashes, ``$SHELL -c CMD`` through calibflow's no-shell launcher); the launcher hands a
 ``python -m calibflow.pipeline.<step> ...`` command to the host, which imports the stage module once and
 forks a child that runs it as ``__main__`` with the launcher's arguments, working folder, environment and
@@ -22,6 +24,7 @@ process that started it is gone.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -30,7 +33,9 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 
+from calibflow.flows import forking
 from calibflow.flows.gcpause import collector_paused
 
 #: The environment variable naming the host's socket; set for the DVC worker, inherited by DVC's stages.
@@ -327,7 +332,41 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def child_main(path: str, control: int, cwd: Path, env: dict[str, str], parent: int) -> None:
+    """The host forked from the run (``dvc_stages.StageHost``): in its own session, in ``cwd`` with ``env``
+    (what a new interpreter's host is given), reading ``control``; never returns (``os._exit``)."""
+    code = 1
+    try:
+        os.setsid()
+        forking.become(forking.HOST_NAME, parent, None, keep=(control,))  # ends when ``control`` closes
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        gc.enable()  # the run may have paused its collector for its imports: the stages run with it on
+        # the interpreter's own streams on fds 0-2 (a test runner may have replaced sys.stdout and the
+        # rest with its capture objects); a stage writes through them to its launcher's descriptors
+        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+        _fresh_logging()
+        code = main([path], control=control)
+    finally:
+        os._exit(code)
+
+
+def _fresh_logging() -> None:
+    """The root logger as a new interpreter has it (no handler, WARNING): each stage's ``basicConfig``
+    must configure it as it would in its own process, whatever the process forked from had set (a test
+    runner's capture handlers)."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None, control: int = 0) -> int:
     """``python -m calibflow.flows.stage_host SOCKET [--prefix P]`` (``--prefix``: the tests' own modules)."""
     args = sys.argv[1:] if argv is None else argv
     prefix = PREFIX
@@ -340,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     import ctypes  # noqa: F401  what every child uses, imported once here
     import runpy  # noqa: F401
 
-    return serve(args[0], prefix=prefix)
+    return serve(args[0], control=control, prefix=prefix)
 
 
 if __name__ == "__main__":

@@ -16,16 +16,16 @@ is back on before the server serves anything.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
 from typing import Any
 
+from calibflow.flows import forking
 from calibflow.flows.gcpause import collector_paused
 
 #: The server process's name (``ps``, ``top``, /proc/PID/comm): how calibflow and its benchmarks know it.
-NAME = "cf-prefect-api"
+NAME = forking.SERVER_NAME
 
 
 def create_app(ephemeral: bool = False) -> Any:
@@ -54,11 +54,10 @@ def child_main(port: int, settings: dict[str, str], parent: int) -> None:
     """The forked server process: never returns (``os._exit``), so nothing of the run's runs twice."""
     code = 1
     try:
-        die_with(parent)
-        _name()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
-        _quiet_descriptors()
+        forking.become(NAME, parent, signal.SIGTERM, stderr=True)  # its errors are the run's to show
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         serve(port, settings)
         code = 0
     except KeyboardInterrupt:
@@ -73,44 +72,14 @@ def child_main(port: int, settings: dict[str, str], parent: int) -> None:
         os._exit(code)
 
 
-def die_with(parent: int) -> None:
-    """SIGTERM this process when ``parent`` dies (Linux's parent-death signal), even on its SIGKILL."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the signal was asked for
-        os._exit(1)
-
-
-def _name() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(15, NAME.encode(), 0, 0, 0)  # PR_SET_NAME
-
-
-def _quiet_descriptors() -> None:
-    """Standard output to /dev/null (uvicorn's lines are not the run's); every descriptor the run had open
-    besides the standard three closed: its checkout lock and its DVC worker's pipes must end with the run,
-    not with this server."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    os.closerange(3, _max_fd())
-
-
-def _max_fd() -> int:
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
-    except (OSError, ValueError):
-        return 4096
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m calibflow.flows.temp_server PORT PARENT [KEY=VALUE ...]``: the server in a new interpreter
     (where forking the run was not safe)."""
     args = sys.argv[1:] if argv is None else argv
     port, parent = int(args[0]), int(args[1])
     settings = dict(a.split("=", 1) for a in args[2:])
-    die_with(parent)
-    _name()
+    forking.die_with(parent, signal.SIGTERM)
+    forking.set_name(NAME)
     serve(port, settings)
     return 0
 
