@@ -277,7 +277,10 @@ class DvcWorker:
         self.host = StageHost.start(root, env)
         if self.host is not None:
             env[stage_host.ENV] = self.host.path
-        self.proc = _spawn([sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"], root, True, env)
+        if forking.can_fork():  # a fork of this process: DVC is imported here already (the plan's)
+            self.proc = _fork_worker(root, env)
+        else:
+            self.proc = _spawn([sys.executable, "-u", "-m", "calibflow.flows.dvc_worker"], root, True, env)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -346,7 +349,7 @@ class StageHost:
             return None
         folder = tempfile.mkdtemp(prefix="calibflow-host-")  # 0700: only this user's launchers connect
         path = os.path.join(folder, "host")
-        if forking.single_threaded():
+        if forking.can_fork():
             return cls(_fork_host(root, env, path), folder)
         proc = subprocess.Popen(
             [sys.executable, "-m", "calibflow.flows.stage_host", path],
@@ -362,6 +365,27 @@ class StageHost:
     def close(self, grace: float = 5.0) -> None:
         _end_by_eof(self.proc, grace, lambda: (self.proc.kill(), self.proc.wait()))
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _fork_worker(root: Path, env: dict[str, str]) -> forking.Forked:
+    """The DVC worker forked from this process, as ``_spawn`` starts one: its own session, its stdin and
+    its merged stdout and stderr pipes to this process (text, a line at a time), registered in RUNNING."""
+    to_worker, worker_in = os.pipe()
+    worker_out, from_worker = os.pipe()
+    pid = forking.fork()
+    if pid == 0:
+        os.close(worker_in)
+        os.close(worker_out)
+        from calibflow.flows import dvc_worker
+
+        dvc_worker.child_main(to_worker, from_worker, root, env)  # never returns
+    os.close(to_worker)
+    os.close(from_worker)
+    stdin = os.fdopen(worker_in, "w", buffering=1)
+    proc = forking.Forked(pid, stdin=stdin, stdout=os.fdopen(worker_out, "r"))
+    with _RUNNING_GUARD:
+        RUNNING.add(proc)  # type: ignore[arg-type]  (a Popen to stop_group)
+    return proc
 
 
 def _fork_host(root: Path, env: dict[str, str], path: str) -> forking.Forked:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 DONE = "\x1fcalibflow-dvc-worker-done"
 #: DVC's exit status for a command interrupted by the user (dvc.cli.main).
@@ -36,11 +37,47 @@ def main() -> int:
     return 0
 
 
+def child_main(stdin: int, stdout: int, cwd: Path, env: dict[str, str]) -> None:
+    """The worker forked from the run (``dvc_stages.DvcWorker``), as ``python -u -m`` this module runs:
+    its own session, ``stdin``, ``stdout`` (standard error merged into it), ``cwd`` and ``env``; ends when
+    ``stdin`` closes. Never returns (``os._exit``)."""
+    import os
+    import signal
+
+    from calibflow.flows import forking
+
+    status = 1
+    try:
+        os.setsid()
+        forking.become(forking.DVC_NAME, os.getppid(), None, keep=(stdin, stdout))
+        for fd, target in ((stdin, 0), (stdout, 1), (stdout, 2)):
+            os.dup2(fd, target)
+        os.close(stdin)
+        os.close(stdout)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        forking.fresh_interpreter_state()
+        sys.stdout.reconfigure(line_buffering=True)  # as -u: each line reaches the run as it is printed
+        sys.stderr.reconfigure(line_buffering=True)
+        status = _main_guarded()
+    finally:
+        from calibflow.pipeline._common import exit_process
+
+        exit_process(status)
+
+
+def _main_guarded() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:
+        return 130
+
+
 if __name__ == "__main__":
     from calibflow.pipeline._common import exit_process
 
-    try:
-        status = main()
-    except KeyboardInterrupt:
-        status = 130
-    exit_process(status)  # the run waits for this exit: DVC's module teardown is not worth its time
+    exit_process(_main_guarded())  # the run waits for this exit: DVC's module teardown is not worth its time

@@ -1,13 +1,14 @@
 """Helper processes forked from the run instead of started as new interpreters.
 
-A run's helpers (the temporary Prefect server, the stage host) need much of what the run has imported by
-the time it starts them: Prefect's client for the server; NumPy, SciPy, DuckDB, PyArrow, pydantic and
-calibflow's calibrators (the params check's) for the stage host. A new interpreter imports them again; a
-fork starts with them (their pages shared until written). Forking is only safe while the run has one
-thread (a fork copies the calling thread only, and a lock another thread held stays held in the child), so
-``single_threaded`` is asked first, and the helper starts as a new interpreter otherwise. A forked helper
-closes every descriptor it inherited but those it was given (the run's checkout lock and its DVC worker's
-pipes end with the run, not with the helper) and names itself, so ``ps``, ``top`` and the benchmarks know it.
+A run's helpers need much of what the run has imported by the time it starts them: the DVC worker, DVC
+(the run's status check); the stage host, NumPy, SciPy, DuckDB, PyArrow, pydantic and calibflow's
+calibrators (the params check's); the temporary Prefect server, Prefect's client. A new interpreter imports
+them again; a fork starts with them (their pages shared until written). Forking is only safe while the run
+has one thread (a fork copies the calling thread only, and a lock another thread held stays held in the
+child) and standard streams writing to its descriptors 1 and 2, so ``can_fork`` is asked first, and the
+helper starts as a new interpreter otherwise. A forked helper closes every descriptor it inherited but
+those it was given (the run's checkout lock and the other helpers' pipes end with the run, not with this
+helper) and names itself, so ``ps``, ``top`` and the benchmarks know it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,26 @@ import threading
 import time
 from typing import IO
 
+#: Set to 1 to start every helper as a new interpreter (the comparison the tests make, a debugging aid).
+OFF_ENV = "CALIBFLOW_NO_FORK"
 
-def single_threaded() -> bool:
-    """Whether this process runs one Python thread, tqdm's monitor ended (``stop_progress_monitor``)."""
+
+def can_fork() -> bool:
+    """Whether a helper may be forked from this process: one Python thread (once tqdm's monitor is ended,
+    ``stop_progress_monitor``), and standard streams that write to descriptors 1 and 2 (a test runner's
+    capture objects write to files a forked child closes, and so would the logging handlers bound to
+    them; colorama's wrappers, which DVC puts around them, write to 1 and 2)."""
+    if os.environ.get(OFF_ENV) == "1":
+        return False
     stop_progress_monitor()
-    return threading.active_count() == 1
+    return _writes_to(sys.stdout, 1) and _writes_to(sys.stderr, 2) and threading.active_count() == 1
+
+
+def _writes_to(stream: object, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def stop_progress_monitor() -> None:
@@ -78,6 +94,22 @@ def become(
 SERVER_NAME = "cf-prefect-api"
 #: The stage host's process name (``stage_host``).
 HOST_NAME = "cf-stage-host"
+#: The DVC worker's process name (``dvc_worker``).
+DVC_NAME = "cf-dvc-worker"
+
+
+def fresh_interpreter_state() -> None:
+    """In a forked child that runs code of its own, what a new interpreter would have: the collector on
+    (the run may have paused it for its imports) and a root logger with no handler at WARNING, so that
+    what the child configures is configured as in its own process."""
+    import gc
+    import logging
+
+    gc.enable()
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
 
 
 def die_with(parent: int, death_signal: int = signal.SIGTERM) -> None:
@@ -101,12 +133,13 @@ def _max_fd() -> int:
 
 
 class Forked:
-    """A forked child, as much of ``subprocess.Popen`` as calibflow's callers use (``stdin``: the write
-    end of a pipe to it, when it was given one)."""
+    """A forked child, as much of ``subprocess.Popen`` as calibflow's callers use (``stdin``, ``stdout``:
+    this end of the pipes to and from it, when it was given them)."""
 
-    def __init__(self, pid: int, stdin: IO[bytes] | None = None) -> None:
+    def __init__(self, pid: int, stdin: IO | None = None, stdout: IO | None = None) -> None:
         self.pid = pid
         self.stdin = stdin
+        self.stdout = stdout
         self.returncode: int | None = None
 
     def poll(self) -> int | None:

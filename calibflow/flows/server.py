@@ -257,7 +257,7 @@ def spawn_temporary() -> tuple[subprocess.Popen | forking.Forked, str]:
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
     settings = {"PREFECT_UI_ENABLED": "false", **_skip_preparation(home())}
     os.environ["PREFECT_API_URL"] = url  # before Prefect reads its settings: the client's API
-    proc = _fork(port, settings) if forking.single_threaded() else _spawn(port, settings)
+    proc = _fork(port, settings) if forking.can_fork() else _spawn(port, settings)
     proc.calibflow_fresh_db = fresh  # type: ignore[union-attr]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
     pidfile.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ process that started it is gone.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import json
 import os
@@ -342,28 +341,12 @@ def child_main(path: str, control: int, cwd: Path, env: dict[str, str], parent: 
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        gc.enable()  # the run may have paused its collector for its imports: the stages run with it on
-        # the interpreter's own streams on fds 0-2 (a test runner may have replaced sys.stdout and the
-        # rest with its capture objects); a stage writes through them to its launcher's descriptors
-        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
-        _fresh_logging()
+        forking.fresh_interpreter_state()
         code = main([path], control=control)
     finally:
         os._exit(code)
-
-
-def _fresh_logging() -> None:
-    """The root logger as a new interpreter has it (no handler, WARNING): each stage's ``basicConfig``
-    must configure it as it would in its own process, whatever the process forked from had set (a test
-    runner's capture handlers)."""
-    import logging
-
-    root = logging.getLogger()
-    for handler in root.handlers[:]:
-        root.removeHandler(handler)
-    root.setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None, control: int = 0) -> int:

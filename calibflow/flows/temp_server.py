@@ -55,7 +55,7 @@ def child_main(port: int, settings: dict[str, str], parent: int) -> None:
     code = 1
     try:
         forking.become(NAME, parent, signal.SIGTERM, stderr=True)  # its errors are the run's to show
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         serve(port, settings)
