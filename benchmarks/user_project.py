@@ -108,7 +108,7 @@ class ProcessCpu:
         ("uvicorn", "Prefect server"),
         ("calibflow.flows.dvc_worker", "DVC worker"),
         ("calibflow.flows.stage_host", "stage host (imports)"),
-        ("calibflow.flows.noshell", "launchers"),
+        ("noshell.run()", "launchers"),
         ("calibflow.cli", "calibflow run (Prefect flow)"),
     )
 
@@ -152,10 +152,12 @@ class ProcessCpu:
             return "Prefect server"
         if name == forking.HOST_NAME:  # the stage host, forked from the run
             return "stage host (imports)"
+        if name == forking.DVC_NAME:  # the DVC worker, forked from the run
+            return "DVC worker"
         if name.startswith("cf:"):  # a stage forked by the stage host (calibflow.flows.stage_host._name)
             return "stage " + name[3:]
         cmd = " ".join(proc.cmdline())
-        if "calibflow.pipeline." in cmd and "calibflow.flows.noshell" not in cmd:  # a stage, its own process
+        if "calibflow.pipeline." in cmd and "noshell.run()" not in cmd:  # a stage, its own process
             return "stage " + cmd.split("calibflow.pipeline.")[1].split()[0] + " (own process)"
         other = "other: " + " ".join(cmd.split()[:3])[-60:]
         return next((role for key, role in cls.ROLES if key in cmd), other)

@@ -32,10 +32,12 @@ import signal
 import socket
 import sys
 import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from calibflow.flows import forking
 from calibflow.flows.gcpause import collector_paused
+
+if TYPE_CHECKING:  # the launcher imports this module, on every stage: only what it uses
+    from pathlib import Path
 
 #: The environment variable naming the host's socket; set for the DVC worker, inherited by DVC's stages.
 ENV = "CALIBFLOW_STAGE_HOST"
@@ -334,6 +336,8 @@ def _kill_group(pid: int, sig: int) -> None:
 def child_main(path: str, control: int, cwd: Path, env: dict[str, str], parent: int) -> None:
     """The host forked from the run (``dvc_stages.StageHost``): in its own session, in ``cwd`` with ``env``
     (what a new interpreter's host is given), reading ``control``; never returns (``os._exit``)."""
+    from calibflow.flows import forking
+
     code = 1
     try:
         os.setsid()
