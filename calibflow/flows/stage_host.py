@@ -178,11 +178,12 @@ def _accept(
 
 
 #: Optional back ends a preloaded library imports when they are installed, for data sources no stage uses
-#: through it: Great Expectations imports PySpark (0.4 s of CPU, SciPy's sparse module with it) and
-#: SQLAlchemy (0.25 s) for its Spark and SQL sources; calibflow validates pandas frames only. Hidden while the
-#: host imports the library (it takes them for absent, as on an install without them), importable again for
-#: the stages right after (a Spark-engine stage imports PySpark itself).
-PRELOAD_WITHOUT = {"great_expectations": ("pyspark", "sqlalchemy")}
+#: through it: Great Expectations imports PySpark (0.4 s of CPU, SciPy's sparse module with it), SQLAlchemy
+#: (0.25 s), boto3 and Google Cloud's clients (0.07 s) for its Spark, SQL, S3 and GCS sources and stores;
+#: calibflow validates pandas frames in an ephemeral context only. Hidden while the host imports the library
+#: (it takes them for absent, as on an install without them), importable again for the stages right after (a
+#: Spark-engine stage imports PySpark itself).
+PRELOAD_WITHOUT = {"great_expectations": ("pyspark", "sqlalchemy", "boto3", "botocore", "google")}
 
 
 def _numba_target() -> None:
