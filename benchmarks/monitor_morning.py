@@ -40,7 +40,7 @@ import pandas as pd
 import yaml
 
 from benchmarks import monitor_scale
-from benchmarks.user_project import peer_env, peer_tree
+from benchmarks.user_project import compiled, peer_env, peer_tree
 
 
 def write_day(folder: Path, d: int, rows: int, seed: int) -> None:
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", help="write the result as JSON here too")
     ap.add_argument("--keep", help="build the project in this folder (kept) instead of a temporary one")
     a = ap.parse_args(argv)
+    compiled(Path(__import__("calibflow").__file__).parent)  # this code, as installed
     rows = int(a.rows)
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="calibflow-morning-"))
     shutil.rmtree(work, ignore_errors=True)

@@ -256,7 +256,17 @@ def peer_tree(ref: str, work: Path) -> Path:
     dst.mkdir()
     archive = subprocess.run(["git", "archive", ref, "calibflow"], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
-    return dst
+    return compiled(dst / "calibflow").parent
+
+
+def compiled(package: Path) -> Path:
+    """``package`` with its bytecode written, as ``pip install`` leaves an installed package: under
+    ``PYTHONDONTWRITEBYTECODE`` (set on this machine) a tree without it is compiled again in every process
+    of every run, which a user never pays (0.5-1 s of CPU a run for the whole of calibflow)."""
+    import compileall
+
+    compileall.compile_dir(str(package), quiet=1)
+    return package
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time each stage module's import")
     args = parser.parse_args(argv)
 
+    compiled(Path(__import__("calibflow").__file__).parent)  # this code, as installed
     with tempfile.TemporaryDirectory(prefix="calibflow-user-project-") as tmp:
         work = Path(tmp)
         peer = None if args.no_peer else peer_tree(args.peer_ref, work)
