@@ -109,6 +109,7 @@ class ProcessCpu:
         ("calibflow.flows.dvc_worker", "DVC worker"),
         ("calibflow.flows.stage_host", "stage host (imports)"),
         ("noshell.run()", "launchers"),
+        ("calibflow.flows.noshell", "launchers"),  # the previous code's launcher (a peer)
         ("calibflow.cli", "calibflow run (Prefect flow)"),
     )
 
@@ -157,7 +158,7 @@ class ProcessCpu:
         if name.startswith("cf:"):  # a stage forked by the stage host (calibflow.flows.stage_host._name)
             return "stage " + name[3:]
         cmd = " ".join(proc.cmdline())
-        if "calibflow.pipeline." in cmd and "noshell.run()" not in cmd:  # a stage, its own process
+        if "calibflow.pipeline." in cmd and "noshell" not in cmd:  # a stage, its own process
             return "stage " + cmd.split("calibflow.pipeline.")[1].split()[0] + " (own process)"
         other = "other: " + " ".join(cmd.split()[:3])[-60:]
         return next((role for key, role in cls.ROLES if key in cmd), other)

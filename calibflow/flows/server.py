@@ -231,9 +231,10 @@ def start_temporary(wait: float = 90.0) -> tuple[subprocess.Popen | forking.Fork
     return proc, wait_temporary(proc, url, wait)
 
 
-#: Prefect modules every caller of ``spawn_temporary`` imports anyway (the flow engine, tasks, the client),
-#: imported before the server is forked so that the server builds on them (``temp_server``).
-SHARED_IMPORTS = ("prefect.flows", "prefect.tasks", "prefect.client.orchestration")
+#: Modules every caller of ``spawn_temporary`` imports anyway, imported before the server is forked so that
+#: the server builds on them (``temp_server``): Prefect's flow engine, tasks and client, and FastAPI's
+#: encoders (a flow run serialises its parameters with them; FastAPI and Starlette are the server's own).
+SHARED_IMPORTS = ("prefect.flows", "prefect.tasks", "prefect.client.orchestration", "fastapi.encoders")
 
 
 def spawn_temporary() -> tuple[subprocess.Popen | forking.Forked, str]:
