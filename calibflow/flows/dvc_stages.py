@@ -373,12 +373,15 @@ def _fork_worker(root: Path, env: dict[str, str]) -> forking.Forked:
     to_worker, worker_in = os.pipe()
     worker_out, from_worker = os.pipe()
     pid = forking.fork()
-    if pid == 0:
-        os.close(worker_in)
-        os.close(worker_out)
-        from calibflow.flows import dvc_worker
+    if pid == 0:  # the child never returns into this code, whatever fails
+        try:
+            os.close(worker_in)
+            os.close(worker_out)
+            from calibflow.flows import dvc_worker
 
-        dvc_worker.child_main(to_worker, from_worker, root, env)  # never returns
+            dvc_worker.child_main(to_worker, from_worker, root, env)
+        finally:
+            os._exit(1)
     os.close(to_worker)
     os.close(from_worker)
     stdin = os.fdopen(worker_in, "w", buffering=1)
@@ -393,9 +396,12 @@ def _fork_host(root: Path, env: dict[str, str], path: str) -> forking.Forked:
     control, write_end = os.pipe()
     parent = os.getpid()
     pid = forking.fork()
-    if pid == 0:
-        os.close(write_end)
-        stage_host.child_main(path, control, root, env, parent)  # never returns
+    if pid == 0:  # the child never returns into this code, whatever fails
+        try:
+            os.close(write_end)
+            stage_host.child_main(path, control, root, env, parent)
+        finally:
+            os._exit(1)
     os.close(control)
     return forking.Forked(pid, stdin=os.fdopen(write_end, "wb"))
 

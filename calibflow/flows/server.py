@@ -257,8 +257,9 @@ def spawn_temporary() -> tuple[subprocess.Popen | forking.Forked, str]:
     url = api_url(port)
     fresh = not server_seed.database(home()).exists() and not server_seed.seed(home())
     settings = {"PREFECT_UI_ENABLED": "false", **_skip_preparation(home())}
-    os.environ["PREFECT_API_URL"] = url  # before Prefect reads its settings: the client's API
-    proc = _fork(port, settings) if forking.can_fork() else _spawn(port, settings)
+    stale = "prefect.context" in sys.modules  # Prefect read its settings already, without this API
+    os.environ["PREFECT_API_URL"] = url
+    proc = _start(port, settings, stale)
     proc.calibflow_fresh_db = fresh  # type: ignore[union-attr]  (wait_temporary keeps it as the template)
     pidfile = _pidfile()
     pidfile.parent.mkdir(parents=True, exist_ok=True)
@@ -267,7 +268,9 @@ def spawn_temporary() -> tuple[subprocess.Popen | forking.Forked, str]:
     return proc, url
 
 
-def _fork(port: int, settings: dict[str, str]) -> forking.Forked:
+def _start(port: int, settings: dict[str, str], stale: bool) -> subprocess.Popen | forking.Forked:
+    """The server forked once ``SHARED_IMPORTS`` are imported here, or a new interpreter where a fork is not
+    safe (``forking.can_fork``, asked after the imports); ``stale``: Prefect's settings are read again."""
     import importlib
 
     from calibflow.flows.gcpause import collector_paused
@@ -275,14 +278,19 @@ def _fork(port: int, settings: dict[str, str]) -> forking.Forked:
     with collector_paused():
         for name in SHARED_IMPORTS:
             importlib.import_module(name)
-    if "prefect.context" in sys.modules:  # imported before PREFECT_API_URL was set: read it again
+    if stale:
         from prefect.context import refresh_global_settings_context
 
         refresh_global_settings_context()
+    if not forking.can_fork():
+        return _spawn(port, settings)
     parent = os.getpid()
     pid = forking.fork()
-    if pid == 0:
-        temp_server.child_main(port, settings, parent)  # never returns
+    if pid == 0:  # the child never returns into this code, whatever fails
+        try:
+            temp_server.child_main(port, settings, parent)
+        finally:
+            os._exit(1)
     return forking.Forked(pid)
 
 
