@@ -54,7 +54,7 @@ def init() -> None:
     for key in ONE_THREAD:
         os.environ.setdefault(key, "1")
 
-    from calibflow.flows import runlog, server
+    from calibflow.flows import forking, runlog
 
-    server._die_with_parent()
+    forking.die_with(os.getppid())  # SIGTERM when the flow's process dies
     logging.getLogger().addHandler(runlog.RunLogHandler())
