@@ -394,12 +394,11 @@ def _fork_worker(root: Path, env: dict[str, str]) -> forking.Forked:
 def _fork_host(root: Path, env: dict[str, str], path: str) -> forking.Forked:
     """The stage host forked from this process; it ends when the pipe it reads closes (this process gone)."""
     control, write_end = os.pipe()
-    parent = os.getpid()
     pid = forking.fork()
     if pid == 0:  # the child never returns into this code, whatever fails
         try:
             os.close(write_end)
-            stage_host.child_main(path, control, root, env, parent)
+            stage_host.child_main(path, control, root, env)
         finally:
             os._exit(1)
     os.close(control)

@@ -48,19 +48,12 @@ def child_main(stdin: int, stdout: int, cwd: Path, env: dict[str, str]) -> None:
 
     status = 1
     try:
-        os.setsid()
-        forking.become(forking.DVC_NAME, os.getppid(), None, keep=(stdin, stdout))
+        forking.detach(forking.DVC_NAME, (stdin, stdout), cwd, env)
         for fd, target in ((stdin, 0), (stdout, 1), (stdout, 2)):
             os.dup2(fd, target)
         os.close(stdin)
         os.close(stdout)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        forking.fresh_interpreter_state()
         sys.stdout.reconfigure(line_buffering=True)  # as -u: each line reaches the run as it is printed
         sys.stderr.reconfigure(line_buffering=True)
         status = _main_guarded()

@@ -90,6 +90,21 @@ def become(
     os.closerange(low, _max_fd())
 
 
+def detach(name: str, keep: tuple[int, ...], cwd: str | os.PathLike[str], env: dict[str, str]) -> None:
+    """In a forked helper that stands alone as a new interpreter started in its own session would (the
+    stage host, the DVC worker): its own session, ``become`` (it watches its pipes ``keep`` for the run's
+    end itself), ``cwd`` and exactly ``env``, the default SIGTERM, SIGHUP and SIGCHLD handling, and
+    ``fresh_interpreter_state``."""
+    os.setsid()
+    become(name, os.getppid(), None, keep)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    fresh_interpreter_state()
+
+
 #: The temporary Prefect server's process name (``temp_server``).
 SERVER_NAME = "cf-prefect-api"
 #: The stage host's process name (``stage_host``).

@@ -334,21 +334,14 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def child_main(path: str, control: int, cwd: Path, env: dict[str, str], parent: int) -> None:
-    """The host forked from the run (``dvc_stages.StageHost``): in its own session, in ``cwd`` with ``env``
-    (what a new interpreter's host is given), reading ``control``; never returns (``os._exit``)."""
+def child_main(path: str, control: int, cwd: Path, env: dict[str, str]) -> None:
+    """The host forked from the run (``dvc_stages.StageHost``), as a new interpreter's host is started
+    (``forking.detach``), ending when ``control`` closes; never returns (``os._exit``)."""
     from calibflow.flows import forking
 
     code = 1
     try:
-        os.setsid()
-        forking.become(forking.HOST_NAME, parent, None, keep=(control,))  # ends when ``control`` closes
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        forking.fresh_interpreter_state()
+        forking.detach(forking.HOST_NAME, (control,), cwd, env)
         code = main([path], control=control)
     finally:
         os._exit(code)

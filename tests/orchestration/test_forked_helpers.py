@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from helpers.procs import descendants
 
 from calibflow.flows import forking
 
@@ -41,7 +42,7 @@ def _forks(pid: int) -> set[str]:
     (a new interpreter's command line names its own module)."""
     cli = Path(f"/proc/{pid}/cmdline").read_bytes()
     found = set()
-    for child, name in _descendants(pid).items():
+    for child, name in descendants(pid).items():
         try:
             same = Path(f"/proc/{child}/cmdline").read_bytes() == cli
         except OSError:
@@ -49,29 +50,6 @@ def _forks(pid: int) -> set[str]:
         if name in NAMES and same:
             found.add(name)
     return found
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """pid -> process name of every process under ``pid``."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            head, tail = stat.rsplit(")", 1)
-            parents[int(d.name)] = int(tail.split()[1])
-            names[int(d.name)] = head.split("(", 1)[1]
-    out, todo = {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, up in parents.items():
-            if up == parent and child not in out:
-                out[child] = names[child]
-                todo.append(child)
-    return out
 
 
 def _run(folder: Path, home: Path, fork: bool) -> set[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.procs import children
 
 from calibflow.errors import os_fix
 from calibflow.flows import check_writable
@@ -146,19 +147,6 @@ def test_check_writable_names_the_folder_on_a_failed_write(tmp_path, monkeypatch
 # ---- no process outlives a killed command ------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(d.name))
-    return kids
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -185,7 +173,7 @@ def test_kill_9_of_monitor_run_leaves_no_server(project):
     try:
         deadline, kids = time.monotonic() + 120, []
         while time.monotonic() < deadline and not kids and proc.poll() is None:
-            kids = [k for k in _children(proc.pid) if _server_like(k)]
+            kids = [k for k in children(proc.pid) if _server_like(k)]
             time.sleep(0.1)
         assert kids, "monitor run started no API server (it must start its own temporary one)"
         os.kill(proc.pid, signal.SIGKILL)
