@@ -356,9 +356,9 @@ def segment_ratio_records(
         n, sy = v["n"].to_numpy(), v["positives"].to_numpy()
         sp = v[f"sum_p:{method}"].to_numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            mu = pd.DataFrame({"value": v["value"], "n": n, "positives": sy,
+            mu = pd.DataFrame({"value": v["value"], "n": n, "positives": sy, "sum_p": v["sum_p_unc"],
                                "calibration_ratio": np.where(sy > 0, v["sum_p_unc"] / sy, np.nan)})
-            mc = mu.assign(calibration_ratio=np.where(sy > 0, sp / sy, np.nan))
+            mc = mu.assign(sum_p=sp, calibration_ratio=np.where(sy > 0, sp / sy, np.nan))
         # before calibration too (the card's "before" interval, as the row path's had it)
         lo_u, hi_u = ratio_interval(n, sy, v["sum_p_unc"].to_numpy(), v["sum_p2_unc"].to_numpy(), sy, level)
         mu = mu.assign(calibration_ratio_low=lo_u, calibration_ratio_high=hi_u)

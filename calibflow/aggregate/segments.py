@@ -70,7 +70,7 @@ def segment_metrics(
     seed: int = 0,
     level: float = 0.95,
 ) -> pd.DataFrame:
-    """One row per segment value: n, positives, calibration_ratio, log_loss, brier, ece, auc (with
+    """One row per segment value: n, positives, sum_p, calibration_ratio, log_loss, brier, ece, auc (with
     auc_tie_bound) and, with
     ``replicates``, ``calibration_ratio_low/high`` and ``log_loss_low/high`` (percentile intervals)."""
     v, values = _by_value(table)
@@ -84,6 +84,7 @@ def segment_metrics(
             "value": values,
             "n": tot,
             "positives": pos,
+            "sum_p": sum_q,  # kept beside the ratio: a pooled row sums it (a value may have no positive)
             "calibration_ratio": np.where(pos > 0, sum_q / pos, np.nan),
             "log_loss": sum_ll / tot,
             "brier": (np.bincount(v, sq2, m) - 2 * np.bincount(v, sq * y, m) + pos) / tot,
@@ -162,8 +163,8 @@ def records_from_metrics(
     mu: pd.DataFrame, mc: pd.DataFrame, column: str, top: int | None = None
 ) -> list[dict[str, Any]]:
     """:func:`segment_records` from :func:`segment_metrics`-shaped frames (``value``, ``n``, ``positives``,
-    ``calibration_ratio`` and, for ``mc``, ``calibration_ratio_low/high``), one row per value in the same
-    order: also what a pass over the rows gives (``segment_compare.segment_ratio_records``).
+    ``sum_p``, ``calibration_ratio`` and, for ``mc``, ``calibration_ratio_low/high``), one row per value in
+    the same order: also what a pass over the rows gives (``segment_compare.segment_ratio_records``).
 
     The columns are taken out of the frames once (a pandas lookup per value and field was most of
     select's per-segment cost at 200 values); the values written are the same Python floats."""
@@ -207,11 +208,13 @@ def _ratio_cis(m: pd.DataFrame) -> list[list[float] | None]:
 
 
 def _pooled(mu: pd.DataFrame, mc: pd.DataFrame, idx: list[int], column: str) -> dict[str, Any]:
-    """One row for the values ``idx``: rows and positives summed, ratios from the summed ``sum p``."""
+    """One row for the values ``idx``: rows, positives and ``sum p`` summed, its ratios from those sums.
+
+    ``sum p`` is summed as it is, never rebuilt as ratio x positives: a value with no positive has no
+    ratio but has predictions, and leaving them out read 0.37 for the pooled row of a calibrated table."""
     n, pos = float(mu["n"].iloc[idx].sum()), float(mu["positives"].iloc[idx].sum())
     enough = np.array([enough_evidence(float(k)) for k in mu["positives"].iloc[idx]], dtype=bool)
-    sp_u = float((mu["calibration_ratio"].iloc[idx] * mu["positives"].iloc[idx]).sum())
-    sp_c = float((mc["calibration_ratio"].iloc[idx] * mc["positives"].iloc[idx]).sum())
+    sp_u, sp_c = (float(m["sum_p"].iloc[idx].sum()) for m in (mu, mc))
     return {"column": column, "value": f"{OTHER_LEVEL} x{len(idx)}", "n": int(round(n)),
             "positives": int(round(pos)), "ratio_uncalibrated": sp_u / pos if pos else None,
             "ratio": sp_c / pos if pos else None, "ratio_ci": None, "flagged": False, "too_few": False,

@@ -13,7 +13,7 @@ import pytest
 from scipy.special import expit
 
 from calibflow import segments as seg
-from calibflow.aggregate.segments import segment_records
+from calibflow.aggregate.segments import segment_metrics, segment_records
 from calibflow.report._format import fmt_num
 from calibflow.report.segments import segment_section
 
@@ -91,3 +91,38 @@ def test_aggregate_records_pool_the_rest_so_counts_add_up():
     assert sum(r["positives"] for r in out) == int(table.loc[table["label"] == 1, "n"].sum())
     full = segment_records(table, None, "campaign")
     assert seg.NULL_LEVEL in {r["value"] for r in full}
+
+
+def test_the_pooled_row_sums_the_predictions_of_values_with_no_positive():
+    """On a calibrated table (sum p = sum y overall), many small values past ``top`` have predictions but
+    no positive in the test split. The pooled row's ratio is its summed ``sum p`` over its positives: the
+    predictions of the values without a positive count. The control, ``sum p`` rebuilt as ratio x
+    positives per value (what the card did), drops them and reads far below 1."""
+    import pandas as pd
+
+    k, rows_per = 200, 400
+    p = 0.005  # every row predicted at 0.5%; the positives, as a calibrated score gives them, on 40 values
+    positives = np.zeros(k)
+    carriers = np.random.default_rng(4).choice(np.arange(20, k), 40, replace=False)
+    positives[carriers] = rows_per * p * (k - 20) / 40
+    values = np.arange(k).astype(str).astype(object)
+    n = np.full(k, float(rows_per))
+    n[:20] *= 10  # the 20 largest are shown on their own
+    positives[:20] = n[:20] * p
+    table = pd.DataFrame({
+        "seg_0": np.repeat(values, 2), "code": np.arange(k).repeat(2), "bucket": 0,
+        "label": np.tile([0, 1], k), "n": np.c_[n - positives, positives].ravel(),
+    })
+    q = np.full(2 * k, p)
+    table["sum_q"] = table["n"] * q
+    table["sum_ll"] = table["n"] * 0.03
+    table["sum_q2"] = table["n"] * q**2
+    pooled = segment_records(table, None, "country", top=20)[-1]
+    assert pooled["value"] == f"{seg.OTHER_LEVEL} x{k - 20}"
+    assert pooled["ratio"] == pytest.approx(1.0, rel=1e-9)
+    assert pooled["ratio_uncalibrated"] == pytest.approx(1.0, rel=1e-9)
+    mu = segment_metrics(table)
+    rest = mu.sort_values("n", ascending=False, kind="stable").index[20:]
+    pos = mu.loc[rest, "positives"]
+    rebuilt = np.nansum(mu.loc[rest, "calibration_ratio"] * pos) / pos.sum()
+    assert rebuilt < 0.3  # the control: 40 of the 180 values carry positives, the rest's predictions lost

@@ -328,7 +328,8 @@ def test_aggregate_records_count_the_pooled_values_as_tested():
 
     k = 200
     mu = pd.DataFrame({"value": [f"c{i}" for i in range(k)], "n": np.arange(k, 0, -1) * 100.0,
-                       "positives": np.arange(k, 0, -1) * 30.0, "calibration_ratio": np.ones(k)})
+                       "positives": np.arange(k, 0, -1) * 30.0, "calibration_ratio": np.ones(k),
+                       "sum_p": np.arange(k, 0, -1) * 30.0})
     mc = mu.assign(calibration_ratio_low=0.98, calibration_ratio_high=1.02)
     mc.loc[150, ["calibration_ratio_low", "calibration_ratio_high"]] = [1.01, 1.05]  # one flagged, past top
     rows = records_from_metrics(mu, mc, "country", top=20)
